@@ -1,0 +1,236 @@
+"""Temporal stage geometry and solver (paper Sec. 3.3): alpha_t, cost C_t, Sinkhorn plan P_t, W_t.
+
+Pair t couples group t (rows, destination) with group t+1 (columns, source). Everything is
+batched over the P = T-1 pairs.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+
+from .spatial import inverse_norms
+
+# exp() of float32 arguments below this is < 1e-34 of the largest term of a log-sum-exp and
+# cannot change the sum; clamping there avoids the very slow denormal path of CPU exp.
+_EXP_FLOOR = -80.0
+
+
+def mixing_weight(
+    features: torch.Tensor,
+    grid: tuple[int, int],
+    mode: str | float = "position",
+    inv_norm: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """alpha_t = 1 - clamp(s_bar_t, 0, 1) / 2 for each pair of unpruned groups; (T, N, D) -> (T-1,).
+
+    s_bar_t is the mean cosine similarity of co-located tokens of groups t and t+1 ("position"),
+    of co-located 3x3 neighbourhood means (valid windows, no padding; "kernel"), or of the
+    groups' mean features ("global"). A float fixes alpha_t for every pair. `inv_norm` (T, N)
+    may be passed for "position" when the inverse token norms are already known.
+    """
+    t = features.shape[0]
+    if not isinstance(mode, str):
+        return torch.full((max(t - 1, 0),), float(mode), device=features.device)
+    x = features.float()
+    if mode == "global":
+        x = x.mean(1, keepdim=True)
+        inv_norm = None
+    elif mode == "kernel":
+        h, w = grid
+        maps = x.transpose(1, 2).reshape(t, -1, h, w)
+        x = F.avg_pool2d(maps, (min(3, h), min(3, w)), stride=1).flatten(2).transpose(1, 2)
+        inv_norm = None
+    elif mode != "position":
+        raise ValueError(f"alpha must be position, kernel, global or a number, got {mode!r}")
+    inv = inverse_norms(x) if inv_norm is None else inv_norm
+    s_bar = (colocated_dots(x) * inv[:-1] * inv[1:]).mean(-1)
+    return 1.0 - s_bar.clamp(0.0, 1.0) / 2.0
+
+
+def colocated_dots(x: torch.Tensor) -> torch.Tensor:
+    """<x_{t,n}, x_{t+1,n}> for every pair and position: (T, N, D) -> (T-1, N).
+
+    Computed over blocks of about 4M elements with one reused buffer, so the element-wise
+    products stay in cache instead of filling a (T-1, N, D) temporary.
+    """
+    pairs, tokens, dim = x.shape[0] - 1, x.shape[1], x.shape[2]
+    out = torch.empty(max(pairs, 0), tokens, device=x.device, dtype=x.dtype)
+    step = max(1, (1 << 22) // max(tokens * dim, 1))
+    buffer = torch.empty(min(step, max(pairs, 1)), tokens, dim, device=x.device, dtype=x.dtype)
+    for start in range(0, pairs, step):
+        stop = min(start + step, pairs)
+        torch.mul(x[start:stop], x[start + 1 : stop + 1], out=buffer[: stop - start])
+        torch.sum(buffer[: stop - start], -1, out=out[start:stop])
+    return out
+
+
+def grid_positions(selected: torch.Tensor, grid: tuple[int, int]) -> torch.Tensor:
+    """(row, col) grid index of each selected token: (T, k) -> (T, k, 2) float32."""
+    w = grid[1]
+    return torch.stack((torch.div(selected, w, rounding_mode="floor"), selected % w), -1).float()
+
+
+def transport_cost(
+    selected_features: torch.Tensor,
+    positions: torch.Tensor,
+    alpha: torch.Tensor,
+    grid: tuple[int, int],
+    inv_norm: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """C_t = alpha_t c_sem + (1 - alpha_t) c_loc (Eq. 4-5); returns (T-1, k, k), float32.
+
+    selected_features: (T, k, D) features of the selected tokens; positions: (T, k, 2) grid
+    (row, col); inv_norm: (T, k) their inverse norms, if already known.
+    c_sem = 1 - cos(s_{t,i}, s_{t+1,j}); c_loc = ||p_{t,i} - p_{t+1,j}|| / d_max with d_max the
+    grid diagonal sqrt((H-1)^2 + (W-1)^2) (c_loc = 0 when d_max = 0).
+    """
+    x = selected_features.float()
+    inv = inverse_norms(x) if inv_norm is None else inv_norm
+    cos = torch.bmm(x[:-1], x[1:].transpose(1, 2)).mul_(inv[:-1].unsqueeze(-1)).mul_(inv[1:].unsqueeze(-2))
+    c_sem = 1.0 - cos.clamp_(-1.0, 1.0)
+    d_max = math.hypot(grid[0] - 1, grid[1] - 1)
+    if d_max > 0:
+        c_loc = torch.cdist(positions[:-1], positions[1:]) / d_max
+    else:
+        c_loc = torch.zeros_like(c_sem)
+    a = alpha.view(-1, 1, 1)
+    return a * c_sem + (1.0 - a) * c_loc
+
+
+def sinkhorn(
+    a: torch.Tensor,
+    b: torch.Tensor,
+    cost: torch.Tensor,
+    eps: float = 0.01,
+    max_iter: int = 200,
+    tol: float = 1e-5,
+) -> tuple[torch.Tensor, int]:
+    """Entropic OT (Eq. 6) in the log domain, float32, batched: a, b (P, K) > 0; cost (P, K, K).
+
+    Returns the plan P (P, K, K) with rows summing to a and columns to b, and the number of
+    iterations run. See `sinkhorn_log` for the iteration.
+    """
+    plan, iterations, _ = sinkhorn_log(a, b, cost, eps, max_iter, tol)
+    return plan, iterations
+
+
+def sinkhorn_log(
+    a: torch.Tensor,
+    b: torch.Tensor,
+    cost: torch.Tensor,
+    eps: float = 0.01,
+    max_iter: int = 200,
+    tol: float = 1e-5,
+    absorb: bool | None = None,
+) -> tuple[torch.Tensor, int, torch.Tensor]:
+    """Log-domain Sinkhorn; returns (plan, iterations, marginal error per problem (P,)).
+
+    Each iteration updates the column potential g, then the row potential f (POT's
+    `sinkhorn_log` order):  g = log b - LSE_i(-C_ij/eps + f_i),  f = log a - LSE_j(-C_ij/eps + g_j).
+    The marginal error |P1 - a|_1 + |P^T1 - b|_1 is taken after every iteration and the loop stops
+    once its largest value over the batch is below tol, or after max_iter iterations. The plan is
+    P = exp(-C/eps + f_i + g_j). All in float32.
+
+    Two evaluations of the same LSEs (`absorb`, default: on for CPU tensors):
+    - direct: each LSE exponentiates the whole (P, K, K) batch. On GPUs the host checks for
+      convergence every 10 iterations; a converged state is frozen on the device until then, so
+      the result is that of checking every iteration.
+    - absorbed (log-stabilised, Schmitzer 2019): LSE_j(M_ij + g_j) = s_i + log sum_j R_ij exp(g_j - g0_j)
+      with R_ij = exp(M_ij + g0_j - s_i) kept from the last "absorption" at g0. While every
+      |g - g0| <= 10, this is the same sum to float32 precision, at the price of a batched
+      product instead of a batched exp; past that, R is rebuilt at the current g.
+    """
+    if a.shape != b.shape or a.dim() != 2 or cost.shape != (*a.shape, a.shape[-1]):
+        raise ValueError(
+            f"sinkhorn expects a, b (P, K) and cost (P, K, K); got {tuple(a.shape)}, {tuple(b.shape)}, "
+            f"{tuple(cost.shape)}"
+        )
+    if eps <= 0 or max_iter < 1 or tol <= 0:
+        raise ValueError("sinkhorn needs eps > 0, max_iter >= 1 and tol > 0")
+    if absorb is None:
+        absorb = a.device.type == "cpu"
+    a, b = a.float(), b.float()
+    log_kernel = cost.float() / -eps  # M = -C/eps: rows i, columns j
+    log_kernel_t = log_kernel.transpose(1, 2).contiguous()  # so both LSEs reduce over the last dim
+    rows = _LogSumExp(log_kernel, absorb)  # LSE_j(M_ij + g_j)
+    cols = _LogSumExp(log_kernel_t, absorb)  # LSE_i(M_ij + f_i)
+    log_a, log_b = a.log(), b.log()
+    marginals = torch.cat((a, b), -1)
+    f, g = torch.zeros_like(a), torch.zeros_like(b)
+    col_lse = cols(f)
+    error = torch.full(a.shape[:1], float("inf"), device=a.device)
+    check_every = 1 if a.device.type == "cpu" else 10
+    done = torch.zeros((), dtype=torch.bool, device=a.device)
+    iterations = torch.zeros((), dtype=torch.long, device=a.device)
+    for step in range(1, max_iter + 1):
+        g_new = log_b - col_lse
+        row_lse = rows(g_new)
+        f_new = log_a - row_lse
+        col_lse_new = cols(f_new)  # also the next iteration's column LSE
+        # |P1 - a|_1 + |P^T1 - b|_1, with row sums exp(f + LSE_j) and column sums exp(g + LSE_i)
+        sums = torch.cat((f_new + row_lse, g_new + col_lse_new), -1).exp_()
+        error_new = sums.sub_(marginals).abs_().sum(-1)
+        if check_every == 1:
+            f, g, col_lse, error = f_new, g_new, col_lse_new, error_new
+            iterations = step
+            if error.max().item() < tol:
+                break
+            continue
+        f, g = torch.where(done, f, f_new), torch.where(done, g, g_new)
+        col_lse, error = torch.where(done, col_lse, col_lse_new), torch.where(done, error, error_new)
+        iterations = iterations + (~done).long()
+        done = done | (error.max() < tol)
+        if step % check_every == 0 and bool(done):
+            break
+    plan = (log_kernel + f.unsqueeze(-1) + g.unsqueeze(-2)).exp()
+    return plan, int(iterations), error
+
+
+# Largest drift of a potential from its absorbed value before the kernel is rebuilt.
+_ABSORB_AT = 10.0
+
+
+class _LogSumExp:
+    """x -> LSE over the last dim of log_kernel + x[:, None, :], batched; (P, K) -> (P, K)."""
+
+    def __init__(self, log_kernel: torch.Tensor, absorb: bool):
+        self.log_kernel = log_kernel
+        self.absorb = absorb
+        self.buffer = torch.empty_like(log_kernel)
+        self.anchor: torch.Tensor | None = None  # x0, the absorbed potential
+        self.kernel = torch.empty_like(log_kernel) if absorb else None  # exp(M + x0 - shift)
+        self.shift: torch.Tensor | None = None
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        if not self.absorb:
+            return _lse_last(self.log_kernel, x, self.buffer)
+        drift = None if self.anchor is None else x - self.anchor
+        if drift is None or float(torch.linalg.vector_norm(drift, float("inf"))) > _ABSORB_AT:
+            self.anchor, drift = x, torch.zeros_like(x)
+            torch.add(self.log_kernel, x.unsqueeze(1), out=self.kernel)
+            self.shift = self.kernel.amax(-1, keepdim=True)
+            self.kernel.sub_(self.shift).clamp_(min=_EXP_FLOOR).exp_()
+            self.shift = self.shift.squeeze(-1)
+        torch.mul(self.kernel, drift.exp_().unsqueeze(1), out=self.buffer)
+        return self.buffer.sum(-1).log_().add_(self.shift)
+
+
+def _lse_last(log_kernel: torch.Tensor, potential: torch.Tensor, buffer: torch.Tensor) -> torch.Tensor:
+    """LSE over the last dim of log_kernel + potential[:, None, :], using `buffer` as scratch."""
+    torch.add(log_kernel, potential.unsqueeze(1), out=buffer)
+    peak = buffer.amax(-1, keepdim=True)
+    buffer.sub_(peak).clamp_(min=_EXP_FLOOR).exp_()
+    return buffer.sum(-1).log_().add_(peak.squeeze(-1))
+
+
+def marginal_error(plan: torch.Tensor, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """|P1 - a|_1 + |P^T1 - b|_1 per problem: (P, K, K) -> (P,)."""
+    return (plan.sum(-1) - a).abs().sum(-1) + (plan.sum(-2) - b).abs().sum(-1)
+
+
+def transport_difficulty(plan: torch.Tensor, cost: torch.Tensor) -> torch.Tensor:
+    """W_t = sum_ij P_ij C_ij (Eq. 7): (P, K, K) -> (P,)."""
+    return (plan * cost).sum((-2, -1))
