@@ -53,18 +53,19 @@ def mixing_weight(
 def colocated_dots(x: torch.Tensor) -> torch.Tensor:
     """<x_{t,n}, x_{t+1,n}> for every pair and position: (T, N, D) -> (T-1, N).
 
-    Computed over blocks of about 4M elements with one reused buffer, so the element-wise
+    Computed over blocks of about 1M elements with one reused buffer, so the element-wise
     products stay in cache instead of filling a (T-1, N, D) temporary.
     """
     pairs, tokens, dim = x.shape[0] - 1, x.shape[1], x.shape[2]
-    out = torch.empty(max(pairs, 0), tokens, device=x.device, dtype=x.dtype)
-    step = max(1, (1 << 22) // max(tokens * dim, 1))
-    buffer = torch.empty(min(step, max(pairs, 1)), tokens, dim, device=x.device, dtype=x.dtype)
-    for start in range(0, pairs, step):
-        stop = min(start + step, pairs)
-        torch.mul(x[start:stop], x[start + 1 : stop + 1], out=buffer[: stop - start])
+    out = torch.empty(max(pairs, 0) * tokens, device=x.device, dtype=x.dtype)
+    flat = x.reshape(-1, dim)
+    rows = max(1, (1 << 20) // max(dim, 1))
+    buffer = torch.empty(min(rows, max(out.numel(), 1)), dim, device=x.device, dtype=x.dtype)
+    for start in range(0, out.numel(), rows):
+        stop = min(start + rows, out.numel())
+        torch.mul(flat[start:stop], flat[start + tokens : stop + tokens], out=buffer[: stop - start])
         torch.sum(buffer[: stop - start], -1, out=out[start:stop])
-    return out
+    return out.view(max(pairs, 0), tokens)
 
 
 def grid_positions(selected: torch.Tensor, grid: tuple[int, int]) -> torch.Tensor:
