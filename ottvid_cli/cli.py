@@ -33,9 +33,9 @@ def _root(
     """OTT-Vid: optimal-transport temporal token compression for Video-LLMs."""
 
 
-def _fail(message: str) -> None:
-    err.print(f"[bold red]error:[/] {message}", highlight=False)
-    raise typer.Exit(2)
+def _fail(message: str, code: int = 2) -> None:
+    err.print(f"[bold red]error:[/] {message}", highlight=False, soft_wrap=True)
+    raise typer.Exit(code)
 
 
 @app.command()
@@ -71,6 +71,140 @@ def counts(
     table.add_row("temporal merge/prune", f"-{c.B_tot}", f"B_tot over {max(groups - 1, 0)} pairs (r_t={c.r_t:.3f})")
     table.add_row("output", str(data["output"]), f"{data['output'] / data['input']:.1%} of the input")
     out.print(table)
+
+
+def _check_ratio(ratio: float) -> None:
+    if not (0.0 < ratio <= 1.0):
+        _fail(f"--ratio must be in (0, 1], got {ratio:g}")
+
+
+def _load(model: str, device: str, dtype: str, attention: str, max_pixels: int | None):
+    from transformers.utils import logging as hf_logging
+
+    from .backbones import ModelError, load_backbone
+
+    hf_logging.disable_progress_bar()
+    hf_logging.set_verbosity_error()
+    with err.status(f"loading {model} ..."):
+        try:
+            return load_backbone(model, device=device, dtype=dtype, attention=attention, max_pixels=max_pixels)
+        except ModelError as exc:
+            _fail(str(exc), code=1)
+
+
+def _execute(run, as_json: bool) -> None:
+    """Run a pipeline call with progress on stderr; map failures to one-line errors."""
+    import torch
+
+    from .backbones import ModelError
+    from .video import VideoError
+
+    labels = {"decode": "decoding video", "preprocess": "preprocessing", "vision": "running the vision encoder",
+              "compression": "compressing visual tokens", "generate": "generating"}
+    try:
+        with err.status("starting ...") as status:
+            result = run(lambda name: status.update(labels.get(name, name) + " ..."))
+    except VideoError as exc:
+        _fail(str(exc))
+    except ValueError as exc:
+        _fail(str(exc))
+    except (torch.OutOfMemoryError, MemoryError):
+        _fail("not enough memory for this run: use fewer --frames, a smaller --max-pixels or --ratio, "
+              "or a smaller model", code=1)
+    except ModelError as exc:
+        _fail(str(exc), code=1)
+    except RuntimeError as exc:
+        if "out of memory" in str(exc).lower():
+            _fail("not enough memory for this run: use fewer --frames, a smaller --max-pixels or --ratio, "
+                  "or a smaller model", code=1)
+        raise
+    from .report import render_run, to_json
+
+    data = result.to_dict()
+    if as_json:
+        typer.echo(to_json(data))
+    else:
+        render_run(data, out)
+
+
+def _preflight(video: str) -> None:
+    """Fail fast on a bad video before the (slow) model load."""
+    from .video import VideoError, check_video
+
+    try:
+        check_video(video)
+    except VideoError as exc:
+        _fail(str(exc))
+
+
+MODEL_HELP = "Hugging Face model id or local folder of a Qwen2.5-VL checkpoint."
+
+
+@app.command()
+def ask(
+    video: str = typer.Argument(..., help="Video file."),
+    question: str = typer.Argument(..., help="Question about the video."),
+    ratio: float = typer.Option(0.1, "--ratio", "-r", help="Share of visual tokens kept, in (0, 1]."),
+    frames: int = typer.Option(32, "--frames", "-f", min=1, help="Frames sampled uniformly in time (made even)."),
+    model: str = typer.Option(None, "--model", "-m", help=MODEL_HELP, show_default="Qwen/Qwen2.5-VL-7B-Instruct"),
+    options: list[str] = typer.Option(None, "--options", "-o", help="A multiple-choice option, e.g. 'A. a dog'. Repeat."),
+    method: str = typer.Option("ottvid", "--method", help="ottvid, or none for the uncompressed model."),
+    as_json: bool = typer.Option(False, "--json", help="Print one JSON object (see README) and nothing else."),
+    device: str = typer.Option("auto", "--device", help="auto (cuda > mps > cpu), cpu, cuda, cuda:N, mps."),
+    dtype: str = typer.Option("auto", "--dtype", help="auto (bf16 on GPU, fp32 on CPU), float32, bfloat16, float16."),
+    attention: str = typer.Option("auto", "--attention", help="auto/sdpa, eager, or flash (needs flash-attn)."),
+    max_pixels: int = typer.Option(None, "--max-pixels", help="Pixels per frame at most (default 448*448)."),
+    max_new_tokens: int = typer.Option(64, "--max-new-tokens", min=1, help="Longest reply."),
+) -> None:
+    """Answer a question about a video, with OTT-Vid compressing the visual tokens."""
+    from . import pipeline
+    from .backbones import DEFAULT_MODEL
+
+    _check_ratio(ratio)
+    if not question.strip():
+        _fail("the question is empty")
+    if method not in pipeline.METHODS:
+        _fail(f"--method must be one of {', '.join(pipeline.METHODS)}, got {method!r}")
+    _preflight(video)
+    backbone = _load(model or DEFAULT_MODEL, device, dtype, attention, max_pixels)
+    _execute(lambda step: pipeline.ask(backbone, video, question, options=options or None, frames=frames,
+                                       ratio=ratio, method=method, max_new_tokens=max_new_tokens, on_step=step),
+             as_json)
+
+
+@app.command()
+def ground(
+    video: str = typer.Argument(..., help="Video file."),
+    query: str = typer.Argument(..., help="What happens, e.g. 'person opens the door'."),
+    ratio: float = typer.Option(0.1, "--ratio", "-r", help="Share of visual tokens kept, in (0, 1]."),
+    fps: float = typer.Option(2.0, "--fps", help="Frames sampled per second of video."),
+    max_frames: int = typer.Option(None, "--max-frames", help="Cap on frames; longer videos are subsampled uniformly."),
+    model: str = typer.Option(None, "--model", "-m", help=MODEL_HELP, show_default="Qwen/Qwen2.5-VL-7B-Instruct"),
+    method: str = typer.Option("ottvid", "--method", help="ottvid, or none for the uncompressed model."),
+    as_json: bool = typer.Option(False, "--json", help="Print one JSON object (see README) and nothing else."),
+    device: str = typer.Option("auto", "--device", help="auto (cuda > mps > cpu), cpu, cuda, cuda:N, mps."),
+    dtype: str = typer.Option("auto", "--dtype", help="auto (bf16 on GPU, fp32 on CPU), float32, bfloat16, float16."),
+    attention: str = typer.Option("auto", "--attention", help="auto/sdpa, eager, or flash (needs flash-attn)."),
+    max_pixels: int = typer.Option(None, "--max-pixels", help="Pixels per frame at most (default 448*448)."),
+    max_new_tokens: int = typer.Option(48, "--max-new-tokens", min=1, help="Longest reply."),
+) -> None:
+    """Find when something happens in a video: start and end in seconds."""
+    from . import pipeline
+    from .backbones import DEFAULT_MODEL
+
+    _check_ratio(ratio)
+    if not query.strip():
+        _fail("the query is empty")
+    if not fps > 0:
+        _fail(f"--fps must be > 0, got {fps:g}")
+    if max_frames is not None and max_frames < 2:
+        _fail(f"--max-frames must be >= 2, got {max_frames}")
+    if method not in pipeline.METHODS:
+        _fail(f"--method must be one of {', '.join(pipeline.METHODS)}, got {method!r}")
+    _preflight(video)
+    backbone = _load(model or DEFAULT_MODEL, device, dtype, attention, max_pixels)
+    _execute(lambda step: pipeline.ground(backbone, video, query, fps=fps, max_frames=max_frames, ratio=ratio,
+                                          method=method, max_new_tokens=max_new_tokens, on_step=step), as_json)
 
 
 def main() -> None:

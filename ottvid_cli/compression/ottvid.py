@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-import time
-from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
-from typing import Iterator
 
 import torch
 
+from ..timing import Stopwatch
 from .budget import allocate_budget_rounds, uniform_budget
 from .config import OTTVidConfig
 from .merge import average_components, collapse, match_pairs
@@ -102,7 +100,7 @@ def compress(
     )
     device = features.device
     flat = features.reshape(groups * tokens, -1)
-    timer = _StageTimer(device, report.timings_ms)
+    timer = Stopwatch(device, report.timings_ms)
 
     x = features.float()
     inv_norm = _inverse_norms_checked(x)  # also rejects non-finite features
@@ -191,25 +189,3 @@ def _inverse_norms_checked(x: torch.Tensor) -> torch.Tensor:
             raise ValueError("features contain NaN or Inf")
         raise ValueError("features are too large for float32 cosine similarities")
     return inv
-
-
-class _StageTimer:
-    """Wall time per stage in ms; synchronises the device so a stage's kernels are counted in it."""
-
-    def __init__(self, device: torch.device, sink: dict[str, float]):
-        self.device = device
-        self.sink = sink
-
-    def _sync(self) -> None:
-        if self.device.type == "cuda":
-            torch.cuda.synchronize(self.device)
-        elif self.device.type == "mps":
-            torch.mps.synchronize()
-
-    @contextmanager
-    def __call__(self, name: str) -> Iterator[None]:
-        self._sync()
-        start = time.perf_counter()
-        yield
-        self._sync()
-        self.sink[name] = self.sink.get(name, 0.0) + (time.perf_counter() - start) * 1e3

@@ -1,0 +1,43 @@
+"""Model adapters. `load_backbone` picks the adapter from the checkpoint's config."""
+
+from __future__ import annotations
+
+from .base import Backbone, Generated, ModelError, VisualTokens, is_local, missing_weights_message
+
+DEFAULT_MODEL = "Qwen/Qwen2.5-VL-7B-Instruct"
+
+
+def load_backbone(model_id: str, device: str = "auto", dtype: str = "auto", attention: str = "auto",
+                  max_pixels: int | None = None):
+    """Load a supported checkpoint (a Hugging Face id or a local folder) with its adapter.
+
+    Raises ModelError with a one-line explanation when the weights are missing, the folder is not
+    a checkpoint, or the architecture is not supported.
+    """
+    import os
+
+    from transformers import AutoConfig
+
+    model_id = os.path.expanduser(model_id)
+    try:
+        config = AutoConfig.from_pretrained(model_id)
+    except (OSError, ValueError) as exc:
+        if is_local(model_id):
+            reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            raise ModelError(f"{model_id} is not a loadable checkpoint folder ({reason[:160]})") from None
+        raise ModelError(missing_weights_message(model_id)) from None
+    if config.model_type == "qwen2_5_vl":
+        from .qwen2_5_vl import DEFAULT_MAX_PIXELS, Qwen25VL
+
+        try:
+            return Qwen25VL.load(model_id, device=device, dtype=dtype, attention=attention,
+                                 max_pixels=max_pixels or DEFAULT_MAX_PIXELS)
+        except OSError as exc:
+            if not is_local(model_id):
+                raise ModelError(missing_weights_message(model_id)) from None
+            reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            raise ModelError(f"cannot load {model_id}: {reason[:200]}") from None
+    raise ModelError(f"unsupported model type {config.model_type!r} in {model_id} (supported: qwen2_5_vl)")
+
+
+__all__ = ["Backbone", "DEFAULT_MODEL", "Generated", "ModelError", "VisualTokens", "load_backbone"]

@@ -1,0 +1,114 @@
+"""What every backbone provides, and the loading rules they share (device, dtype, clear errors)."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import torch
+
+
+class ModelError(RuntimeError):
+    """The model cannot be loaded or run; the message is one line and says what to do."""
+
+
+@dataclass
+class VisualTokens:
+    """A video's visual tokens as the LLM would receive them, with their per-group saliency.
+
+    features: (T, N, D), tokens of each temporal group in raster order of the (H, W) grid;
+    saliency: (T, N) >= 0 or None (not computed); grid: (H, W) with H * W = N.
+    """
+
+    features: torch.Tensor
+    saliency: torch.Tensor | None
+    grid: tuple[int, int]
+
+    @property
+    def count(self) -> int:
+        return self.features.shape[0] * self.features.shape[1]
+
+
+@dataclass
+class Generated:
+    """The model's reply and what it cost: LLM input length and prefill / decoding wall times."""
+
+    text: str
+    llm_input_tokens: int
+    new_tokens: int
+    prefill_ms: float
+    generate_ms: float
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+class Backbone(Protocol):
+    """A Video-LLM adapter: preprocess frames, encode them to visual tokens, generate with a subset kept."""
+
+    name: str
+    frames_per_group: int
+
+    def preprocess(self, frames, timestamps: list[float], duration: float, prompt: str) -> Any: ...
+
+    def encode(self, inputs: Any, saliency: bool = True) -> VisualTokens: ...
+
+    def generate(self, inputs: Any, visual: VisualTokens, features: torch.Tensor, kept: torch.Tensor,
+                 max_new_tokens: int) -> Generated: ...
+
+
+def resolve_device(device: str = "auto") -> torch.device:
+    """"auto" picks cuda, then mps, then cpu; anything else must be available."""
+    if device == "auto":
+        if torch.cuda.is_available():
+            return torch.device("cuda")
+        if getattr(torch.backends, "mps", None) is not None and torch.backends.mps.is_available():
+            return torch.device("mps")
+        return torch.device("cpu")
+    try:
+        dev = torch.device(device)
+    except (RuntimeError, ValueError):
+        raise ModelError(f"unknown device {device!r}: use auto, cpu, cuda, cuda:N or mps") from None
+    if dev.type == "cuda" and not torch.cuda.is_available():
+        raise ModelError("device cuda was asked for but no CUDA GPU is available (try --device cpu)")
+    if dev.type == "mps" and not (getattr(torch.backends, "mps", None) and torch.backends.mps.is_available()):
+        raise ModelError("device mps was asked for but is not available (try --device cpu)")
+    return dev
+
+
+def resolve_dtype(dtype: str, device: torch.device) -> torch.dtype:
+    """"auto": bfloat16 on GPUs, float32 on the CPU."""
+    table = {"float32": torch.float32, "fp32": torch.float32, "bfloat16": torch.bfloat16, "bf16": torch.bfloat16,
+             "float16": torch.float16, "fp16": torch.float16}
+    if dtype == "auto":
+        return torch.float32 if device.type == "cpu" else torch.bfloat16
+    if dtype not in table:
+        raise ModelError(f"unknown dtype {dtype!r}: use auto, float32, bfloat16 or float16")
+    return table[dtype]
+
+
+def attention_implementation(requested: str = "auto") -> str:
+    """sdpa unless flash-attention is installed and asked for; eager on request."""
+    if requested in ("auto", "sdpa"):
+        return "sdpa"
+    if requested == "eager":
+        return "eager"
+    if requested in ("flash_attention_2", "flash"):
+        try:
+            import flash_attn  # noqa: F401
+        except ImportError:
+            raise ModelError("flash attention was asked for but the flash-attn package is not installed") from None
+        return "flash_attention_2"
+    raise ModelError(f"unknown attention implementation {requested!r}: use auto, sdpa, eager or flash")
+
+
+def missing_weights_message(model_id: str) -> str:
+    """The one-line advice for a model that is neither a local folder nor downloadable."""
+    return (
+        f"model {model_id!r} is not a local folder and could not be loaded from the Hugging Face hub "
+        f"(offline, or unknown id). Download it where there is network "
+        f"(`hf download {model_id} --local-dir DIR`) and pass --model DIR"
+    )
+
+
+def is_local(model_id: str) -> bool:
+    return os.path.isdir(os.path.expanduser(model_id))

@@ -1,0 +1,241 @@
+"""Qwen2.5-VL with OTT-Vid: saliency from the last vision block, compression between the vision
+encoder and the LLM, every kept token at its original 3-D M-RoPE position.
+
+Only transformers' own classes are used; the hooks are public ones: a forward pre-hook on the
+last vision block's attention (to read its normalised input, segment boundaries and rotary
+embeddings), `get_video_features`, `get_rope_index`, and `generate(position_ids=...,
+mm_encoder_outputs=...)`.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import numpy as np
+import torch
+
+from .base import Generated, ModelError, VisualTokens, attention_implementation, resolve_device, resolve_dtype
+from .saliency import mean_attention_received
+
+# The paper's setting: 448 x 448 pixels a frame, i.e. 16 x 16 = 256 tokens per temporal group.
+DEFAULT_MAX_PIXELS = 448 * 448
+
+
+class Qwen25VL:
+    """Adapter for Qwen2_5_VLForConditionalGeneration and its processor."""
+
+    frames_per_group = 2  # temporal_patch_size
+
+    def __init__(self, model, processor, name: str, max_pixels: int = DEFAULT_MAX_PIXELS):
+        self.model = model
+        self.processor = processor
+        self.name = name
+        self.max_pixels = max_pixels
+        self.device = next(model.parameters()).device
+        self.video_token_id = model.config.video_token_id
+        vision = model.config.vision_config
+        self.merge = vision.spatial_merge_size
+        self.frames_per_group = vision.temporal_patch_size
+        self.patch = vision.patch_size
+
+    @classmethod
+    def load(cls, model_id: str, device: str = "auto", dtype: str = "auto", attention: str = "auto",
+             max_pixels: int = DEFAULT_MAX_PIXELS) -> "Qwen25VL":
+        from transformers import AutoProcessor, Qwen2_5_VLForConditionalGeneration
+
+        dev = resolve_device(device)
+        torch_dtype = resolve_dtype(dtype, dev)
+        model = Qwen2_5_VLForConditionalGeneration.from_pretrained(
+            model_id, dtype=torch_dtype, attn_implementation=attention_implementation(attention)
+        ).to(dev).eval()
+        processor = AutoProcessor.from_pretrained(model_id)
+        return cls(model, processor, name=model_id, max_pixels=max_pixels)
+
+    # ----------------------------------------------------------------------------------------
+    # preprocessing
+
+    def frame_size(self, height: int, width: int, frames: int) -> tuple[int, int]:
+        """Target (height, width) of every frame: qwen-vl-utils' smart_resize, within the processor's
+        pixel range, at most `max_pixels`, and within the video's total pixel budget."""
+        from qwen_vl_utils import smart_resize
+
+        size = self.processor.video_processor.size
+        factor = self.patch * self.merge
+        min_pixels = int(size["shortest_edge"])
+        max_pixels = min(int(size["longest_edge"]), int(self.max_pixels))
+        budget = int(self.processor.video_processor.max_video_tokens * factor * factor * 0.9)
+        max_pixels = max(min(max_pixels, budget * self.frames_per_group // max(frames, 1)), int(min_pixels * 1.05))
+        return smart_resize(height, width, factor=factor, min_pixels=min_pixels, max_pixels=max_pixels)
+
+    def preprocess(self, frames: np.ndarray, timestamps: list[float], duration: float, prompt: str) -> Any:
+        """Frames (n, H, W, 3) uint8 and a text prompt -> the processor's model inputs on the device.
+
+        Frames are resized as qwen-vl-utils' fetch_video does (bicubic, antialiased); the real
+        sampling rate is passed as video metadata so that second_per_grid_ts, hence the model's
+        absolute time positions, are right.
+        """
+        from torchvision.transforms import InterpolationMode
+        from torchvision.transforms import functional as TF
+
+        video = torch.from_numpy(np.ascontiguousarray(frames)).permute(0, 3, 1, 2)  # (n, 3, H, W)
+        n = video.shape[0]
+        if n % self.frames_per_group:
+            video = torch.cat([video, video[-1:].expand(self.frames_per_group - n % self.frames_per_group, -1, -1, -1)])
+        height, width = self.frame_size(video.shape[2], video.shape[3], video.shape[0])
+        video = TF.resize(video, [height, width], interpolation=InterpolationMode.BICUBIC, antialias=True)
+        video = video.clamp(0, 255).round().to(torch.uint8)
+        fps = len(timestamps) / duration if duration > 0 else 1.0
+        metadata = {"fps": fps, "frames_indices": list(range(video.shape[0])), "total_num_frames": video.shape[0],
+                    "duration": duration}
+        messages = [{"role": "user", "content": [{"type": "video"}, {"type": "text", "text": prompt}]}]
+        text = self.processor.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+        inputs = self.processor(text=[text], videos=[video], video_metadata=[metadata], do_sample_frames=False,
+                                do_resize=False, cap_pixels_per_frame=True, return_tensors="pt")
+        return inputs.to(self.device)
+
+    # ----------------------------------------------------------------------------------------
+    # vision
+
+    @torch.inference_mode()
+    def encode(self, inputs: Any, saliency: bool = True) -> VisualTokens:
+        """Run the vision encoder (and merger); returns (T, N, D) tokens, (T, N) saliency, (H, W) grid."""
+        grid_thw = inputs["video_grid_thw"]
+        capture: dict[str, Any] = {}
+        handle = None
+        if saliency:
+            attn = self.model.model.visual.blocks[-1].attn
+
+            def grab(module, args, kwargs):
+                capture["hidden"] = args[0] if args else kwargs["hidden_states"]
+                capture["cu_seqlens"] = kwargs["cu_seqlens"]
+                capture["rotary"] = kwargs["position_embeddings"]
+
+            handle = attn.register_forward_pre_hook(grab, with_kwargs=True)
+        try:
+            out = self.model.model.get_video_features(
+                pixel_values_videos=inputs["pixel_values_videos"], video_grid_thw=grid_thw
+            )
+        finally:
+            if handle is not None:
+                handle.remove()
+        features = out.pooler_output
+        if isinstance(features, (tuple, list)):
+            features = features[0] if len(features) == 1 else torch.cat(list(features))
+        t, h, w = (int(v) for v in grid_thw[0].tolist())
+        grid = (h // self.merge, w // self.merge)
+        tokens = features.reshape(t, grid[0] * grid[1], -1)
+        sal = self._saliency(capture, grid_thw).reshape(t, -1) if saliency else None
+        return VisualTokens(features=tokens, saliency=sal, grid=grid)
+
+    def _saliency(self, capture: dict[str, Any], grid_thw: torch.Tensor) -> torch.Tensor:
+        """Mean attention each merged token receives in the last vision block, in raster order.
+
+        q, k are recomputed from that block's input (attention weights are not returned by sdpa or
+        flash attention), the softmax is taken within each segment of that block (a temporal group
+        for a full-attention block) in chunks of queries, averaged over heads and queries, summed
+        over each 2 x 2 merge group, and the window ordering of the vision tower is undone.
+        """
+        from transformers.models.qwen2_5_vl.modeling_qwen2_5_vl import apply_rotary_pos_emb_vision
+        from transformers.vision_utils import get_vision_window_index
+
+        attn = self.model.model.visual.blocks[-1].attn
+        hidden = capture["hidden"]
+        seq = hidden.shape[0]
+        qkv = attn.qkv(hidden).reshape(seq, 3, attn.num_heads, -1).permute(1, 0, 2, 3)
+        cos, sin = capture["rotary"]
+        query, key = apply_rotary_pos_emb_vision(qkv[0], qkv[1], cos, sin)
+        boundaries = [int(v) for v in capture["cu_seqlens"].tolist()]
+        received = mean_attention_received(query, key, boundaries, attn.scaling)  # (seq,) window order
+        unit = self.merge * self.merge
+        per_token = received.reshape(seq // unit, unit).sum(-1)  # one value per merged token
+        vision = self.model.config.vision_config
+        window_index, _ = get_vision_window_index(grid_thw, vision.spatial_merge_size, vision.window_size,
+                                                  vision.patch_size)
+        return per_token[torch.argsort(window_index.to(per_token.device))]
+
+    # ----------------------------------------------------------------------------------------
+    # language model
+
+    def llm_inputs(self, inputs: Any, features: torch.Tensor, kept: torch.Tensor) -> dict[str, Any]:
+        """Inputs for generate() with only the kept visual tokens, each at its original position.
+
+        features: (M, D) the tokens to place, in the order of `kept`; kept: (M,) ascending flat
+        indices into the video's T*N tokens. The 3-D M-RoPE positions of the full sequence are
+        computed first; the dropped video tokens are then removed from input_ids, the attention
+        mask and the positions, so every kept token (and all text, including the text after the
+        video) keeps the position the uncompressed sequence gives it. Row 0 of the 4-row
+        position ids, the sequence index, is contiguous 0..L'-1.
+        """
+        from transformers.modeling_outputs import BaseModelOutputWithPooling
+
+        ids, mask = inputs["input_ids"], inputs["attention_mask"]
+        positions, _ = self.model.model.get_rope_index(
+            ids, inputs["mm_token_type_ids"], video_grid_thw=inputs["video_grid_thw"],
+            second_per_grid_ts=inputs.get("second_per_grid_ts"), attention_mask=mask,
+        )  # (3, B, L)
+        video = ids == self.video_token_id
+        keep = ~video
+        for b in range(ids.shape[0]):
+            slots = video[b].nonzero().flatten()
+            keep[b, slots[kept.to(slots.device)]] = True
+        batch = ids.shape[0]
+        new_ids = ids[keep].view(batch, -1)
+        new_mask = mask[keep].view(batch, -1)
+        kept_positions = positions.permute(1, 2, 0)[keep].view(batch, -1, 3).permute(2, 0, 1)
+        sequence = torch.arange(new_ids.shape[1], device=ids.device).view(1, 1, -1).expand(1, batch, -1)
+        position_ids = torch.cat([sequence, kept_positions.to(ids.device)], 0)
+        encoded = BaseModelOutputWithPooling(pooler_output=(features.to(self.model.dtype),))
+        return {"input_ids": new_ids, "attention_mask": new_mask, "position_ids": position_ids,
+                "mm_encoder_outputs": {"video": encoded}}
+
+    @torch.inference_mode()
+    def generate(self, inputs: Any, features: torch.Tensor, kept: torch.Tensor, max_new_tokens: int = 64) -> Generated:
+        """Greedy generation from the kept visual tokens; measures prefill (time to first token) and decoding."""
+        llm = self.llm_inputs(inputs, features, kept)
+        clock = _FirstTokenClock(self.device)
+        tokenizer = self.processor.tokenizer
+        start = time.perf_counter()
+        out = self.model.generate(**llm, max_new_tokens=max_new_tokens, do_sample=False, streamer=clock,
+                                  pad_token_id=tokenizer.pad_token_id)
+        _sync(self.device)
+        end = time.perf_counter()
+        new = out[:, llm["input_ids"].shape[1]:]
+        text = tokenizer.batch_decode(new, skip_special_tokens=True)[0].strip()
+        first = clock.first if clock.first is not None else end
+        return Generated(text=text, llm_input_tokens=int(llm["input_ids"].shape[1]), new_tokens=int(new.shape[1]),
+                         prefill_ms=(first - start) * 1e3, generate_ms=(end - first) * 1e3)
+
+    @torch.inference_mode()
+    def prefill_logits(self, inputs: Any, features: torch.Tensor, kept: torch.Tensor) -> torch.Tensor:
+        """Logits of one forward pass over the (compressed) prompt: (B, L', vocab)."""
+        return self.model(**self.llm_inputs(inputs, features, kept)).logits
+
+
+def _sync(device: torch.device) -> None:
+    from ..timing import synchronize
+
+    synchronize(device)
+
+
+class _FirstTokenClock:
+    """A generate() streamer that only records when the first new token is ready."""
+
+    def __init__(self, device: torch.device):
+        self.device = device
+        self.calls = 0
+        self.first: float | None = None
+
+    def put(self, value) -> None:
+        self.calls += 1
+        if self.calls == 2 and self.first is None:  # call 1 is the prompt, call 2 the first new token
+            _sync(self.device)
+            self.first = time.perf_counter()
+
+    def end(self) -> None:
+        pass
+
+
+def check_model_type(config) -> None:
+    if getattr(config, "model_type", None) != "qwen2_5_vl":
+        raise ModelError(f"not a Qwen2.5-VL checkpoint (model_type {getattr(config, 'model_type', None)!r})")

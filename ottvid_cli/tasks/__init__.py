@@ -1,0 +1,1 @@
+"""Prompts for each task and parsing of the model's replies."""

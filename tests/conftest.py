@@ -1,0 +1,19 @@
+"""Shared pytest fixtures."""
+
+from __future__ import annotations
+
+import os
+import pathlib
+
+import pytest
+
+# Everything the tests load is built locally; never reach for the hub.
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+
+@pytest.fixture(scope="session")
+def tiny_qwen(tmp_path_factory: pytest.TempPathFactory) -> pathlib.Path:
+    """Folder holding a tiny random Qwen2.5-VL checkpoint (model, tokenizer, processor), built once per session."""
+    from tiny_models import build_tiny_qwen2_5_vl
+
+    return build_tiny_qwen2_5_vl(tmp_path_factory.mktemp("tiny-qwen2.5-vl"))

@@ -1,0 +1,285 @@
+"""Build a tiny, randomly initialised Qwen2.5-VL checkpoint for offline tests.
+
+The folder written by :func:`build_tiny_qwen2_5_vl` loads through exactly the
+code path users take::
+
+    model = transformers.Qwen2_5_VLForConditionalGeneration.from_pretrained(path)
+    processor = transformers.AutoProcessor.from_pretrained(path)
+
+It mirrors the layout of ``Qwen/Qwen2.5-VL-*-Instruct`` (config.json,
+generation_config.json, model.safetensors, tokenizer files, preprocessor /
+video preprocessor config, chat template) but every dimension is tiny, so the
+whole build takes a second or two and a forward pass on a short clip is cheap
+on a CPU. Nothing is downloaded: the byte-level BPE tokenizer is trained on a
+small in-memory corpus and the weights come from a seeded random init.
+"""
+
+from __future__ import annotations
+
+import json
+import pathlib
+
+# Qwen2's pre-tokenisation regex (same as transformers' Qwen2Tokenizer): digits are
+# split one by one, letters are grouped with an optional leading non-letter.
+_PRETOKENIZE_REGEX = (
+    r"""(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}"""
+    r"""| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"""
+)
+
+# Qwen2.5's added tokens, in their real order (real ids start at 151643). The ids
+# here start right after the tiny BPE vocabulary but keep the same relative order.
+# (token, special)
+_QWEN_ADDED_TOKENS: list[tuple[str, bool]] = [
+    ("<|endoftext|>", True),
+    ("<|im_start|>", True),
+    ("<|im_end|>", True),
+    ("<|object_ref_start|>", True),
+    ("<|object_ref_end|>", True),
+    ("<|box_start|>", True),
+    ("<|box_end|>", True),
+    ("<|quad_start|>", True),
+    ("<|quad_end|>", True),
+    ("<|vision_start|>", True),
+    ("<|vision_end|>", True),
+    ("<|vision_pad|>", True),
+    ("<|image_pad|>", True),
+    ("<|video_pad|>", True),
+    ("<tool_call>", False),
+    ("</tool_call>", False),
+    ("<|fim_prefix|>", False),
+    ("<|fim_middle|>", False),
+    ("<|fim_suffix|>", False),
+    ("<|fim_pad|>", False),
+    ("<|repo_name|>", False),
+    ("<|file_sep|>", False),
+]
+
+# Chat template of Qwen2.5-VL-*-Instruct (chat_template.json of the hub checkpoints).
+QWEN2_5_VL_CHAT_TEMPLATE = (
+    "{% set image_count = namespace(value=0) %}{% set video_count = namespace(value=0) %}"
+    "{% for message in messages %}"
+    "{% if loop.first and message['role'] != 'system' %}"
+    "<|im_start|>system\nYou are a helpful assistant.<|im_end|>\n"
+    "{% endif %}"
+    "<|im_start|>{{ message['role'] }}\n"
+    "{% if message['content'] is string %}"
+    "{{ message['content'] }}<|im_end|>\n"
+    "{% else %}"
+    "{% for content in message['content'] %}"
+    "{% if content['type'] == 'image' or 'image' in content or 'image_url' in content %}"
+    "{% set image_count.value = image_count.value + 1 %}"
+    "{% if add_vision_id %}Picture {{ image_count.value }}: {% endif %}"
+    "<|vision_start|><|image_pad|><|vision_end|>"
+    "{% elif content['type'] == 'video' or 'video' in content %}"
+    "{% set video_count.value = video_count.value + 1 %}"
+    "{% if add_vision_id %}Video {{ video_count.value }}: {% endif %}"
+    "<|vision_start|><|video_pad|><|vision_end|>"
+    "{% elif 'text' in content %}"
+    "{{ content['text'] }}"
+    "{% endif %}"
+    "{% endfor %}"
+    "<|im_end|>\n"
+    "{% endif %}"
+    "{% endfor %}"
+    "{% if add_generation_prompt %}"
+    "<|im_start|>assistant\n"
+    "{% endif %}"
+)
+
+_CORPUS_WORDS = (
+    "the a an of to and in is it that on for with as was at by from this these those there here "
+    "video clip shows show person people man woman child dog cat car ball bike door table chair "
+    "kitchen room street walks runs jumps opens closes picks puts holds takes sits stands moves "
+    "what when where who why how does do did happens happen happened begin begins end ends start "
+    "starts stop stops second seconds minute minutes time timestamp frame frames scene event "
+    "between before after during until then first last answer question yes no not none "
+    "you are helpful assistant system user describe find locate moment"
+).split()
+
+# Processor pixel limits: a frame is resized to between 2x2 and 4x4 merged tokens
+# (factor 28 = patch 14 * merge 2), so the vision tower sees at most 64 patches/frame pair.
+MIN_PIXELS = 4 * 28 * 28
+MAX_PIXELS = 16 * 28 * 28
+
+
+def _corpus() -> list[str]:
+    n = len(_CORPUS_WORDS)
+    lines = [" ".join(_CORPUS_WORDS[i:] + _CORPUS_WORDS[:i]) for i in range(n)]
+    lines += [w.capitalize() + "." for w in _CORPUS_WORDS]
+    lines += [
+        "0 1 2 3 4 5 6 7 8 9 10 11 12 20 30 45 60 100",
+        "12.5 - 20.3 seconds. From 0.0 to 3.5 seconds, then 7 - 9 s.",
+        "What happens? It happens between 1.5 and 4.0 seconds, (roughly); ok: yes!",
+    ]
+    return lines
+
+
+def _train_bpe(vocab_size: int = 512) -> tuple[dict[str, int], list[tuple[str, str]]]:
+    """Train a tiny byte-level BPE (Qwen2 pre-tokenizer) and return (vocab, merges)."""
+    from tokenizers import Regex, Tokenizer, models, normalizers, pre_tokenizers, trainers
+
+    tok = Tokenizer(models.BPE())
+    tok.normalizer = normalizers.NFC()
+    tok.pre_tokenizer = pre_tokenizers.Sequence(
+        [
+            pre_tokenizers.Split(Regex(_PRETOKENIZE_REGEX), behavior="isolated", invert=False),
+            pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
+        ]
+    )
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size,
+        min_frequency=2,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),  # all 256 bytes -> lossless round trip
+        special_tokens=[],
+        show_progress=False,
+    )
+    tok.train_from_iterator(_corpus(), trainer=trainer)
+    model = json.loads(tok.to_str())["model"]
+    vocab = {str(k): int(v) for k, v in model["vocab"].items()}
+    merges = [tuple(m.split(" ", 1)) if isinstance(m, str) else tuple(m) for m in model["merges"]]
+    return vocab, merges
+
+
+def _build_tokenizer():
+    from tokenizers import AddedToken
+    from transformers import Qwen2Tokenizer
+
+    vocab, merges = _train_bpe()
+    base = len(vocab)
+    assert sorted(vocab.values()) == list(range(base))
+    for i, (token, _special) in enumerate(_QWEN_ADDED_TOKENS):
+        vocab[token] = base + i
+
+    tokenizer = Qwen2Tokenizer(
+        vocab=vocab,
+        merges=merges,
+        unk_token=None,
+        bos_token=None,
+        eos_token="<|im_end|>",  # as in Qwen2.5-VL-*-Instruct's tokenizer_config.json
+        pad_token="<|endoftext|>",
+        add_prefix_space=False,
+        errors="replace",
+        clean_up_tokenization_spaces=False,
+        split_special_tokens=False,
+        model_max_length=131072,
+        extra_special_tokens=[t for t, special in _QWEN_ADDED_TOKENS if special and t != "<|endoftext|>"],
+    )
+    # Register every Qwen added token (already in the vocab, so ids are unchanged).
+    tokenizer.add_tokens([AddedToken(t, special=s, normalized=False) for t, s in _QWEN_ADDED_TOKENS])
+    tokenizer.chat_template = QWEN2_5_VL_CHAT_TEMPLATE
+
+    for i, (token, _special) in enumerate(_QWEN_ADDED_TOKENS):
+        got = tokenizer.convert_tokens_to_ids(token)
+        if got != base + i:
+            raise RuntimeError(f"special token {token!r} got id {got}, expected {base + i}")
+    return tokenizer
+
+
+def build_tiny_qwen2_5_vl(path: pathlib.Path) -> pathlib.Path:
+    """Write a tiny random Qwen2.5-VL checkpoint (model, tokenizer, processor) into ``path``.
+
+    Deterministic (seeded) and float32. Returns ``path``.
+    """
+    import torch
+    from transformers import (
+        GenerationConfig,
+        Qwen2_5_VLConfig,
+        Qwen2_5_VLForConditionalGeneration,
+        Qwen2_5_VLProcessor,
+        Qwen2VLImageProcessor,
+        Qwen2VLVideoProcessor,
+    )
+
+    path = pathlib.Path(path)
+    path.mkdir(parents=True, exist_ok=True)
+
+    tokenizer = _build_tokenizer()
+    tid = tokenizer.convert_tokens_to_ids
+    endoftext_id = tid("<|endoftext|>")
+    im_end_id = tid("<|im_end|>")
+
+    text_hidden = 64
+    text_heads = 4
+    head_dim = text_hidden // text_heads  # 16 -> rotary half-dim 8
+    config = Qwen2_5_VLConfig(
+        vision_config={
+            "depth": 2,
+            "hidden_size": 64,
+            "hidden_act": "silu",
+            "intermediate_size": 128,
+            "num_heads": 4,
+            "in_channels": 3,
+            "patch_size": 14,
+            "spatial_merge_size": 2,
+            "temporal_patch_size": 2,
+            "tokens_per_second": 2,
+            "window_size": 112,
+            "out_hidden_size": text_hidden,
+            "fullatt_block_indexes": [1],  # last block is full attention, block 0 is windowed
+            "initializer_range": 0.02,
+        },
+        text_config={
+            "vocab_size": len(tokenizer),
+            "hidden_size": text_hidden,
+            "intermediate_size": 128,
+            "num_hidden_layers": 2,
+            "num_attention_heads": text_heads,
+            "num_key_value_heads": 2,
+            "hidden_act": "silu",
+            "max_position_embeddings": 4096,
+            "rms_norm_eps": 1e-6,
+            "use_cache": True,
+            "use_sliding_window": False,
+            "max_window_layers": 2,
+            "attention_dropout": 0.0,
+            "initializer_range": 0.02,
+            # Qwen2.5-VL uses [16, 24, 24] for head_dim 128; same 2:3:3 split of head_dim/2 = 8.
+            "rope_parameters": {"rope_type": "default", "rope_theta": 1000000.0, "mrope_section": [2, 3, 3]},
+            "bos_token_id": endoftext_id,
+            "eos_token_id": im_end_id,
+            "pad_token_id": endoftext_id,
+        },
+        image_token_id=tid("<|image_pad|>"),
+        video_token_id=tid("<|video_pad|>"),
+        vision_start_token_id=tid("<|vision_start|>"),
+        vision_end_token_id=tid("<|vision_end|>"),
+        tie_word_embeddings=False,
+    )
+    assert sum(config.text_config.rope_parameters["mrope_section"]) == head_dim // 2
+
+    torch.manual_seed(0)
+    model = Qwen2_5_VLForConditionalGeneration(config).to(torch.float32).eval()
+    model.generation_config = GenerationConfig(
+        bos_token_id=endoftext_id,
+        eos_token_id=[im_end_id, endoftext_id],
+        pad_token_id=endoftext_id,
+        do_sample=False,
+    )
+    model.save_pretrained(path)  # safetensors
+    model.generation_config.save_pretrained(path)
+
+    image_processor = Qwen2VLImageProcessor(
+        min_pixels=MIN_PIXELS,
+        max_pixels=MAX_PIXELS,
+        patch_size=14,
+        temporal_patch_size=2,
+        merge_size=2,
+    )
+    video_processor = Qwen2VLVideoProcessor(
+        min_pixels=MIN_PIXELS,
+        max_pixels=MAX_PIXELS,
+        patch_size=14,
+        temporal_patch_size=2,
+        merge_size=2,
+    )
+    processor = Qwen2_5_VLProcessor(
+        image_processor=image_processor,
+        tokenizer=tokenizer,
+        video_processor=video_processor,
+        chat_template=QWEN2_5_VL_CHAT_TEMPLATE,
+    )
+    processor.save_pretrained(path)
+    return path
+
+
+__all__ = ["build_tiny_qwen2_5_vl", "QWEN2_5_VL_CHAT_TEMPLATE", "MIN_PIXELS", "MAX_PIXELS"]
