@@ -67,8 +67,9 @@ def _open(path: str | os.PathLike):
         with _native_stderr_silenced():  # FFmpeg/decord log their own lines for unreadable files
             reader = decord.VideoReader(path, ctx=decord.cpu(0), num_threads=0)
     except Exception as exc:  # decord raises its own DECORDError / RuntimeError types
-        reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise VideoError(f"cannot read video {path}: not a video or an unsupported format ({reason[:120]})") from None
+        if "video stream" in str(exc):
+            raise VideoError(f"video has no frames: {path} (no decodable video stream)") from None
+        raise VideoError(f"cannot read video {path}: not a video file, or a format FFmpeg cannot decode") from None
     if len(reader) == 0:
         raise VideoError(f"video has no frames: {path}")
     return reader

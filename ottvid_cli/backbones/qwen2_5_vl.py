@@ -137,7 +137,6 @@ class Qwen25VL:
         over each 2 x 2 merge group, and the window ordering of the vision tower is undone.
         """
         from transformers.models.qwen2_5_vl.modeling_qwen2_5_vl import apply_rotary_pos_emb_vision
-        from transformers.vision_utils import get_vision_window_index
 
         attn = self.model.model.visual.blocks[-1].attn
         hidden = capture["hidden"]
@@ -149,10 +148,17 @@ class Qwen25VL:
         received = mean_attention_received(query, key, boundaries, attn.scaling)  # (seq,) window order
         unit = self.merge * self.merge
         per_token = received.reshape(seq // unit, unit).sum(-1)  # one value per merged token
+        return self.window_to_raster(per_token, grid_thw)
+
+    def window_to_raster(self, values: torch.Tensor, grid_thw: torch.Tensor) -> torch.Tensor:
+        """Reorder per-merged-token values from the vision tower's window order to raster order,
+        exactly as the tower reorders its merger output."""
+        from transformers.vision_utils import get_vision_window_index
+
         vision = self.model.config.vision_config
         window_index, _ = get_vision_window_index(grid_thw, vision.spatial_merge_size, vision.window_size,
                                                   vision.patch_size)
-        return per_token[torch.argsort(window_index.to(per_token.device))]
+        return values[torch.argsort(window_index.to(values.device))]
 
     # ----------------------------------------------------------------------------------------
     # language model
