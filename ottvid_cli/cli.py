@@ -92,7 +92,7 @@ def _load(model: str, device: str, dtype: str, attention: str, max_pixels: int |
             _fail(str(exc), code=1)
 
 
-def _execute(run, as_json: bool) -> None:
+def _execute(run, as_json: bool, render: str = "run") -> None:
     """Run a pipeline call with progress on stderr; map failures to one-line errors."""
     import torch
 
@@ -118,11 +118,13 @@ def _execute(run, as_json: bool) -> None:
             _fail("not enough memory for this run: use fewer --frames, a smaller --max-pixels or --ratio, "
                   "or a smaller model", code=1)
         raise
-    from .report import render_run, to_json
+    from .report import render_profile, render_run, to_json
 
     data = result.to_dict()
     if as_json:
         typer.echo(to_json(data))
+    elif render == "profile":
+        render_profile(data, out)
     else:
         render_run(data, out)
 
@@ -205,6 +207,63 @@ def ground(
     backbone = _load(model or DEFAULT_MODEL, device, dtype, attention, max_pixels)
     _execute(lambda step: pipeline.ground(backbone, video, query, fps=fps, max_frames=max_frames, ratio=ratio,
                                           method=method, max_new_tokens=max_new_tokens, on_step=step), as_json)
+
+
+@app.command()
+def profile(
+    video: str = typer.Argument(None, help="Video file; without one, a synthetic clip made in memory."),
+    model: str = typer.Option(None, "--model", "-m", help=MODEL_HELP, show_default="Qwen/Qwen2.5-VL-7B-Instruct"),
+    ratios: list[float] = typer.Option(None, "--ratio", "-r", help="Ratio to profile; repeat for several [0.1]."),
+    frames: int = typer.Option(None, "--frames", "-f", help="Frames sampled uniformly in time [32]."),
+    fps: float = typer.Option(None, "--fps", help="Sample at this rate instead of --frames (grounding-style)."),
+    repeats: int = typer.Option(5, "--repeats", help="Timed runs per row (median, min, max)."),
+    warmup: int = typer.Option(1, "--warmup", help="Untimed runs per row first."),
+    seconds: float = typer.Option(10.0, "--seconds", help="Length of the synthetic clip (no VIDEO)."),
+    size: str = typer.Option("640x360", "--size", help="WIDTHxHEIGHT of the synthetic clip (no VIDEO)."),
+    prompt: str = typer.Option("Describe what happens in the video.", "--prompt", help="Text prompt."),
+    as_json: bool = typer.Option(False, "--json", help="Print the table as one JSON object."),
+    device: str = typer.Option("auto", "--device", help="auto (cuda > mps > cpu), cpu, cuda, cuda:N, mps."),
+    dtype: str = typer.Option("auto", "--dtype", help="auto (bf16 on GPU, fp32 on CPU), float32, bfloat16, float16."),
+    attention: str = typer.Option("auto", "--attention", help="auto/sdpa, eager, or flash (needs flash-attn)."),
+    max_pixels: int = typer.Option(None, "--max-pixels", help="Pixels per frame at most (default 448*448)."),
+) -> None:
+    """Time and memory of each step, uncompressed vs OTT-Vid at each ratio, on the same frames."""
+    from . import profile as prof
+    from .backbones import DEFAULT_MODEL
+    from .video import VideoError, sample_fps, sample_frames
+
+    ratios = ratios or [0.1]
+    for ratio in ratios:
+        _check_ratio(ratio)
+    if frames is not None and fps is not None:
+        _fail("give --frames or --fps, not both")
+    if frames is not None and frames < 1:
+        _fail(f"--frames must be >= 1, got {frames}")
+    if fps is not None and not fps > 0:
+        _fail(f"--fps must be > 0, got {fps:g}")
+    if repeats < 1 or warmup < 0:
+        _fail("--repeats must be >= 1 and --warmup >= 0")
+    if not prompt.strip():
+        _fail("the prompt is empty")
+    if video is not None:
+        _preflight(video)
+        decode = (lambda: sample_fps(video, fps)) if fps is not None else (lambda: sample_frames(video, frames or 32))
+    else:
+        try:
+            width, height = (int(v) for v in size.lower().split("x"))
+        except ValueError:
+            _fail(f"--size must look like 640x360, got {size!r}")
+        if seconds <= 0 or width < 28 or height < 28:
+            _fail("the synthetic clip needs --seconds > 0 and a --size of at least 28x28")
+        decode = lambda: prof.synthetic_video(seconds, width=width, height=height,  # noqa: E731
+                                              frames=None if fps else (frames or 32), sample_fps=fps)
+    try:
+        clip = decode()
+    except VideoError as exc:
+        _fail(str(exc))
+    backbone = _load(model or DEFAULT_MODEL, device, dtype, attention, max_pixels)
+    _execute(lambda step: prof.profile(backbone, clip, prompt, ratios, repeats=repeats, warmup=warmup,
+                                       decode=decode, on_step=step), as_json, render="profile")
 
 
 def main() -> None:

@@ -96,8 +96,7 @@ def _run(backbone, sample: Callable[[], Video], prompt: str, task: str, method: 
     with watch("preprocess"):
         inputs = backbone.preprocess(clip.frames, clip.timestamps, clip.duration, prompt)
     step("vision")
-    with watch("vision"):
-        visual = backbone.encode(inputs, saliency=method == "ottvid")
+    visual = backbone.encode(inputs, saliency=method == "ottvid", watch=watch)
     compressed = None
     if method == "ottvid":
         step("compression")
@@ -131,6 +130,6 @@ def _run(backbone, sample: Callable[[], Video], prompt: str, task: str, method: 
     return RunResult(task=task, model=backbone.name, method=method, ratio=config.ratio if compressed else 1.0,
                      answer=generated.text, letter=None, span=None, frames=frames, tokens=tokens,
                      compression=report, timings_ms={k: timings.get(k) for k in
-                                                     ("decode", "preprocess", "vision", "compression", "prefill",
-                                                      "generate")},
+                                                     ("decode", "preprocess", "vision", "saliency", "compression",
+                                                      "prefill", "generate")},
                      device=str(backbone.device), video=str(clip.path), prompt=prompt, compressed=compressed)

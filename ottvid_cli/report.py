@@ -67,8 +67,48 @@ def render_run(result: dict[str, Any], console: Console) -> None:
     console.print(table)
 
     timings = Table(title=f"time (ms) on {result['device']}")
-    names = ["decode", "preprocess", "vision", "compression", "prefill", "generate"]
+    names = ["decode", "preprocess", "vision", "saliency", "compression", "prefill", "generate"]
     for name in names:
         timings.add_column(name, justify="right")
     timings.add_row(*(_ms(result["timings_ms"].get(n)) for n in names))
     console.print(timings)
+
+
+def _cell(stat: dict[str, float] | None) -> str:
+    if stat is None:
+        return "-"
+    return f"{stat['median']:,.1f}\n[dim]{stat['min']:,.1f}-{stat['max']:,.1f}[/]"
+
+
+def render_profile(data: dict[str, Any], console: Console) -> None:
+    """One row per method / ratio: median (min-max) ms of each step, tokens, memory, FLOPs, speed-up."""
+    rows = data["rows"]
+    table = Table(title=f"{data['model']} on {data['device']}: {data['frames']['count']} frames, "
+                        f"{data['frames']['duration']:.1f} s")
+    columns = ["run", "visual tokens", "LLM input", "decode", "preprocess", "vision", "saliency", "compression",
+               "prefill", "TTFT", "speed-up", "peak MB", "prefill TFLOPs", "vision TFLOPs"]
+    for name in columns:
+        table.add_column(name, justify="left" if name == "run" else "right")
+    for row in rows:
+        t = row["timings_ms"]
+        label = "vanilla" if row["method"] == "none" else f"OTT-Vid {row['ratio']:g}"
+        table.add_row(label, f"{row['visual_tokens']:,}", f"{row['llm_input_tokens']:,}",
+                      *(_cell(t.get(k)) for k in ("decode", "preprocess", "vision", "saliency", "compression",
+                                                  "prefill", "ttft")),
+                      f"{row['ttft_speedup']:.2f}x", f"{row['peak_memory_mb']:,.0f}",
+                      f"{row['prefill_tflops']:.3g}", f"{row['vision_tflops']:.3g}")
+    console.print(table)
+    compressed = [r for r in rows if r["method"] == "ottvid"]
+    if compressed:
+        stages = Table(title="compression stages (median ms)")
+        stages.add_column("ratio")
+        names = [k.split(".", 1)[1] for k in compressed[0]["timings_ms"] if k.startswith("compression.")]
+        for name in names:
+            stages.add_column(name, justify="right")
+        for row in compressed:
+            stages.add_row(f"{row['ratio']:g}", *(f"{row['timings_ms'][f'compression.{n}']['median']:.1f}"
+                                                 for n in names))
+        console.print(stages)
+    console.print(f"[dim]times in ms: median, then min-max of {data['repeats']} runs after {data['warmup']} "
+                  f"warm-up; TTFT = vision + saliency + compression + prefill; memory: {rows[0]['memory_kind']}; "
+                  f"TFLOPs from the model config (docs/profile.md)[/]")

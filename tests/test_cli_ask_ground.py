@@ -17,7 +17,7 @@ from ottvid_cli.cli import app
 DATA = Path(__file__).parent / "data"
 runner = CliRunner()
 JSON_KEYS = {"answer", "letter", "span", "frames", "tokens", "compression", "timings_ms", "model", "ratio", "method"}
-TIMING_KEYS = {"decode", "preprocess", "vision", "compression", "prefill", "generate"}
+TIMING_KEYS = {"decode", "preprocess", "vision", "saliency", "compression", "prefill", "generate"}
 
 
 def invoke(*args):
@@ -66,8 +66,9 @@ def test_method_none(tiny_qwen):
     data = as_json(invoke("ask", DATA / "yoga.mp4", "What happens?", "--model", tiny_qwen, "--json",
                           "--method", "none", "--frames", "8", "--max-new-tokens", "4"))
     assert data["compression"] is None and data["timings_ms"]["compression"] is None
+    assert data["timings_ms"]["saliency"] is None  # the stock model needs no saliency
     assert data["tokens"]["visual_after"] == data["tokens"]["visual_before"]
-    assert all(data["timings_ms"][k] is not None for k in TIMING_KEYS - {"compression"})
+    assert all(data["timings_ms"][k] is not None for k in TIMING_KEYS - {"compression", "saliency"})
 
 
 def test_ratio_one_answer_equals_the_stock_model(tiny_qwen):

@@ -102,7 +102,8 @@ def test_pipeline_counts_and_timings(backbone):
     assert tokens["visual_after"] == round(0.25 * tokens["visual_before"])
     assert tokens["llm_input"] == tokens["text"] + tokens["visual_after"]
     assert result.frames["count"] == 16 and len(result.frames["timestamps"]) == 16
-    assert set(result.timings_ms) == {"decode", "preprocess", "vision", "compression", "prefill", "generate"}
+    assert set(result.timings_ms) == {"decode", "preprocess", "vision", "saliency", "compression", "prefill",
+                                      "generate"}
     assert all(v is not None and v >= 0 for v in result.timings_ms.values())
     assert result.compression["kept"] == tokens["visual_after"]
 

@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from ..timing import Stopwatch, synchronize
 from .base import Generated, ModelError, VisualTokens, attention_implementation, resolve_device, resolve_dtype
 from .saliency import mean_attention_received
 
@@ -98,8 +99,12 @@ class Qwen25VL:
     # vision
 
     @torch.inference_mode()
-    def encode(self, inputs: Any, saliency: bool = True) -> VisualTokens:
-        """Run the vision encoder (and merger); returns (T, N, D) tokens, (T, N) saliency, (H, W) grid."""
+    def encode(self, inputs: Any, saliency: bool = True, watch: Stopwatch | None = None) -> VisualTokens:
+        """Run the vision encoder (and merger); returns (T, N, D) tokens, (T, N) saliency, (H, W) grid.
+
+        With a stopwatch, the encoder's and the saliency's times are recorded as "vision" and "saliency".
+        """
+        watch = watch or Stopwatch(self.device)
         grid_thw = inputs["video_grid_thw"]
         capture: dict[str, Any] = {}
         handle = None
@@ -113,9 +118,10 @@ class Qwen25VL:
 
             handle = attn.register_forward_pre_hook(grab, with_kwargs=True)
         try:
-            out = self.model.model.get_video_features(
-                pixel_values_videos=inputs["pixel_values_videos"], video_grid_thw=grid_thw
-            )
+            with watch("vision"):
+                out = self.model.model.get_video_features(
+                    pixel_values_videos=inputs["pixel_values_videos"], video_grid_thw=grid_thw
+                )
         finally:
             if handle is not None:
                 handle.remove()
@@ -125,7 +131,10 @@ class Qwen25VL:
         t, h, w = (int(v) for v in grid_thw[0].tolist())
         grid = (h // self.merge, w // self.merge)
         tokens = features.reshape(t, grid[0] * grid[1], -1)
-        sal = self._saliency(capture, grid_thw).reshape(t, -1) if saliency else None
+        sal = None
+        if saliency:
+            with watch("saliency"):
+                sal = self._saliency(capture, grid_thw).reshape(t, -1)
         return VisualTokens(features=tokens, saliency=sal, grid=grid)
 
     def _saliency(self, capture: dict[str, Any], grid_thw: torch.Tensor) -> torch.Tensor:
@@ -204,7 +213,7 @@ class Qwen25VL:
         start = time.perf_counter()
         out = self.model.generate(**llm, max_new_tokens=max_new_tokens, do_sample=False, streamer=clock,
                                   pad_token_id=tokenizer.pad_token_id)
-        _sync(self.device)
+        synchronize(self.device)
         end = time.perf_counter()
         new = out[:, llm["input_ids"].shape[1]:]
         text = tokenizer.batch_decode(new, skip_special_tokens=True)[0].strip()
@@ -213,15 +222,31 @@ class Qwen25VL:
                          prefill_ms=(first - start) * 1e3, generate_ms=(end - first) * 1e3)
 
     @torch.inference_mode()
+    def prefill(self, inputs: Any, features: torch.Tensor, kept: torch.Tensor) -> int:
+        """One prefill forward (KV cache filled, logits for the last position only, as generate()
+        does before its first token); returns the LLM input length."""
+        llm = self.llm_inputs(inputs, features, kept)
+        self.model(**llm, use_cache=True, logits_to_keep=1)
+        return int(llm["input_ids"].shape[1])
+
+    def flops(self, inputs: Any, llm_tokens: int) -> tuple[float, float]:
+        """(LLM prefill FLOPs for `llm_tokens` tokens, vision encoder FLOPs for this video)."""
+        from transformers.vision_utils import get_vision_window_index
+
+        from ..flops import llm_prefill_flops, vision_flops
+
+        vision = self.model.config.vision_config
+        grid = inputs["video_grid_thw"][0]
+        _, bounds = get_vision_window_index(grid[None].cpu(), vision.spatial_merge_size, vision.window_size,
+                                            vision.patch_size)
+        windows = (bounds[1:] - bounds[:-1]).tolist()
+        return (llm_prefill_flops(self.model.config.text_config, llm_tokens),
+                vision_flops(vision, grid.tolist(), windows))
+
+    @torch.inference_mode()
     def prefill_logits(self, inputs: Any, features: torch.Tensor, kept: torch.Tensor) -> torch.Tensor:
         """Logits of one forward pass over the (compressed) prompt: (B, L', vocab)."""
         return self.model(**self.llm_inputs(inputs, features, kept)).logits
-
-
-def _sync(device: torch.device) -> None:
-    from ..timing import synchronize
-
-    synchronize(device)
 
 
 class _FirstTokenClock:
@@ -235,7 +260,7 @@ class _FirstTokenClock:
     def put(self, value) -> None:
         self.calls += 1
         if self.calls == 2 and self.first is None:  # call 1 is the prompt, call 2 the first new token
-            _sync(self.device)
+            synchronize(self.device)
             self.first = time.perf_counter()
 
     def end(self) -> None:

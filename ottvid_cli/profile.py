@@ -1,0 +1,228 @@
+"""`ottvid profile`: where time and memory go, uncompressed vs each ratio, on the same decoded frames.
+
+Each row (vanilla, then each ratio) runs preprocess -> vision encoder -> saliency -> compression
+-> LLM prefill, `warmup` times untimed and `repeats` times timed, through the same backbone and
+`compress` calls that `ask` uses. TTFT is vision + saliency + compression + prefill: the time from
+preprocessed inputs to the first generated token. Nothing here prints.
+"""
+
+from __future__ import annotations
+
+import os
+import statistics
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import numpy as np
+import torch
+
+from .compression import OTTVidConfig, compress
+from .timing import Stopwatch, synchronize
+from .video import Video
+
+ROW_STAGES = ("decode", "preprocess", "vision", "saliency", "compression", "prefill", "ttft")
+COMPRESSION_STAGES = ("similarity", "selection", "mass", "cost", "sinkhorn", "budget", "merge")
+
+
+@dataclass
+class ProfileRow:
+    method: str  # "none" or "ottvid"
+    ratio: float
+    visual_tokens: int
+    llm_input_tokens: int
+    timings_ms: dict[str, dict[str, float]]
+    ttft_ms: float
+    ttft_speedup: float
+    peak_memory_mb: float
+    memory_kind: str
+    prefill_tflops: float
+    vision_tflops: float
+
+    def to_dict(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+
+@dataclass
+class ProfileResult:
+    model: str
+    device: str
+    frames: dict[str, Any]
+    rows: list[ProfileRow] = field(default_factory=list)
+    repeats: int = 0
+    warmup: int = 0
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"model": self.model, "device": self.device, "frames": self.frames, "repeats": self.repeats,
+                "warmup": self.warmup, "rows": [r.to_dict() for r in self.rows]}
+
+
+def summary(values: list[float]) -> dict[str, float]:
+    return {"median": float(statistics.median(values)), "min": float(min(values)), "max": float(max(values))}
+
+
+def profile(backbone, video: Video, prompt: str, ratios: list[float], repeats: int = 5, warmup: int = 1,
+            decode: Callable[[], Video] | None = None, config: OTTVidConfig | None = None,
+            on_step: Callable[[str], None] | None = None) -> ProfileResult:
+    """Profile vanilla and every ratio on `video`'s frames. `decode`, if given, is re-run to time decoding."""
+    if repeats < 1 or warmup < 0:
+        raise ValueError("repeats must be >= 1 and warmup >= 0")
+    for ratio in ratios:
+        if not 0.0 < ratio <= 1.0:
+            raise ValueError(f"every ratio must be in (0, 1], got {ratio:g}")
+    step = on_step or (lambda name: None)
+    device = backbone.device
+    decode_ms: list[float] = []
+    if decode is not None:
+        step("timing decode")
+        for _ in range(repeats):
+            start = time.perf_counter()
+            decode()
+            decode_ms.append((time.perf_counter() - start) * 1e3)
+    result = ProfileResult(model=backbone.name, device=_device_name(device), repeats=repeats, warmup=warmup,
+                           frames={"count": len(video.indices), "duration": video.duration,
+                                   "timestamps": [round(t, 4) for t in video.timestamps]})
+    plans = [("none", 1.0)] + [("ottvid", r) for r in ratios]
+    for method, ratio in plans:
+        step(f"{'vanilla' if method == 'none' else f'ratio {ratio:g}'}")
+        cfg = _with_ratio(config, ratio)
+        for _ in range(warmup):
+            _once(backbone, video, prompt, method, cfg)
+        runs = []
+        with _PeakMemory(device) as memory:
+            for _ in range(repeats):
+                runs.append(_once(backbone, video, prompt, method, cfg))
+        timings: dict[str, dict[str, float]] = {}
+        for stage in ROW_STAGES[1:]:
+            values = [r["ms"].get(stage) for r in runs]
+            if all(v is not None for v in values):
+                timings[stage] = summary(values)
+        if decode_ms:
+            timings["decode"] = summary(decode_ms)
+        if method == "ottvid":
+            for stage in COMPRESSION_STAGES:
+                timings[f"compression.{stage}"] = summary([r["report"]["timings_ms"].get(stage, 0.0) for r in runs])
+        last = runs[-1]
+        prefill_flops, vision_flops = backbone.flops(last["inputs"], last["llm_tokens"])
+        result.rows.append(ProfileRow(
+            method=method, ratio=ratio, visual_tokens=last["visual_tokens"], llm_input_tokens=last["llm_tokens"],
+            timings_ms=timings, ttft_ms=timings["ttft"]["median"], ttft_speedup=1.0,
+            peak_memory_mb=memory.peak_mb, memory_kind=memory.kind,
+            prefill_tflops=prefill_flops / 1e12, vision_tflops=vision_flops / 1e12,
+        ))
+    vanilla = result.rows[0].ttft_ms
+    for row in result.rows:
+        row.ttft_speedup = vanilla / row.ttft_ms if row.ttft_ms > 0 else float("nan")
+    return result
+
+
+def _with_ratio(config: OTTVidConfig | None, ratio: float) -> OTTVidConfig:
+    from dataclasses import replace
+
+    return OTTVidConfig(ratio=ratio) if config is None else replace(config, ratio=ratio)
+
+
+def _once(backbone, video: Video, prompt: str, method: str, config: OTTVidConfig) -> dict[str, Any]:
+    """One timed pass: the same calls `ask` makes, up to the first token."""
+    watch = Stopwatch(backbone.device)
+    with watch("preprocess"):
+        inputs = backbone.preprocess(video.frames, video.timestamps, video.duration, prompt)
+    visual = backbone.encode(inputs, saliency=method == "ottvid", watch=watch)
+    report = None
+    if method == "ottvid":
+        with watch("compression"):
+            compressed = compress(visual.features, visual.saliency, visual.grid, config)
+        features, kept, report = compressed.features, compressed.index, compressed.report.to_dict()
+    else:
+        features = visual.features.reshape(visual.count, -1)
+        kept = torch.arange(visual.count, device=features.device)
+    with watch("prefill"):
+        llm_tokens = backbone.prefill(inputs, features, kept)
+    ms = dict(watch.ms)
+    ms["ttft"] = sum(ms.get(k, 0.0) for k in ("vision", "saliency", "compression", "prefill"))
+    return {"ms": ms, "report": report, "inputs": inputs, "llm_tokens": llm_tokens, "visual_tokens": int(kept.numel())}
+
+
+def _device_name(device: torch.device) -> str:
+    if device.type == "cuda":
+        return f"cuda ({torch.cuda.get_device_name(device)})"
+    return device.type
+
+
+class _PeakMemory:
+    """Peak memory of a block: CUDA max allocated on GPUs; on the CPU the peak resident-set growth
+    over the RSS at entry, sampled every millisecond by a background thread."""
+
+    def __init__(self, device: torch.device):
+        self.device = device
+        self.peak_mb = 0.0
+        self.kind = "cuda max allocated" if device.type == "cuda" else "peak RSS growth"
+
+    def __enter__(self) -> "_PeakMemory":
+        if self.device.type == "cuda":
+            synchronize(self.device)
+            torch.cuda.reset_peak_memory_stats(self.device)
+            return self
+        self._base = _rss_mb()
+        self._peak = self._base
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._sample, daemon=True)
+        self._thread.start()
+        return self
+
+    def _sample(self) -> None:
+        while not self._stop.is_set():
+            self._peak = max(self._peak, _rss_mb())
+            time.sleep(0.001)
+
+    def __exit__(self, *exc) -> None:
+        if self.device.type == "cuda":
+            synchronize(self.device)
+            self.peak_mb = torch.cuda.max_memory_allocated(self.device) / 2**20
+            return
+        self._stop.set()
+        self._thread.join()
+        self.peak_mb = max(self._peak, _rss_mb()) - self._base
+
+
+def _rss_mb() -> float:
+    try:
+        with open("/proc/self/statm") as f:
+            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
+    except OSError:  # not Linux: fall back to the lifetime peak
+        import resource
+
+        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def synthetic_video(seconds: float = 10.0, fps: float = 30.0, width: int = 640, height: int = 360,
+                    frames: int | None = None, sample_fps: float | None = None, seed: int = 0) -> Video:
+    """A clip made in memory (moving coloured squares on a drifting gradient, with noise), sampled
+    like a real file: `frames` uniformly in time, or `sample_fps` per second."""
+    if seconds <= 0 or width < 28 or height < 28:
+        raise ValueError("a synthetic clip needs seconds > 0 and a size of at least 28 x 28")
+    rng = np.random.default_rng(seed)
+    total = max(2, int(round(seconds * fps)))
+    starts = np.arange(total) / fps
+    if frames is not None:
+        count = max(2, min(frames, total) - min(frames, total) % 2)
+    else:
+        count = int(seconds * (sample_fps or 2.0))
+        count = max(2, count - count % 2)
+    centres = (np.arange(count) + 0.5) * seconds / count
+    indices = np.clip(np.searchsorted(starts, centres, side="right") - 1, 0, total - 1).tolist()
+    yy, xx = np.mgrid[0:height, 0:width].astype(np.float32)
+    boxes = rng.uniform(0, 1, size=(6, 5))  # x, y, vx, vy, hue
+    out = np.empty((count, height, width, 3), dtype=np.uint8)
+    for k, i in enumerate(indices):
+        t = starts[i]
+        frame = np.stack([(xx / width + 0.05 * t) % 1, yy / height, 0.5 + 0.5 * np.sin(t + xx / 97)], -1) * 160
+        for x, y, vx, vy, hue in boxes:
+            cx, cy = (x + 0.1 * vx * t) % 1 * width, (y + 0.1 * vy * t) % 1 * height
+            mask = (np.abs(xx - cx) < width / 12) & (np.abs(yy - cy) < height / 12)
+            frame[mask] = np.array([255 * hue, 255 * (1 - hue), 128])
+        frame += rng.normal(0, 6, size=frame.shape)
+        out[k] = np.clip(frame, 0, 255).astype(np.uint8)
+    return Video(path="(synthetic)", frames=out, timestamps=[float(starts[i]) for i in indices], indices=indices,
+                 duration=float(seconds), total_frames=total, average_fps=float(fps))
