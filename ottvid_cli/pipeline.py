@@ -39,6 +39,8 @@ class RunResult:
     video: str = ""
     prompt: str = ""
     compressed: Compressed | None = field(default=None, repr=False)
+    clip: Video | None = field(default=None, repr=False)
+    grid: tuple[int, int] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -132,4 +134,21 @@ def _run(backbone, sample: Callable[[], Video], prompt: str, task: str, method: 
                      compression=report, timings_ms={k: timings.get(k) for k in
                                                      ("decode", "preprocess", "vision", "saliency", "compression",
                                                       "prefill", "generate")},
-                     device=str(backbone.device), video=str(clip.path), prompt=prompt, compressed=compressed)
+                     device=str(backbone.device), video=str(clip.path), prompt=prompt, compressed=compressed,
+                     clip=clip, grid=visual.grid)
+
+
+def inspect(backbone, video: str | Path, frames: int | None = 32, fps: float | None = None,
+            max_frames: int | None = None, ratio: float = 0.1, config: OTTVidConfig | None = None,
+            on_step: Callable[[str], None] | None = None) -> tuple[Video, Any, Compressed]:
+    """Decode, encode and compress without generating: (clip, visual tokens, compression result)."""
+    step = on_step or (lambda name: None)
+    step("decode")
+    clip = sample_fps(video, fps, max_frames) if fps is not None else sample_frames(video, frames or 32)
+    step("preprocess")
+    inputs = backbone.preprocess(clip.frames, clip.timestamps, clip.duration, "Describe the video.")
+    step("vision")
+    visual = backbone.encode(inputs, saliency=True)
+    step("compression")
+    compressed = compress(visual.features, visual.saliency, visual.grid, _config(ratio, config))
+    return clip, visual, compressed

@@ -175,10 +175,18 @@ def _build_tokenizer():
     return tokenizer
 
 
-def build_tiny_qwen2_5_vl(path: pathlib.Path) -> pathlib.Path:
+def build_tiny_qwen2_5_vl(
+    path: pathlib.Path,
+    vision: dict | None = None,
+    text: dict | None = None,
+    min_pixels: int = MIN_PIXELS,
+    max_pixels: int = MAX_PIXELS,
+) -> pathlib.Path:
     """Write a tiny random Qwen2.5-VL checkpoint (model, tokenizer, processor) into ``path``.
 
-    Deterministic (seeded) and float32. Returns ``path``.
+    Deterministic (seeded) and float32. ``vision`` / ``text`` override entries of the vision and
+    text configs (e.g. the 7B's widths with few layers, for benchmarks); ``min_pixels`` /
+    ``max_pixels`` set the processor's pixel range. Returns ``path``.
     """
     import torch
     from transformers import (
@@ -200,7 +208,6 @@ def build_tiny_qwen2_5_vl(path: pathlib.Path) -> pathlib.Path:
 
     text_hidden = 64
     text_heads = 4
-    head_dim = text_hidden // text_heads  # 16 -> rotary half-dim 8
     config = Qwen2_5_VLConfig(
         vision_config={
             "depth": 2,
@@ -217,6 +224,7 @@ def build_tiny_qwen2_5_vl(path: pathlib.Path) -> pathlib.Path:
             "out_hidden_size": text_hidden,
             "fullatt_block_indexes": [1],  # last block is full attention, block 0 is windowed
             "initializer_range": 0.02,
+            **(vision or {}),
         },
         text_config={
             "vocab_size": len(tokenizer),
@@ -238,6 +246,7 @@ def build_tiny_qwen2_5_vl(path: pathlib.Path) -> pathlib.Path:
             "bos_token_id": endoftext_id,
             "eos_token_id": im_end_id,
             "pad_token_id": endoftext_id,
+            **(text or {}),
         },
         image_token_id=tid("<|image_pad|>"),
         video_token_id=tid("<|video_pad|>"),
@@ -245,7 +254,8 @@ def build_tiny_qwen2_5_vl(path: pathlib.Path) -> pathlib.Path:
         vision_end_token_id=tid("<|vision_end|>"),
         tie_word_embeddings=False,
     )
-    assert sum(config.text_config.rope_parameters["mrope_section"]) == head_dim // 2
+    text_head_dim = config.text_config.hidden_size // config.text_config.num_attention_heads
+    assert sum(config.text_config.rope_parameters["mrope_section"]) == text_head_dim // 2
 
     torch.manual_seed(0)
     model = Qwen2_5_VLForConditionalGeneration(config).to(torch.float32).eval()
@@ -259,15 +269,15 @@ def build_tiny_qwen2_5_vl(path: pathlib.Path) -> pathlib.Path:
     model.generation_config.save_pretrained(path)
 
     image_processor = Qwen2VLImageProcessor(
-        min_pixels=MIN_PIXELS,
-        max_pixels=MAX_PIXELS,
+        min_pixels=min_pixels,
+        max_pixels=max_pixels,
         patch_size=14,
         temporal_patch_size=2,
         merge_size=2,
     )
     video_processor = Qwen2VLVideoProcessor(
-        min_pixels=MIN_PIXELS,
-        max_pixels=MAX_PIXELS,
+        min_pixels=min_pixels,
+        max_pixels=max_pixels,
         patch_size=14,
         temporal_patch_size=2,
         merge_size=2,

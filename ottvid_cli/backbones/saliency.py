@@ -33,11 +33,20 @@ def mean_attention_received(
 
 
 def _received(q: torch.Tensor, k: torch.Tensor, scale: float, chunk: int) -> torch.Tensor:
-    """q, k: (B, H, n, d) -> (B, n) mean over heads and queries of the softmax attention to each key."""
+    """q, k: (B, H, n, d) -> (B, n) mean over heads and queries of the softmax attention to each key.
+
+    Scores are built for one segment and at most `chunk` queries at a time, further limited to
+    about 4M scores (16 MB) so they stay in cache; the softmax is taken in place, and its
+    normalisation folded into the sum over heads and queries.
+    """
     batch, heads, n, _ = q.shape
     total = torch.zeros(batch, n, device=q.device, dtype=torch.float32)
-    kt = k.float().transpose(-1, -2)
-    for start in range(0, n, chunk):
-        scores = torch.matmul(q[:, :, start : start + chunk].float(), kt).mul_(scale)
-        total += scores.softmax(-1).sum((1, 2))
+    rows = max(1, min(chunk, (1 << 22) // max(heads * n, 1)))
+    for b in range(batch):
+        kt = k[b].float().transpose(-1, -2)  # (H, d, n)
+        for start in range(0, n, rows):
+            scores = torch.matmul(q[b, :, start : start + rows].float(), kt).mul_(scale)  # (H, r, n)
+            scores.sub_(scores.amax(-1, keepdim=True)).exp_()
+            weight = scores.sum(-1).reciprocal_()  # 1 / softmax normaliser, (H, r)
+            total[b] += torch.einsum("hrn,hr->n", scores, weight)
     return total / (heads * n)

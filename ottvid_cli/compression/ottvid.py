@@ -72,12 +72,14 @@ class CompressionReport:
 class Compressed:
     """features (M, D) in the input dtype; index (M,) flat original index t*N + n of each output
     token's root, ascending; assignment (T*N,) output row representing each input token, -1 if
-    dropped; report: CompressionReport."""
+    dropped; report: CompressionReport; selected (T, K) the tokens the spatial stage kept per group,
+    ascending (what tells spatially from temporally pruned tokens apart)."""
 
     features: torch.Tensor
     index: torch.Tensor
     assignment: torch.Tensor
     report: CompressionReport
+    selected: torch.Tensor | None = None  # (T, K) tokens the spatial stage kept in each group
 
 
 def compress(
@@ -107,7 +109,8 @@ def compress(
     if config.ratio >= 1.0:
         report.K, report.kept = tokens, groups * tokens
         every = torch.arange(groups * tokens, device=device)
-        return Compressed(features=flat.clone(), index=every, assignment=every.clone(), report=report)
+        return Compressed(features=flat.clone(), index=every, assignment=every.clone(), report=report,
+                          selected=every.view(groups, tokens).clone())
 
     with timer("similarity"):
         w = normalize_saliency(saliency)  # w_t,i
@@ -122,7 +125,7 @@ def compress(
         assignment[flat_selected] = torch.arange(counts.K, device=device)
         report.timings_ms["total"] = sum(report.timings_ms.values())
         return Compressed(features=flat[flat_selected].clone(), index=flat_selected, assignment=assignment,
-                          report=report)
+                          report=report, selected=selected)
 
     with timer("mass"):
         if config.mass == "uniform":
@@ -161,7 +164,7 @@ def compress(
     report.sinkhorn_iterations = iterations
     report.sinkhorn_error = float(error.max())
     report.timings_ms["total"] = sum(report.timings_ms.values())
-    return Compressed(features=out, index=index, assignment=assignment, report=report)
+    return Compressed(features=out, index=index, assignment=assignment, report=report, selected=selected)
 
 
 def _validate(features: torch.Tensor, saliency: torch.Tensor, grid: tuple[int, int]) -> tuple[int, int]:
