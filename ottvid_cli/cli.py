@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 
 import typer
 from rich.console import Console
@@ -92,7 +93,34 @@ def _load(model: str, device: str, dtype: str, attention: str, max_pixels: int |
             _fail(str(exc), code=1)
 
 
-def _execute(run, as_json: bool, render: str = "run") -> None:
+def _check_picture(path: str | None, video: str | None, method: str = "ottvid") -> None:
+    """A picture path must be writable and must not be the input video."""
+    import os
+
+    if path is None:
+        return
+    if method != "ottvid":
+        _fail("--show draws what compression kept: it needs --method ottvid")
+    folder = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(folder):
+        _fail(f"cannot write {path}: folder {folder} does not exist")
+    if os.path.isdir(path):
+        _fail(f"cannot write {path}: it is a folder")
+    if video is not None and os.path.exists(path) and os.path.exists(video) and os.path.samefile(path, video):
+        _fail("the picture would overwrite the input video: choose another path")
+
+
+def _write_picture(result, path: str) -> dict:
+    from . import show
+
+    image, layout = show.picture(result.clip, result.compressed, result.grid, result.frames["frames_per_group"],
+                                 title=f"{os.path.basename(result.video)}: OTT-Vid at ratio {result.ratio:g}")
+    show.save(image, path)
+    return {"path": path, "width": image.width, "height": image.height, "tiles": len(layout.tiles),
+            "every": layout.step}
+
+
+def _execute(run, as_json: bool, render: str = "run", picture: str | None = None) -> None:
     """Run a pipeline call with progress on stderr; map failures to one-line errors."""
     import torch
 
@@ -121,12 +149,21 @@ def _execute(run, as_json: bool, render: str = "run") -> None:
     from .report import render_profile, render_run, to_json
 
     data = result.to_dict()
+    if picture is not None:
+        data["picture"] = _write_picture(result, picture)
     if as_json:
         typer.echo(to_json(data))
     elif render == "profile":
         render_profile(data, out)
+    elif render == "show":
+        note = f", 1 group in {data['every']} shown" if data["every"] > 1 else ""
+        out.print(f"wrote {data['path']}: {data['width']}x{data['height']}, {data['tiles']} tiles{note}; "
+                  f"kept {data['kept']} of {data['total']} tokens", highlight=False)
     else:
         render_run(data, out)
+        if picture is not None:
+            p = data["picture"]
+            out.print(f"picture: {p['path']} ({p['width']}x{p['height']}, {p['tiles']} tiles)", highlight=False)
 
 
 def _preflight(video: str) -> None:
@@ -139,7 +176,13 @@ def _preflight(video: str) -> None:
         _fail(str(exc))
 
 
-MODEL_HELP = "Hugging Face model id or local folder of a Qwen2.5-VL checkpoint."
+# Options every model command shares.
+MODEL_OPTION = typer.Option(None, "--model", "-m", help="Hugging Face model id or local folder of a Qwen2.5-VL "
+                            "checkpoint.", show_default="Qwen/Qwen2.5-VL-7B-Instruct")
+DEVICE_OPTION = typer.Option("auto", "--device", help="auto (cuda > mps > cpu), cpu, cuda, cuda:N, mps.")
+DTYPE_OPTION = typer.Option("auto", "--dtype", help="auto (bf16 on GPU, fp32 on CPU), float32, bfloat16, float16.")
+ATTENTION_OPTION = typer.Option("auto", "--attention", help="auto/sdpa, eager, or flash (needs flash-attn).")
+MAX_PIXELS_OPTION = typer.Option(None, "--max-pixels", help="Pixels per frame at most (default 448*448).")
 
 
 @app.command()
@@ -148,15 +191,16 @@ def ask(
     question: str = typer.Argument(..., help="Question about the video."),
     ratio: float = typer.Option(0.1, "--ratio", "-r", help="Share of visual tokens kept, in (0, 1]."),
     frames: int = typer.Option(32, "--frames", "-f", min=1, help="Frames sampled uniformly in time (made even)."),
-    model: str = typer.Option(None, "--model", "-m", help=MODEL_HELP, show_default="Qwen/Qwen2.5-VL-7B-Instruct"),
+    model: str = MODEL_OPTION,
     options: list[str] = typer.Option(None, "--options", "-o", help="A multiple-choice option, e.g. 'A. a dog'. Repeat."),
     method: str = typer.Option("ottvid", "--method", help="ottvid, or none for the uncompressed model."),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object (see README) and nothing else."),
-    device: str = typer.Option("auto", "--device", help="auto (cuda > mps > cpu), cpu, cuda, cuda:N, mps."),
-    dtype: str = typer.Option("auto", "--dtype", help="auto (bf16 on GPU, fp32 on CPU), float32, bfloat16, float16."),
-    attention: str = typer.Option("auto", "--attention", help="auto/sdpa, eager, or flash (needs flash-attn)."),
-    max_pixels: int = typer.Option(None, "--max-pixels", help="Pixels per frame at most (default 448*448)."),
+    device: str = DEVICE_OPTION,
+    dtype: str = DTYPE_OPTION,
+    attention: str = ATTENTION_OPTION,
+    max_pixels: int = MAX_PIXELS_OPTION,
     max_new_tokens: int = typer.Option(64, "--max-new-tokens", min=1, help="Longest reply."),
+    show_path: str = typer.Option(None, "--show", help="Also write a PNG of the kept tokens for this run."),
 ) -> None:
     """Answer a question about a video, with OTT-Vid compressing the visual tokens."""
     from . import pipeline
@@ -167,11 +211,12 @@ def ask(
         _fail("the question is empty")
     if method not in pipeline.METHODS:
         _fail(f"--method must be one of {', '.join(pipeline.METHODS)}, got {method!r}")
+    _check_picture(show_path, video, method)
     _preflight(video)
     backbone = _load(model or DEFAULT_MODEL, device, dtype, attention, max_pixels)
     _execute(lambda step: pipeline.ask(backbone, video, question, options=options or None, frames=frames,
                                        ratio=ratio, method=method, max_new_tokens=max_new_tokens, on_step=step),
-             as_json)
+             as_json, picture=show_path)
 
 
 @app.command()
@@ -181,14 +226,15 @@ def ground(
     ratio: float = typer.Option(0.1, "--ratio", "-r", help="Share of visual tokens kept, in (0, 1]."),
     fps: float = typer.Option(2.0, "--fps", help="Frames sampled per second of video."),
     max_frames: int = typer.Option(None, "--max-frames", help="Cap on frames; longer videos are subsampled uniformly."),
-    model: str = typer.Option(None, "--model", "-m", help=MODEL_HELP, show_default="Qwen/Qwen2.5-VL-7B-Instruct"),
+    model: str = MODEL_OPTION,
     method: str = typer.Option("ottvid", "--method", help="ottvid, or none for the uncompressed model."),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object (see README) and nothing else."),
-    device: str = typer.Option("auto", "--device", help="auto (cuda > mps > cpu), cpu, cuda, cuda:N, mps."),
-    dtype: str = typer.Option("auto", "--dtype", help="auto (bf16 on GPU, fp32 on CPU), float32, bfloat16, float16."),
-    attention: str = typer.Option("auto", "--attention", help="auto/sdpa, eager, or flash (needs flash-attn)."),
-    max_pixels: int = typer.Option(None, "--max-pixels", help="Pixels per frame at most (default 448*448)."),
+    device: str = DEVICE_OPTION,
+    dtype: str = DTYPE_OPTION,
+    attention: str = ATTENTION_OPTION,
+    max_pixels: int = MAX_PIXELS_OPTION,
     max_new_tokens: int = typer.Option(48, "--max-new-tokens", min=1, help="Longest reply."),
+    show_path: str = typer.Option(None, "--show", help="Also write a PNG of the kept tokens for this run."),
 ) -> None:
     """Find when something happens in a video: start and end in seconds."""
     from . import pipeline
@@ -203,16 +249,18 @@ def ground(
         _fail(f"--max-frames must be >= 2, got {max_frames}")
     if method not in pipeline.METHODS:
         _fail(f"--method must be one of {', '.join(pipeline.METHODS)}, got {method!r}")
+    _check_picture(show_path, video, method)
     _preflight(video)
     backbone = _load(model or DEFAULT_MODEL, device, dtype, attention, max_pixels)
     _execute(lambda step: pipeline.ground(backbone, video, query, fps=fps, max_frames=max_frames, ratio=ratio,
-                                          method=method, max_new_tokens=max_new_tokens, on_step=step), as_json)
+                                          method=method, max_new_tokens=max_new_tokens, on_step=step), as_json,
+             picture=show_path)
 
 
 @app.command()
 def profile(
     video: str = typer.Argument(None, help="Video file; without one, a synthetic clip made in memory."),
-    model: str = typer.Option(None, "--model", "-m", help=MODEL_HELP, show_default="Qwen/Qwen2.5-VL-7B-Instruct"),
+    model: str = MODEL_OPTION,
     ratios: list[float] = typer.Option(None, "--ratio", "-r", help="Ratio to profile; repeat for several [0.1]."),
     frames: int = typer.Option(None, "--frames", "-f", help="Frames sampled uniformly in time [32]."),
     fps: float = typer.Option(None, "--fps", help="Sample at this rate instead of --frames (grounding-style)."),
@@ -222,10 +270,10 @@ def profile(
     size: str = typer.Option("640x360", "--size", help="WIDTHxHEIGHT of the synthetic clip (no VIDEO)."),
     prompt: str = typer.Option("Describe what happens in the video.", "--prompt", help="Text prompt."),
     as_json: bool = typer.Option(False, "--json", help="Print the table as one JSON object."),
-    device: str = typer.Option("auto", "--device", help="auto (cuda > mps > cpu), cpu, cuda, cuda:N, mps."),
-    dtype: str = typer.Option("auto", "--dtype", help="auto (bf16 on GPU, fp32 on CPU), float32, bfloat16, float16."),
-    attention: str = typer.Option("auto", "--attention", help="auto/sdpa, eager, or flash (needs flash-attn)."),
-    max_pixels: int = typer.Option(None, "--max-pixels", help="Pixels per frame at most (default 448*448)."),
+    device: str = DEVICE_OPTION,
+    dtype: str = DTYPE_OPTION,
+    attention: str = ATTENTION_OPTION,
+    max_pixels: int = MAX_PIXELS_OPTION,
 ) -> None:
     """Time and memory of each step, uncompressed vs OTT-Vid at each ratio, on the same frames."""
     from . import profile as prof
@@ -264,6 +312,42 @@ def profile(
     backbone = _load(model or DEFAULT_MODEL, device, dtype, attention, max_pixels)
     _execute(lambda step: prof.profile(backbone, clip, prompt, ratios, repeats=repeats, warmup=warmup,
                                        decode=decode, on_step=step), as_json, render="profile")
+
+
+@app.command()
+def show(
+    video: str = typer.Argument(..., help="Video file."),
+    output: str = typer.Option("kept.png", "--output", "-o", help="PNG to write."),
+    ratio: float = typer.Option(0.1, "--ratio", "-r", help="Share of visual tokens kept, in (0, 1]."),
+    frames: int = typer.Option(None, "--frames", "-f", help="Frames sampled uniformly in time [32]."),
+    fps: float = typer.Option(None, "--fps", help="Sample at this rate instead (grounding-style)."),
+    max_frames: int = typer.Option(None, "--max-frames", help="Cap on frames with --fps."),
+    model: str = MODEL_OPTION,
+    max_tiles: int = typer.Option(48, "--max-tiles", help="Show every n-th group beyond this many tiles."),
+    as_json: bool = typer.Option(False, "--json", help="Print a JSON summary instead of text."),
+    device: str = DEVICE_OPTION,
+    dtype: str = DTYPE_OPTION,
+    attention: str = ATTENTION_OPTION,
+    max_pixels: int = MAX_PIXELS_OPTION,
+) -> None:
+    """Draw which visual tokens OTT-Vid keeps, merges and prunes, and how the budget is spread."""
+    from . import show as pictures
+    from .backbones import DEFAULT_MODEL
+
+    _check_ratio(ratio)
+    if frames is not None and fps is not None:
+        _fail("give --frames or --fps, not both")
+    if fps is not None and not fps > 0:
+        _fail(f"--fps must be > 0, got {fps:g}")
+    if max_tiles < 1:
+        _fail(f"--max-tiles must be >= 1, got {max_tiles}")
+    _check_picture(output, video)
+    _preflight(video)
+    backbone = _load(model or DEFAULT_MODEL, device, dtype, attention, max_pixels)
+
+    _execute(lambda step: pictures.show_video(backbone, video, output, ratio=ratio, frames=frames, fps=fps,
+                                              max_frames=max_frames, max_tiles=max_tiles, on_step=step),
+             as_json, render="show")
 
 
 def main() -> None:

@@ -85,7 +85,7 @@ def draw(frames: list[np.ndarray], timestamps: list[float], grid: tuple[int, int
     headline = title or "OTT-Vid token decisions"
     pen.text((pad, 4), headline, fill=(235, 235, 235), font=font)
     note = (f"T={groups} groups of {gh}x{gw} tokens; kept {report.get('kept', len(index))} of {groups * tokens}"
-            + (f"; showing every {step}th group ({len(shown)} of {groups})" if step > 1 else ""))
+            + (f"; showing 1 group in {step} ({len(shown)} of {groups})" if step > 1 else ""))
     pen.text((pad, 20), note, fill=(170, 170, 170), font=font)
 
     for slot, t in enumerate(shown):
@@ -180,3 +180,39 @@ def picture(video, compressed, grid: tuple[int, int], frames_per_group: int, tit
 def save(image, path) -> None:
     """Write a PNG; the parent folder must exist. Never overwrites the input video."""
     image.save(path, format="PNG")
+
+
+@dataclass
+class ShowResult:
+    """What `show_video` wrote."""
+
+    path: str
+    width: int
+    height: int
+    tiles: int
+    every: int
+    groups: int
+    kept: int
+    total: int
+    B: list[int]
+    B_tot: int
+
+    def to_dict(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+
+def show_video(backbone, video, output, ratio: float = 0.1, frames: int | None = None, fps: float | None = None,
+               max_frames: int | None = None, max_tiles: int = MAX_TILES, on_step=None) -> ShowResult:
+    """Decode, encode and compress a video (no generation) and write the picture to `output`."""
+    import os
+
+    from .pipeline import inspect
+
+    clip, visual, compressed = inspect(backbone, video, frames=frames, fps=fps, max_frames=max_frames, ratio=ratio,
+                                       on_step=on_step)
+    image, layout = picture(clip, compressed, visual.grid, backbone.frames_per_group, max_tiles=max_tiles,
+                            title=f"{os.path.basename(str(video))}: OTT-Vid at ratio {ratio:g}")
+    save(image, output)
+    r = compressed.report
+    return ShowResult(path=str(output), width=image.width, height=image.height, tiles=len(layout.tiles),
+                      every=layout.step, groups=r.T, kept=r.kept, total=r.T * r.N, B=list(r.B), B_tot=r.B_tot)

@@ -107,23 +107,26 @@ class Qwen25VL:
         watch = watch or Stopwatch(self.device)
         grid_thw = inputs["video_grid_thw"]
         capture: dict[str, Any] = {}
-        handle = None
+        handles = []
         if saliency:
             attn = self.model.model.visual.blocks[-1].attn
 
             def grab(module, args, kwargs):
-                capture["hidden"] = args[0] if args else kwargs["hidden_states"]
                 capture["cu_seqlens"] = kwargs["cu_seqlens"]
                 capture["rotary"] = kwargs["position_embeddings"]
 
-            handle = attn.register_forward_pre_hook(grab, with_kwargs=True)
+            def grab_qkv(module, args, output):
+                capture["qkv"] = output
+
+            handles = [attn.register_forward_pre_hook(grab, with_kwargs=True),
+                       attn.qkv.register_forward_hook(grab_qkv)]
         try:
             with watch("vision"):
                 out = self.model.model.get_video_features(
                     pixel_values_videos=inputs["pixel_values_videos"], video_grid_thw=grid_thw
                 )
         finally:
-            if handle is not None:
+            for handle in handles:
                 handle.remove()
         features = out.pooler_output
         if isinstance(features, (tuple, list)):
@@ -148,9 +151,8 @@ class Qwen25VL:
         from transformers.models.qwen2_5_vl.modeling_qwen2_5_vl import apply_rotary_pos_emb_vision
 
         attn = self.model.model.visual.blocks[-1].attn
-        hidden = capture["hidden"]
-        seq = hidden.shape[0]
-        qkv = attn.qkv(hidden).reshape(seq, 3, attn.num_heads, -1).permute(1, 0, 2, 3)
+        seq = capture["qkv"].shape[0]
+        qkv = capture["qkv"].reshape(seq, 3, attn.num_heads, -1).permute(1, 0, 2, 3)
         cos, sin = capture["rotary"]
         query, key = apply_rotary_pos_emb_vision(qkv[0], qkv[1], cos, sin)
         boundaries = [int(v) for v in capture["cu_seqlens"].tolist()]

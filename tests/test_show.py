@@ -1,0 +1,132 @@
+"""`ottvid show` and `--show`: the contact sheet is drawn from compress()'s own decisions."""
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+from PIL import Image
+from typer.testing import CliRunner
+
+from ottvid_cli import pipeline, show
+from ottvid_cli.backbones import load_backbone
+from ottvid_cli.cli import app
+
+DATA = Path(__file__).parent / "data"
+runner = CliRunner()
+
+
+def invoke(*args):
+    return runner.invoke(app, [str(a) for a in args])
+
+
+@pytest.fixture(scope="module")
+def inspected(tiny_qwen):
+    backbone = load_backbone(str(tiny_qwen))
+    clip, visual, compressed = pipeline.inspect(backbone, DATA / "bikes.mp4", frames=32, ratio=0.25)
+    return backbone, clip, visual, compressed
+
+
+def test_cli_writes_a_png_with_one_tile_per_group(tiny_qwen, tmp_path):
+    out = tmp_path / "kept.png"
+    result = invoke("show", DATA / "bikes.mp4", "-o", out, "--model", tiny_qwen, "--ratio", "0.25", "--json")
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.stdout)
+    image = Image.open(out)
+    assert image.format == "PNG" and (image.width, image.height) == (data["width"], data["height"])
+    assert data["tiles"] == data["groups"] == 16 and data["every"] == 1
+    assert data["kept"] == round(0.25 * data["total"]) and sum(data["B"]) == data["B_tot"]
+
+
+def test_bright_cells_are_exactly_the_kept_tokens(inspected):
+    backbone, clip, visual, compressed = inspected
+    image, layout = show.picture(clip, compressed, visual.grid, backbone.frames_per_group)
+    pixels = np.asarray(image, dtype=np.float64)
+    gh, gw = visual.grid
+    cell = int(layout.cell[0])
+    border = max(1, cell // 8) + 1
+    assignment = compressed.assignment.numpy().reshape(len(layout.tiles), gh, gw)
+    classes = show.token_classes(compressed.assignment.numpy(), compressed.index.numpy(),
+                                 compressed.selected.numpy(), gh * gw).reshape(assignment.shape)
+    seen = {0: 0, 1: 0, 2: 0, 3: 0}
+    for t, (x0, y0, x1, y1) in layout.tiles:
+        frame = clip.frames[t * backbone.frames_per_group]
+        original = np.asarray(Image.fromarray(frame).resize((x1 - x0, y1 - y0), Image.BICUBIC), dtype=np.float64)
+        for i in range(gh):
+            for j in range(gw):
+                ys, xs = slice(i * cell + border, (i + 1) * cell - border), slice(j * cell + border, (j + 1) * cell - border)
+                drawn = pixels[y0:y1, x0:x1][ys, xs]
+                source = original[ys, xs]
+                kind = classes[t, i, j]
+                seen[kind] += 1
+                if assignment[t, i, j] >= 0:  # kept or merged: the frame itself, untouched
+                    assert kind in (0, 1) and np.abs(drawn - source).max() <= 1
+                elif kind == 2:  # spatially pruned: dimmed
+                    assert np.abs(drawn - source * show.DIM).max() <= 1.5
+                else:  # temporally pruned: dimmed and tinted red
+                    expected = source * show.DIM * 0.6 + np.array([160.0, 20.0, 20.0]) * 0.4
+                    assert kind == 3 and np.abs(drawn - expected).max() <= 1.5
+    assert all(seen[k] > 0 for k in (0, 2)) and seen[1] + seen[3] > 0
+    assert seen[0] + seen[1] == int((compressed.assignment >= 0).sum())  # every tile is shown here
+
+
+def test_class_counts_match_the_compression(inspected):
+    _, _, visual, compressed = inspected
+    a = compressed.assignment.numpy()
+    classes = show.token_classes(a, compressed.index.numpy(), compressed.selected.numpy(),
+                                 visual.grid[0] * visual.grid[1])
+    assert int((classes <= 1).sum()) == int((a >= 0).sum())
+    assert int((classes == 2).sum()) == a.size - compressed.selected.numel()
+    assert int((classes == 3).sum()) == compressed.selected.numel() - int((a >= 0).sum())
+
+
+def test_budget_bars_sum_to_b_tot(inspected):
+    backbone, clip, visual, compressed = inspected
+    image, layout = show.picture(clip, compressed, visual.grid, backbone.frames_per_group)
+    pixels = np.asarray(image)
+    report = compressed.report
+    assert [b for _, b, _, _ in layout.bars] == report.B and sum(report.B) == report.B_tot
+    measured = 0.0
+    width = (image.width - 12) / len(report.B)
+    for p, value, top, bottom in layout.bars:
+        heights = []
+        for x in (int(6 + (p + 0.25) * width), int(6 + (p + 0.75) * width)):  # away from the W_t markers
+            column = pixels[layout.panel_top:bottom + 1, x].astype(int)
+            bar = np.all(np.abs(column - [90, 140, 230]) <= 2, axis=-1) | np.all(np.abs(column - [240, 150, 40]) <= 2,
+                                                                                 axis=-1)
+            rows = np.flatnonzero(bar)
+            heights.append(0 if rows.size == 0 else len(column) - rows[0])  # from the bar's top edge down
+        measured += max(heights) / layout.bar_unit
+    assert measured == pytest.approx(report.B_tot, abs=len(report.B) * 0.5 / layout.bar_unit + 1e-6)
+
+
+def test_long_runs_show_every_nth_group(tiny_qwen, tmp_path):
+    out = tmp_path / "long.png"
+    result = invoke("show", DATA / "bikes.mp4", "-o", out, "--model", tiny_qwen, "--fps", "2",
+                    "--max-tiles", "4", "--json")
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.stdout)
+    assert data["groups"] == 10 and data["every"] == 3 and data["tiles"] == 4
+
+
+def test_ask_show_writes_the_picture_of_that_run(tiny_qwen, tmp_path):
+    out = tmp_path / "ask.png"
+    result = invoke("ask", DATA / "yoga.mp4", "What happens?", "--model", tiny_qwen, "--frames", "8",
+                    "--max-new-tokens", "2", "--show", out, "--json")
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.stdout)
+    assert out.exists() and data["picture"]["path"] == str(out) and data["picture"]["tiles"] == 4
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["ask", DATA / "yoga.mp4", "q", "--method", "none", "--show", "x.png"], "needs --method ottvid"),
+        (["show", DATA / "yoga.mp4", "-o", DATA / "yoga.mp4"], "overwrite the input video"),
+        (["show", DATA / "yoga.mp4", "-o", "/nonexistent/folder/x.png"], "does not exist"),
+        (["show", DATA / "yoga.mp4", "--frames", "8", "--fps", "2"], "not both"),
+    ],
+)
+def test_bad_arguments(tiny_qwen, args, message):
+    result = invoke(*args, "--model", tiny_qwen)
+    assert result.exit_code == 2 and message in result.stderr
