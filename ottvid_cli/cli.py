@@ -190,7 +190,8 @@ def ask(
     video: str = typer.Argument(..., help="Video file."),
     question: str = typer.Argument(..., help="Question about the video."),
     ratio: float = typer.Option(0.1, "--ratio", "-r", help="Share of visual tokens kept, in (0, 1]."),
-    frames: int = typer.Option(32, "--frames", "-f", min=1, help="Frames sampled uniformly in time (made even)."),
+    frames: int = typer.Option(None, "--frames", "-f", min=1,
+                               help="Frames sampled uniformly in time [the model's: 32, LLaVA-Video 64]."),
     model: str = MODEL_OPTION,
     options: list[str] = typer.Option(None, "--options", "-o", help="A multiple-choice option, e.g. 'A. a dog'. Repeat."),
     method: str = typer.Option("ottvid", "--method", help="ottvid, or none for the uncompressed model."),
@@ -252,6 +253,9 @@ def ground(
     _check_picture(show_path, video, method)
     _preflight(video)
     backbone = _load(model or DEFAULT_MODEL, device, dtype, attention, max_pixels)
+    if not getattr(backbone, "grounds", False):
+        _fail(f"ground needs a Qwen2.5-VL model: {backbone.name} is not trained to give time spans "
+              f"(the paper evaluates grounding on Qwen2.5-VL only)")
     _execute(lambda step: pipeline.ground(backbone, video, query, fps=fps, max_frames=max_frames, ratio=ratio,
                                           method=method, max_new_tokens=max_new_tokens, on_step=step), as_json,
              picture=show_path)
@@ -295,7 +299,6 @@ def profile(
         _fail("the prompt is empty")
     if video is not None:
         _preflight(video)
-        decode = (lambda: sample_fps(video, fps)) if fps is not None else (lambda: sample_frames(video, frames or 32))
     else:
         try:
             width, height = (int(v) for v in size.lower().split("x"))
@@ -303,13 +306,17 @@ def profile(
             _fail(f"--size must look like 640x360, got {size!r}")
         if seconds <= 0 or width < 28 or height < 28:
             _fail("the synthetic clip needs --seconds > 0 and a --size of at least 28x28")
+    backbone = _load(model or DEFAULT_MODEL, device, dtype, attention, max_pixels)
+    count = frames or backbone.default_frames
+    if video is not None:
+        decode = (lambda: sample_fps(video, fps)) if fps is not None else (lambda: sample_frames(video, count))
+    else:
         decode = lambda: prof.synthetic_video(seconds, width=width, height=height,  # noqa: E731
-                                              frames=None if fps else (frames or 32), sample_fps=fps)
+                                              frames=None if fps else count, sample_fps=fps)
     try:
         clip = decode()
     except VideoError as exc:
         _fail(str(exc))
-    backbone = _load(model or DEFAULT_MODEL, device, dtype, attention, max_pixels)
     _execute(lambda step: prof.profile(backbone, clip, prompt, ratios, repeats=repeats, warmup=warmup,
                                        decode=decode, on_step=step), as_json, render="profile")
 

@@ -57,3 +57,18 @@ def vision_flops(vision_config, grid_thw: Sequence[int], window_lengths: Sequenc
     merged = s // unit
     merger = 2 * merged * (unit * c) ** 2 + 2 * merged * unit * c * vision_config.out_hidden_size
     return float(2 * s * patch * c + blocks + merger)
+
+
+def siglip_video_flops(vision_config, frames: int, text_hidden: int, feature_layers: int = 1) -> float:
+    """FLOPs of LLaVA-OneVision's SigLIP tower and projector on `frames` frames.
+
+    Per frame, S = (image/patch)^2 patches of width C, MLP width I: patch embedding 2*S*(3*p*p)*C;
+    per layer q/k/v/o 4*2*S*C*C, attention 2*2*C*S^2, MLP 2*2*S*C*I; projector 2*S*(C*layers)*H +
+    2*S*H*H (H the LLM width). The 2x2 bilinear pooling has no matrix products.
+    """
+    s = (vision_config.image_size // vision_config.patch_size) ** 2
+    c, inner = vision_config.hidden_size, vision_config.intermediate_size
+    embed = 2 * s * vision_config.num_channels * vision_config.patch_size ** 2 * c
+    layer = 4 * 2 * s * c * c + 2 * 2 * c * s * s + 2 * 2 * s * c * inner
+    projector = 2 * s * c * feature_layers * text_hidden + 2 * s * text_hidden * text_hidden
+    return float(frames * (embed + vision_config.num_hidden_layers * layer + projector))

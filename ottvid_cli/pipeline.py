@@ -52,12 +52,14 @@ class RunResult:
         }
 
 
-def ask(backbone, video: str | Path, question: str, options: list[str] | None = None, frames: int = 32,
+def ask(backbone, video: str | Path, question: str, options: list[str] | None = None, frames: int | None = None,
         ratio: float = 0.1, method: str = "ottvid", config: OTTVidConfig | None = None,
         max_new_tokens: int = 64, on_step: Callable[[str], None] | None = None) -> RunResult:
-    """Answer a question about a video (with multiple-choice options if given)."""
+    """Answer a question about a video (with multiple-choice options if given); `frames` defaults to
+    the model's own (32; 64 for LLaVA-Video)."""
     prompt = qa.build_prompt(question, options)
-    result = _run(backbone, lambda: sample_frames(video, frames), prompt, "ask", method,
+    count = frames or backbone.default_frames
+    result = _run(backbone, lambda: sample_frames(video, count), prompt, "ask", method,
                   _config(ratio, config), max_new_tokens, on_step)
     result.letter = qa.parse_letter(result.answer, options) if options else None
     return result
@@ -138,13 +140,13 @@ def _run(backbone, sample: Callable[[], Video], prompt: str, task: str, method: 
                      clip=clip, grid=visual.grid)
 
 
-def inspect(backbone, video: str | Path, frames: int | None = 32, fps: float | None = None,
+def inspect(backbone, video: str | Path, frames: int | None = None, fps: float | None = None,
             max_frames: int | None = None, ratio: float = 0.1, config: OTTVidConfig | None = None,
             on_step: Callable[[str], None] | None = None) -> tuple[Video, Any, Compressed]:
     """Decode, encode and compress without generating: (clip, visual tokens, compression result)."""
     step = on_step or (lambda name: None)
     step("decode")
-    clip = sample_fps(video, fps, max_frames) if fps is not None else sample_frames(video, frames or 32)
+    clip = sample_fps(video, fps, max_frames) if fps is not None else sample_frames(video, frames or backbone.default_frames)
     step("preprocess")
     inputs = backbone.preprocess(clip.frames, clip.timestamps, clip.duration, "Describe the video.")
     step("vision")

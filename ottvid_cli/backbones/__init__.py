@@ -27,17 +27,19 @@ def load_backbone(model_id: str, device: str = "auto", dtype: str = "auto", atte
             raise ModelError(f"{model_id} is not a loadable checkpoint folder ({reason[:160]})") from None
         raise ModelError(missing_weights_message(model_id)) from None
     if config.model_type == "qwen2_5_vl":
-        from .qwen2_5_vl import DEFAULT_MAX_PIXELS, Qwen25VL
-
-        try:
-            return Qwen25VL.load(model_id, device=device, dtype=dtype, attention=attention,
-                                 max_pixels=max_pixels or DEFAULT_MAX_PIXELS)
-        except OSError as exc:
-            if not is_local(model_id):
-                raise ModelError(missing_weights_message(model_id)) from None
-            reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-            raise ModelError(f"cannot load {model_id}: {reason[:200]}") from None
-    raise ModelError(f"unsupported model type {config.model_type!r} in {model_id} (supported: qwen2_5_vl)")
+        from .qwen2_5_vl import Qwen25VL as adapter
+    elif config.model_type == "llava_onevision":
+        from .llava_onevision import LlavaOneVision as adapter
+    else:
+        raise ModelError(f"unsupported model type {config.model_type!r} in {model_id} "
+                         f"(supported: qwen2_5_vl, llava_onevision)")
+    try:
+        return adapter.load(model_id, device=device, dtype=dtype, attention=attention, max_pixels=max_pixels)
+    except OSError as exc:
+        if not is_local(model_id):
+            raise ModelError(missing_weights_message(model_id)) from None
+        reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise ModelError(f"cannot load {model_id}: {reason[:200]}") from None
 
 
 __all__ = ["Backbone", "DEFAULT_MODEL", "Generated", "ModelError", "VisualTokens", "load_backbone"]

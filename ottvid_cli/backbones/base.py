@@ -46,14 +46,20 @@ class Backbone(Protocol):
     """A Video-LLM adapter: preprocess frames, encode them to visual tokens, generate with a subset kept."""
 
     name: str
-    frames_per_group: int
+    device: torch.device
+    frames_per_group: int  # frames encoded together into one temporal group
+    default_frames: int  # frames `ask` samples by default
+    grounds: bool  # whether the model is trained to answer with time spans
 
     def preprocess(self, frames, timestamps: list[float], duration: float, prompt: str) -> Any: ...
 
-    def encode(self, inputs: Any, saliency: bool = True) -> VisualTokens: ...
+    def encode(self, inputs: Any, saliency: bool = True, watch: Any = None) -> VisualTokens: ...
 
-    def generate(self, inputs: Any, visual: VisualTokens, features: torch.Tensor, kept: torch.Tensor,
-                 max_new_tokens: int) -> Generated: ...
+    def generate(self, inputs: Any, features: torch.Tensor, kept: torch.Tensor, max_new_tokens: int) -> Generated: ...
+
+    def prefill(self, inputs: Any, features: torch.Tensor, kept: torch.Tensor) -> int: ...
+
+    def flops(self, inputs: Any, llm_tokens: int) -> tuple[float, float]: ...
 
 
 def resolve_device(device: str = "auto") -> torch.device:

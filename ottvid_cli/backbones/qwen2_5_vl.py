@@ -27,6 +27,8 @@ class Qwen25VL:
     """Adapter for Qwen2_5_VLForConditionalGeneration and its processor."""
 
     frames_per_group = 2  # temporal_patch_size
+    default_frames = 32
+    grounds = True
 
     def __init__(self, model, processor, name: str, max_pixels: int = DEFAULT_MAX_PIXELS):
         self.model = model
@@ -42,7 +44,7 @@ class Qwen25VL:
 
     @classmethod
     def load(cls, model_id: str, device: str = "auto", dtype: str = "auto", attention: str = "auto",
-             max_pixels: int = DEFAULT_MAX_PIXELS) -> "Qwen25VL":
+             max_pixels: int | None = None) -> "Qwen25VL":
         from transformers import AutoProcessor, Qwen2_5_VLForConditionalGeneration
 
         dev = resolve_device(device)
@@ -51,7 +53,7 @@ class Qwen25VL:
             model_id, dtype=torch_dtype, attn_implementation=attention_implementation(attention)
         ).to(dev).eval()
         processor = AutoProcessor.from_pretrained(model_id)
-        return cls(model, processor, name=model_id, max_pixels=max_pixels)
+        return cls(model, processor, name=model_id, max_pixels=max_pixels or DEFAULT_MAX_PIXELS)
 
     # ----------------------------------------------------------------------------------------
     # preprocessing
