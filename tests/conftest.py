@@ -17,3 +17,11 @@ def tiny_qwen(tmp_path_factory: pytest.TempPathFactory) -> pathlib.Path:
     from tiny_models import build_tiny_qwen2_5_vl
 
     return build_tiny_qwen2_5_vl(tmp_path_factory.mktemp("tiny-qwen2.5-vl"))
+
+
+@pytest.fixture(scope="session")
+def tiny_llava_ov(tmp_path_factory: pytest.TempPathFactory) -> pathlib.Path:
+    """Folder holding a tiny random LLaVA-OneVision checkpoint (model, tokenizer, processor), built once per session."""
+    from tiny_models import build_tiny_llava_onevision
+
+    return build_tiny_llava_onevision(tmp_path_factory.mktemp("tiny-llava-onevision"))

@@ -140,14 +140,20 @@ def _train_bpe(vocab_size: int = 512) -> tuple[dict[str, int], list[tuple[str, s
     return vocab, merges
 
 
-def _build_tokenizer():
+def _build_qwen2_tokenizer(
+    added_tokens: list[tuple[str, bool]],
+    chat_template: str,
+    extra_special_tokens: list[str],
+):
+    """Byte-level BPE ``Qwen2Tokenizer`` with ``added_tokens`` (token, special) given the ids right
+    after the tiny trained vocabulary, in order; eos ``<|im_end|>``, pad ``<|endoftext|>``."""
     from tokenizers import AddedToken
     from transformers import Qwen2Tokenizer
 
     vocab, merges = _train_bpe()
     base = len(vocab)
     assert sorted(vocab.values()) == list(range(base))
-    for i, (token, _special) in enumerate(_QWEN_ADDED_TOKENS):
+    for i, (token, _special) in enumerate(added_tokens):
         vocab[token] = base + i
 
     tokenizer = Qwen2Tokenizer(
@@ -155,24 +161,33 @@ def _build_tokenizer():
         merges=merges,
         unk_token=None,
         bos_token=None,
-        eos_token="<|im_end|>",  # as in Qwen2.5-VL-*-Instruct's tokenizer_config.json
+        eos_token="<|im_end|>",  # as in the Qwen2.5-VL / LLaVA-OneVision tokenizer_config.json
         pad_token="<|endoftext|>",
         add_prefix_space=False,
         errors="replace",
         clean_up_tokenization_spaces=False,
         split_special_tokens=False,
         model_max_length=131072,
-        extra_special_tokens=[t for t, special in _QWEN_ADDED_TOKENS if special and t != "<|endoftext|>"],
+        extra_special_tokens=extra_special_tokens,
     )
-    # Register every Qwen added token (already in the vocab, so ids are unchanged).
-    tokenizer.add_tokens([AddedToken(t, special=s, normalized=False) for t, s in _QWEN_ADDED_TOKENS])
-    tokenizer.chat_template = QWEN2_5_VL_CHAT_TEMPLATE
+    # Register every added token (already in the vocab, so ids are unchanged).
+    tokenizer.add_tokens([AddedToken(t, special=s, normalized=False) for t, s in added_tokens])
+    tokenizer.chat_template = chat_template
 
-    for i, (token, _special) in enumerate(_QWEN_ADDED_TOKENS):
+    for i, (token, _special) in enumerate(added_tokens):
         got = tokenizer.convert_tokens_to_ids(token)
         if got != base + i:
             raise RuntimeError(f"special token {token!r} got id {got}, expected {base + i}")
     return tokenizer
+
+
+def _build_tokenizer():
+    """The Qwen2.5-VL tokenizer (all of Qwen2.5's added tokens, Qwen2.5-VL chat template)."""
+    return _build_qwen2_tokenizer(
+        _QWEN_ADDED_TOKENS,
+        QWEN2_5_VL_CHAT_TEMPLATE,
+        extra_special_tokens=[t for t, special in _QWEN_ADDED_TOKENS if special and t != "<|endoftext|>"],
+    )
 
 
 def build_tiny_qwen2_5_vl(
@@ -292,4 +307,196 @@ def build_tiny_qwen2_5_vl(
     return path
 
 
-__all__ = ["build_tiny_qwen2_5_vl", "QWEN2_5_VL_CHAT_TEMPLATE", "MIN_PIXELS", "MAX_PIXELS"]
+# --------------------------------------------------------------------------------------------
+# LLaVA-OneVision (llava-hf/llava-onevision-qwen2-*-ov-hf layout)
+# --------------------------------------------------------------------------------------------
+
+# Added tokens of llava-hf/llava-onevision-qwen2-7b-ov-hf, in their real order (real ids
+# 151643..151647): Qwen2's three plus the LLaVA image / video placeholders. (token, special)
+_LLAVA_OV_ADDED_TOKENS: list[tuple[str, bool]] = [
+    ("<|endoftext|>", True),
+    ("<|im_start|>", True),
+    ("<|im_end|>", True),
+    ("<image>", True),
+    ("<video>", True),
+]
+
+# Chat template of llava-hf/llava-onevision-qwen2-*-ov-hf (chat_template.json): the role is
+# followed by a space (not a newline), then all images, then all videos of the message, then
+# each text item prefixed by a newline; no default system prompt; content must be a list.
+LLAVA_ONEVISION_CHAT_TEMPLATE = (
+    "{% for message in messages %}"
+    "{{'<|im_start|>' + message['role'] + ' '}}"
+    "{# Render all images first #}"
+    "{% for content in message['content'] | selectattr('type', 'equalto', 'image') %}{{ '<image>' }}{% endfor %}"
+    "{# Render all video then #}"
+    "{% for content in message['content'] | selectattr('type', 'equalto', 'video') %}{{ '<video>' }}{% endfor %}"
+    "{# Render all text next #}"
+    "{% if message['role'] != 'assistant' %}"
+    "{% for content in message['content'] | selectattr('type', 'equalto', 'text') %}"
+    "{{ '\n' + content['text'] }}"
+    "{% endfor %}"
+    "{% else %}"
+    "{% for content in message['content'] | selectattr('type', 'equalto', 'text') %}"
+    "{% generation %}{{ '\n' + content['text'] }}{% endgeneration %}"
+    "{% endfor %}"
+    "{% endif %}"
+    "{{'<|im_end|>\n'}}"
+    "{% endfor %}"
+    "{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}"
+)
+
+# The real config lists 36 pinpoints (384..2304 squared grid); a 2x2 subset keeps anyres images cheap.
+LLAVA_OV_GRID_PINPOINTS = [[384, 384], [384, 768], [768, 384], [768, 768]]
+# SigLIP-so400m-patch14-384 geometry: 384 / 14 -> 27 x 27 = 729 patches a frame (no CLS token),
+# bilinearly pooled by the model to ceil(27 / 2)^2 = 14 x 14 = 196 tokens a video frame.
+LLAVA_OV_IMAGE_SIZE = 384
+LLAVA_OV_PATCH_SIZE = 14
+LLAVA_OV_NUM_IMAGE_TOKENS = (LLAVA_OV_IMAGE_SIZE // LLAVA_OV_PATCH_SIZE) ** 2  # 729
+LLAVA_OV_TOKENS_PER_FRAME = ((LLAVA_OV_IMAGE_SIZE // LLAVA_OV_PATCH_SIZE + 1) // 2) ** 2  # 196
+_SIGLIP_MEAN_STD = [0.5, 0.5, 0.5]
+
+
+def _build_llava_ov_tokenizer():
+    return _build_qwen2_tokenizer(
+        _LLAVA_OV_ADDED_TOKENS,
+        LLAVA_ONEVISION_CHAT_TEMPLATE,
+        extra_special_tokens=["<|im_start|>", "<|im_end|>", "<image>", "<video>"],
+    )
+
+
+def build_tiny_llava_onevision(
+    path: pathlib.Path,
+    vision: dict | None = None,
+    text: dict | None = None,
+) -> pathlib.Path:
+    """Write a tiny random LLaVA-OneVision checkpoint (model, tokenizer, processor) into ``path``.
+
+    Loads like ``llava-hf/llava-onevision-qwen2-7b-ov-hf``::
+
+        model = transformers.LlavaOnevisionForConditionalGeneration.from_pretrained(path)
+        processor = transformers.AutoProcessor.from_pretrained(path)
+
+    The SigLIP tower keeps the real geometry (384 px, patch 14: 729 patches a frame, 196 pooled
+    tokens a video frame, one newline token per video) with tiny widths; the Qwen2 LM is tiny.
+    Deterministic (seeded) and float32. ``vision`` / ``text`` override entries of the vision and
+    text configs. Returns ``path``.
+    """
+    import torch
+    from transformers import (
+        GenerationConfig,
+        LlavaOnevisionConfig,
+        LlavaOnevisionForConditionalGeneration,
+        LlavaOnevisionImageProcessor,
+        LlavaOnevisionProcessor,
+        LlavaOnevisionVideoProcessor,
+    )
+
+    path = pathlib.Path(path)
+    path.mkdir(parents=True, exist_ok=True)
+
+    tokenizer = _build_llava_ov_tokenizer()
+    tid = tokenizer.convert_tokens_to_ids
+    endoftext_id = tid("<|endoftext|>")
+    im_end_id = tid("<|im_end|>")
+
+    config = LlavaOnevisionConfig(
+        vision_config={
+            "model_type": "siglip_vision_model",
+            "image_size": LLAVA_OV_IMAGE_SIZE,
+            "patch_size": LLAVA_OV_PATCH_SIZE,
+            "num_channels": 3,
+            "hidden_size": 32,
+            "intermediate_size": 64,
+            "num_hidden_layers": 2,
+            "num_attention_heads": 2,
+            "hidden_act": "gelu_pytorch_tanh",
+            "layer_norm_eps": 1e-6,
+            "attention_dropout": 0.0,
+            "vision_use_head": False,
+            **(vision or {}),
+        },
+        text_config={
+            "model_type": "qwen2",
+            "vocab_size": len(tokenizer),
+            "hidden_size": 64,
+            "intermediate_size": 128,
+            "num_hidden_layers": 2,
+            "num_attention_heads": 4,
+            "num_key_value_heads": 2,
+            "hidden_act": "silu",
+            "max_position_embeddings": 32768,
+            "rms_norm_eps": 1e-6,
+            "use_cache": True,
+            "use_sliding_window": False,
+            "max_window_layers": 2,
+            "attention_dropout": 0.0,
+            "initializer_range": 0.02,
+            "rope_parameters": {"rope_type": "default", "rope_theta": 1000000.0},
+            "tie_word_embeddings": False,
+            "bos_token_id": endoftext_id,
+            "eos_token_id": im_end_id,
+            "pad_token_id": endoftext_id,
+            **(text or {}),
+        },
+        image_token_index=tid("<image>"),
+        video_token_index=tid("<video>"),
+        projector_hidden_act="gelu",
+        vision_feature_select_strategy="full",
+        vision_feature_layer=-1,
+        vision_aspect_ratio="anyres_max_9",
+        image_grid_pinpoints=LLAVA_OV_GRID_PINPOINTS,
+        multimodal_projector_bias=True,
+        tie_word_embeddings=False,
+    )
+
+    torch.manual_seed(0)
+    model = LlavaOnevisionForConditionalGeneration(config).to(torch.float32).eval()
+    model.generation_config = GenerationConfig(
+        bos_token_id=endoftext_id,
+        eos_token_id=[im_end_id, endoftext_id],
+        pad_token_id=endoftext_id,
+        do_sample=False,
+    )
+    model.save_pretrained(path)  # safetensors
+    model.generation_config.save_pretrained(path)
+
+    vcfg = config.vision_config
+    size = {"height": vcfg.image_size, "width": vcfg.image_size}
+    image_processor = LlavaOnevisionImageProcessor(
+        size=size,
+        image_mean=_SIGLIP_MEAN_STD,
+        image_std=_SIGLIP_MEAN_STD,
+        resample=3,  # bicubic
+        do_pad=True,
+        image_grid_pinpoints=LLAVA_OV_GRID_PINPOINTS,
+    )
+    video_processor = LlavaOnevisionVideoProcessor(
+        size=size,
+        image_mean=_SIGLIP_MEAN_STD,
+        image_std=_SIGLIP_MEAN_STD,
+        resample=3,
+    )
+    processor = LlavaOnevisionProcessor(
+        image_processor=image_processor,
+        tokenizer=tokenizer,
+        video_processor=video_processor,
+        chat_template=LLAVA_ONEVISION_CHAT_TEMPLATE,
+        num_image_tokens=(vcfg.image_size // vcfg.patch_size) ** 2,
+        vision_feature_select_strategy="full",
+        image_token="<image>",
+        video_token="<video>",
+        vision_aspect_ratio="anyres_max_9",
+    )
+    processor.save_pretrained(path)
+    return path
+
+
+__all__ = [
+    "build_tiny_qwen2_5_vl",
+    "build_tiny_llava_onevision",
+    "QWEN2_5_VL_CHAT_TEMPLATE",
+    "LLAVA_ONEVISION_CHAT_TEMPLATE",
+    "MIN_PIXELS",
+    "MAX_PIXELS",
+]

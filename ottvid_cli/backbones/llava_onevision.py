@@ -68,7 +68,7 @@ class LlavaOneVision:
         capture: dict[str, torch.Tensor] = {}
         handles = []
         if saliency:
-            attn = self.model.model.vision_tower.vision_model.encoder.layers[-1].self_attn
+            attn = self.last_vision_attention()
             handles = [attn.q_proj.register_forward_hook(lambda m, a, out: capture.__setitem__("q", out)),
                        attn.k_proj.register_forward_hook(lambda m, a, out: capture.__setitem__("k", out))]
         try:
@@ -86,10 +86,16 @@ class LlavaOneVision:
                 sal = self._saliency(capture, frames)
         return VisualTokens(features=tokens, saliency=sal, grid=self.grid)
 
+    def last_vision_attention(self):
+        """The self-attention module of SigLIP's last encoder layer (the one whose output is used)."""
+        tower = self.model.model.vision_tower
+        tower = getattr(tower, "vision_model", tower)
+        return tower.encoder.layers[-1].self_attn
+
     def _saliency(self, capture: dict[str, torch.Tensor], frames: int) -> torch.Tensor:
         """Attention each patch receives in SigLIP's last layer (mean over heads and queries, per
         frame, in query chunks), pooled onto the 14 x 14 grid with the model's own bilinear pooling."""
-        attn = self.model.model.vision_tower.vision_model.encoder.layers[-1].self_attn
+        attn = self.last_vision_attention()
         q, k = capture["q"], capture["k"]  # (T, S, C)
         t, s, _ = q.shape
         heads = attn.num_heads
