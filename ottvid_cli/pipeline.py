@@ -118,12 +118,14 @@ def _run(backbone, sample: Callable[[], Video], prompt: str, task: str, method: 
     timings["generate"] = generated.generate_ms
     report = compressed.report.to_dict() if compressed is not None else None
     groups, per_group = visual.features.shape[:2]
+    newlines = backbone.newline_tokens(groups)
     tokens = {
         "visual_before": visual.count,
         "after_spatial": groups * report["K"] if report else visual.count,
         "visual_after": int(kept.numel()),
         "llm_input": generated.llm_input_tokens,
-        "text": generated.llm_input_tokens - int(kept.numel()),
+        "text": generated.llm_input_tokens - int(kept.numel()) - newlines,
+        "newline": newlines,
         "groups": groups, "per_group": per_group, "grid": list(visual.grid),
         "merges": sum(report["merges"]) if report else 0,
         "prunes": sum(report["prunes"]) if report else 0,

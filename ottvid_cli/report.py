@@ -62,8 +62,9 @@ def render_run(result: dict[str, Any], console: Console) -> None:
                       f"K={c['K']} per group")
         table.add_row("temporal merge / prune", f"{tokens['visual_after']:,}", f"{tokens['visual_after'] / before:.1%}",
                       f"{tokens['merges']} merged, {tokens['prunes']} pruned over {max(c['T'] - 1, 0)} pairs")
+    newline = f" + {tokens['newline']:,} newline" if tokens.get("newline") else ""
     table.add_row("into the LLM", f"{tokens['llm_input']:,}", "",
-                  f"{tokens['visual_after']:,} visual + {tokens['text']:,} text")
+                  f"{tokens['visual_after']:,} visual + {tokens['text']:,} text{newline}")
     console.print(table)
 
     timings = Table(title=f"time (ms) on {result['device']}")

@@ -94,7 +94,8 @@ def test_cli_ask_profile_show(tiny_llava_ov, tmp_path):
     data = json.loads(result.stdout)
     assert data["tokens"]["per_group"] == 196 and data["tokens"]["groups"] == 8
     assert data["tokens"]["visual_after"] == round(0.1 * 8 * 196)
-    assert data["tokens"]["llm_input"] == data["tokens"]["text"] + data["tokens"]["visual_after"]
+    assert data["tokens"]["newline"] == 1  # one newline after the video
+    assert data["tokens"]["llm_input"] == data["tokens"]["text"] + data["tokens"]["visual_after"] + 1
     prof = runner.invoke(app, ["profile", str(DATA / "yoga.mp4"), "--model", str(tiny_llava_ov), "--frames", "4",
                                "--repeats", "1", "--warmup", "0", "--json"])
     assert prof.exit_code == 0, prof.output

@@ -55,6 +55,10 @@ class Qwen25VL:
         processor = AutoProcessor.from_pretrained(model_id)
         return cls(model, processor, name=model_id, max_pixels=max_pixels or DEFAULT_MAX_PIXELS)
 
+    def newline_tokens(self, groups: int) -> int:
+        """Qwen2.5-VL puts no separator tokens among the visual tokens."""
+        return 0
+
     # ----------------------------------------------------------------------------------------
     # preprocessing
 
