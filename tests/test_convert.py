@@ -161,3 +161,12 @@ def test_conversion_errors(tmp_path, llava_next):
     assert result.exit_code == 2 and "not empty" in result.stderr and (busy / "keep.txt").read_text() == "mine"
     result = runner.invoke(app, ["convert", "llava-video", str(src), str(tmp_path / "new")])
     assert result.exit_code == 2 and "--vision-heads" in result.stderr
+
+
+def test_cli_profile_on_the_converted_model(converted):
+    result = runner.invoke(app, ["profile", str(DATA / "yoga.mp4"), "--model", str(converted), "--frames", "2",
+                                 "--repeats", "1", "--warmup", "0", "--json"])
+    assert result.exit_code == 0, result.output
+    rows = json.loads(result.stdout)["rows"]
+    assert rows[0]["visual_tokens"] == 2 * 169 and rows[1]["visual_tokens"] == round(0.1 * 2 * 169)
+    assert rows[0]["llm_input_tokens"] - rows[1]["llm_input_tokens"] == 2 * 169 - round(0.1 * 2 * 169)
