@@ -170,3 +170,9 @@ def test_cli_profile_on_the_converted_model(converted):
     rows = json.loads(result.stdout)["rows"]
     assert rows[0]["visual_tokens"] == 2 * 169 and rows[1]["visual_tokens"] == round(0.1 * 2 * 169)
     assert rows[0]["llm_input_tokens"] - rows[1]["llm_input_tokens"] == 2 * 169 - round(0.1 * 2 * 169)
+
+
+def test_unconverted_folder_is_refused_with_advice(llava_next):
+    src, _ = llava_next
+    result = runner.invoke(app, ["ask", str(DATA / "yoga.mp4"), "q", "--model", str(src)])
+    assert result.exit_code == 1 and "ottvid convert llava-video" in result.stderr

@@ -19,6 +19,7 @@ def load_backbone(model_id: str, device: str = "auto", dtype: str = "auto", atte
     from transformers import AutoConfig
 
     model_id = os.path.expanduser(model_id)
+    _refuse_llava_next(model_id)
     try:
         config = AutoConfig.from_pretrained(model_id)
     except (OSError, ValueError) as exc:
@@ -40,6 +41,23 @@ def load_backbone(model_id: str, device: str = "auto", dtype: str = "auto", atte
             raise ModelError(missing_weights_message(model_id)) from None
         reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise ModelError(f"cannot load {model_id}: {reason[:200]}") from None
+
+
+def _refuse_llava_next(model_id: str) -> None:
+    """A LLaVA-NeXT (LlavaQwenForCausalLM) folder needs converting first; say so plainly."""
+    import json
+    import os
+
+    path = os.path.join(model_id, "config.json")
+    if not os.path.isfile(path):
+        return
+    try:
+        architectures = json.loads(open(path).read()).get("architectures") or []
+    except (OSError, ValueError):
+        return
+    if "LlavaQwenForCausalLM" in architectures:
+        raise ModelError(f"{model_id} is a LLaVA-NeXT checkpoint, which transformers cannot load: convert it once "
+                         f"with `ottvid convert llava-video {model_id} DST` and pass --model DST")
 
 
 __all__ = ["Backbone", "DEFAULT_MODEL", "Generated", "ModelError", "VisualTokens", "load_backbone"]

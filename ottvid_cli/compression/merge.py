@@ -90,6 +90,5 @@ def average_components(features: torch.Tensor, collapse_: Collapse) -> torch.Ten
     members = node[(collapse_.row >= 0) & ~root_node]
     if members.numel():
         out.index_add_(0, collapse_.row[members], features[members].float())
-        grouped = collapse_.count > 1
-        out[grouped] /= collapse_.count[grouped].unsqueeze(-1).float()
+        out.div_(collapse_.count.unsqueeze(-1).to(out.dtype))  # x / 1 == x: singletons stay exact
     return out
