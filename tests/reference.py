@@ -118,7 +118,7 @@ def execute(plans, costs, budgets, tau_c, groups: int, k: int):
             i_star = col.index(best)
             cand.append((best, j, i_star))
         cand.sort(key=lambda e: (-e[0], e[1]))
-        for best, j, i_star in cand[: budgets[t]]:
+        for _best, j, i_star in cand[: budgets[t]]:
             if c[i_star][j] < tau_c:
                 parent[(t + 1, j)] = (t, i_star)
             else:

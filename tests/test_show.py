@@ -88,7 +88,7 @@ def test_budget_bars_sum_to_b_tot(inspected):
     assert [b for _, b, _, _ in layout.bars] == report.B and sum(report.B) == report.B_tot
     measured = 0.0
     width = (image.width - 12) / len(report.B)
-    for p, value, top, bottom in layout.bars:
+    for p, _value, _top, bottom in layout.bars:
         heights = []
         for x in (int(6 + (p + 0.25) * width), int(6 + (p + 0.75) * width)):  # away from the W_t markers
             column = pixels[layout.panel_top:bottom + 1, x].astype(int)
