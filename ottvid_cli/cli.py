@@ -7,7 +7,6 @@ import os
 
 import typer
 from rich.console import Console
-from rich.table import Table
 
 from . import __version__
 
@@ -63,15 +62,9 @@ def counts(
     if as_json:
         typer.echo(json.dumps(data))
         return
-    table = Table(title=f"OTT-Vid token counts at ratio {ratio:g} (gamma {gamma:g})")
-    table.add_column("stage")
-    table.add_column("tokens", justify="right")
-    table.add_column("", justify="left")
-    table.add_row("input", str(data["input"]), f"T={groups} groups x N={tokens}")
-    table.add_row("spatial selection", str(spatial), f"K={c.K} per group (r_s={c.r_s:.3f})")
-    table.add_row("temporal merge/prune", f"-{c.B_tot}", f"B_tot over {max(groups - 1, 0)} pairs (r_t={c.r_t:.3f})")
-    table.add_row("output", str(data["output"]), f"{data['output'] / data['input']:.1%} of the input")
-    out.print(table)
+    from .report import render_counts
+
+    render_counts(data, ratio, gamma, out)
 
 
 def _check_ratio(ratio: float) -> None:

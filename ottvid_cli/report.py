@@ -113,3 +113,17 @@ def render_profile(data: dict[str, Any], console: Console) -> None:
     console.print(f"[dim]times in ms: median, then min-max of {data['repeats']} runs after {data['warmup']} "
                   f"warm-up; TTFT = vision + saliency + compression + prefill; memory: {rows[0]['memory_kind']}; "
                   f"TFLOPs from the model config (docs/profile.md)[/]")
+
+
+def render_counts(data: dict[str, Any], ratio: float, gamma: float, console: Console) -> None:
+    """`ottvid counts`: the tokens each stage keeps."""
+    table = Table(title=f"OTT-Vid token counts at ratio {ratio:g} (gamma {gamma:g})")
+    table.add_column("stage")
+    table.add_column("tokens", justify="right")
+    table.add_column("", justify="left")
+    table.add_row("input", str(data["input"]), f"T={data['T']} groups x N={data['N']}")
+    table.add_row("spatial selection", str(data["after_spatial"]), f"K={data['K']} per group (r_s={data['r_s']:.3f})")
+    table.add_row("temporal merge/prune", f"-{data['B_tot']}",
+                  f"B_tot over {max(data['T'] - 1, 0)} pairs (r_t={data['r_t']:.3f})")
+    table.add_row("output", str(data["output"]), f"{data['output'] / data['input']:.1%} of the input")
+    console.print(table)
