@@ -114,3 +114,16 @@ def test_finite_and_marginals(p, k, scale, eps, seed):
     torch.testing.assert_close(plan.sum(-1), a, atol=1e-5, rtol=rtol)
     if n < 200:
         torch.testing.assert_close(plan.sum(-2), b, atol=2e-5, rtol=rtol)
+
+
+@pytest.mark.parametrize("tol", [1e-30, 1e-3])
+@pytest.mark.parametrize("absorb", [False, True])
+def test_checking_every_10_iterations_gives_the_same_result(tol, absorb):
+    """The GPU schedule (host checks every 10 iterations, converged state frozen on the device)."""
+    a, b, c = problem(9, p=5, k=10)
+    every_one = sinkhorn_log(a, b, c, eps=0.1, max_iter=57, tol=tol, absorb=absorb, check_every=1)
+    every_ten = sinkhorn_log(a, b, c, eps=0.1, max_iter=57, tol=tol, absorb=absorb, check_every=10)
+    assert every_one[1] == every_ten[1]
+    if tol == 1e-3:
+        assert every_one[1] < 57 and every_one[1] % 10 != 0  # converged between two host checks
+    assert torch.equal(every_one[0], every_ten[0]) and torch.equal(every_one[2], every_ten[2])
