@@ -6,7 +6,7 @@
 Each shape/ratio runs in a fresh subprocess so that peak memory is its own: on CPU the growth of
 the process's peak RSS over its RSS before the call, on CUDA torch.cuda.max_memory_allocated
 minus the memory held before the call. Times are the median (min, max) of --repeats runs after
-one warm-up run. Inputs are video-like tokens (benchmarks/synthetic.py): with random Gaussian
+three warm-up runs. Inputs are video-like tokens (benchmarks/synthetic.py): with random Gaussian
 features Sinkhorn would converge in a few iterations, which real video tokens do not.
 """
 
@@ -61,6 +61,8 @@ def run_one(shape: str, ratio: float, repeats: int, device: str) -> dict:
         compress(features, saliency, grid, config)  # also the warm-up
         peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024 - before
         kind = "peak RSS growth"
+    for _ in range(2):  # more warm-up: the allocator settles after a few calls
+        compress(features, saliency, grid, config)
     reports, walls = [], []
     for _ in range(repeats):
         start = time.perf_counter()

@@ -69,7 +69,8 @@ def test_absorbed_and_direct_agree(scale):
     p1, n1, e1 = sinkhorn_log(a, b, c, absorb=True)
     p2, n2, e2 = sinkhorn_log(a, b, c, absorb=False)
     assert n1 == n2
-    torch.testing.assert_close(p1, p2, atol=1e-6, rtol=1e-4)
+    # float32 exponents of size C/eps carry a relative error of about C/eps * 1e-7
+    torch.testing.assert_close(p1, p2, atol=1e-6, rtol=max(1e-4, 2e-7 * float(c.max()) / 0.01))
     torch.testing.assert_close(e1, e2, atol=1e-6, rtol=1e-3)
 
 

@@ -10,7 +10,7 @@ from ..timing import Stopwatch
 from .budget import allocate_budget_rounds, uniform_budget
 from .config import OTTVidConfig
 from .merge import average_components, collapse, match_pairs
-from .spatial import cosine_similarity, inverse_norms, mass_from_similarity, normalize_saliency, select_from_similarity
+from .spatial import gram_cosine, inverse_norms, mass_from_similarity, normalize_saliency, select_from_similarity
 from .transport import grid_positions, mixing_weight, sinkhorn_log, transport_cost, transport_difficulty
 
 
@@ -105,8 +105,8 @@ def compress(
     timer = Stopwatch(device, report.timings_ms)
 
     x = features.float()
-    inv_norm = _inverse_norms_checked(x)  # also rejects non-finite features
     if config.ratio >= 1.0:
+        _check_finite(inverse_norms(x), x)
         report.K, report.kept = tokens, groups * tokens
         every = torch.arange(groups * tokens, device=device)
         return Compressed(features=flat.clone(), index=every, assignment=every.clone(), report=report,
@@ -114,7 +114,8 @@ def compress(
 
     with timer("similarity"):
         w = normalize_saliency(saliency)  # w_t,i
-        sim = cosine_similarity(x, inv_norm)  # sim(x_t,i, x_t,j)
+        sim, inv_norm = gram_cosine(x)  # sim(x_t,i, x_t,j), 1 / ||x_t,i||
+        _check_finite(inv_norm, x)
     with timer("selection"):
         selected = select_from_similarity(sim, w, counts.K, config.spatial)  # S_t, (T, K)
     flat_selected = (selected + torch.arange(groups, device=device).unsqueeze(-1) * tokens).reshape(-1)
@@ -184,11 +185,9 @@ def _validate(features: torch.Tensor, saliency: torch.Tensor, grid: tuple[int, i
     return groups, tokens
 
 
-def _inverse_norms_checked(x: torch.Tensor) -> torch.Tensor:
-    """Inverse token norms, raising ValueError for non-finite features (detected through the norms)."""
-    inv = inverse_norms(x)
-    if not bool(torch.isfinite(inv).all() and (inv > 0).all()):
+def _check_finite(inv_norm: torch.Tensor, x: torch.Tensor) -> None:
+    """Non-finite features show up as non-finite or zero inverse norms; say which problem it is."""
+    if not bool(torch.isfinite(inv_norm).all() and (inv_norm > 0).all()):
         if not bool(torch.isfinite(x).all()):
             raise ValueError("features contain NaN or Inf")
         raise ValueError("features are too large for float32 cosine similarities")
-    return inv

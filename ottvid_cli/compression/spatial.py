@@ -36,22 +36,28 @@ def inverse_norms(x: torch.Tensor) -> torch.Tensor:
 
 
 def cosine_similarity(features: torch.Tensor, inv_norm: torch.Tensor | None = None) -> torch.Tensor:
-    """sim(x_i, x_j) within each group: (T, N, D) -> (T, N, N), float32, symmetric, in [-1, 1].
+    """sim(x_i, x_j) within each group: (T, N, D) -> (T, N, N), float32, symmetric, in [-1, 1]."""
+    return gram_cosine(features, inv_norm)[0]
+
+
+def gram_cosine(features: torch.Tensor, inv_norm: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """(cosine similarities (T, N, N), inverse token norms (T, N)) from one Gram matrix per group.
 
     The Gram matrix of the raw features is scaled by the inverse norms (no normalised copy of the
-    features). Only its lower block triangle is multiplied out, in four row blocks (10/16 of the
-    multiply-adds of a full product); the upper blocks are mirrored. `inv_norm` (T, N) may be
-    passed when already known.
+    features); the norms are read off its diagonal unless given. Only its lower block triangle is
+    multiplied out, in four row blocks (10/16 of the multiply-adds of a full product); the upper
+    blocks are mirrored.
     """
     x = features.float()
-    inv = inverse_norms(x) if inv_norm is None else inv_norm
     t, n, _ = x.shape
     sim = torch.empty(t, n, n, device=x.device, dtype=torch.float32)
     edges = [n * i // _GRAM_BLOCKS for i in range(_GRAM_BLOCKS + 1)] if n >= 64 else [0, n]
     for lo, hi in zip(edges[:-1], edges[1:]):
         sim[:, lo:hi, :hi] = torch.bmm(x[:, lo:hi], x[:, :hi].transpose(1, 2))
         sim[:, :lo, lo:hi] = sim[:, lo:hi, :lo].transpose(1, 2)
-    return sim.mul_(inv.unsqueeze(-1)).mul_(inv.unsqueeze(-2)).clamp_(-1.0, 1.0)
+    if inv_norm is None:  # ||x_i||^2 = G_ii
+        inv_norm = sim.diagonal(dim1=1, dim2=2).clamp_min(0.0).sqrt().clamp_min_(_NORM_EPS).reciprocal_()
+    return sim.mul_(inv_norm.unsqueeze(-1)).mul_(inv_norm.unsqueeze(-2)).clamp_(-1.0, 1.0), inv_norm
 
 
 def select_tokens(
@@ -108,10 +114,12 @@ def _greedy_coverage(sim: torch.Tensor, w: torch.Tensor, k: int, candidate_weigh
     order = torch.empty(t, k, dtype=torch.long, device=sim.device)
     row_weight = torch.ones_like(w) if candidate_weighted else w
     for step in range(k):
-        # gain_j = sum_i row_weight_i * max(sim_ij, mu_i) - sum_i row_weight_i * mu_i
-        gain = torch.bmm(row_weight.unsqueeze(1), covered).squeeze(1) - (row_weight * mu).sum(-1, keepdim=True)
+        # gain_j = sum_i row_weight_i * max(sim_ij, mu_i) - sum_i row_weight_i * mu_i. The subtracted
+        # sum is the same for every candidate of a group, so coverage ranks on the first term alone;
+        # SCOPE's candidate weight w_j needs the true gain.
+        gain = torch.bmm(row_weight.unsqueeze(1), covered).squeeze(1)
         if candidate_weighted:
-            gain = gain * w
+            gain = (gain - (row_weight * mu).sum(-1, keepdim=True)) * w
         gain.masked_fill_(chosen, float("-inf"))
         j = gain.argmax(-1)
         order[:, step] = j

@@ -159,67 +159,103 @@ def sinkhorn_log(
     a, b = a.float(), b.float()
     log_kernel = cost.float() / -eps  # M = -C/eps: rows i, columns j
     log_kernel_t = log_kernel.transpose(1, 2).contiguous()  # so both LSEs reduce over the last dim
-    rows = _LogSumExp(log_kernel, absorb)  # LSE_j(M_ij + g_j)
-    cols = _LogSumExp(log_kernel_t, absorb)  # LSE_i(M_ij + f_i)
     log_a, log_b = a.log(), b.log()
+    rows = _Update(log_kernel, log_a, absorb)  # f = log a - LSE_j(M_ij + g_j)
+    cols = _Update(log_kernel_t, log_b, absorb)  # g = log b - LSE_i(M_ij + f_i)
     marginals = torch.cat((a, b), -1)
-    f, g = torch.zeros_like(a), torch.zeros_like(b)
-    col_lse = cols(f)
-    error = torch.full(a.shape[:1], float("inf"), device=a.device)
     check_every = check_every or (1 if a.device.type == "cpu" else 10)
+    f = torch.zeros_like(a)
+    g_next = cols(f)  # the first iteration's column update
+    g = g_next
+    error: torch.Tensor | None = torch.full(a.shape[:1], float("inf"), device=a.device)
     done = torch.zeros((), dtype=torch.bool, device=a.device)
     iterations = torch.zeros((), dtype=torch.long, device=a.device)
+    # The state after an iteration is (f, g): f was just computed from g, so rows sum to a (up to
+    # rounding), and column j sums to b_j exp(g_j - g'_j), g' being the next column update, which
+    # the next iteration needs anyway. On the host-checked path a cheap lower bound rules most
+    # iterations out first: |c_j - b_j| = b_j |exp(d_j) - 1| >= min(b) (1 - exp(-|d_j|)), d = g - g';
+    # if that reaches tol, so does the batch's largest error, and the loop goes on.
+    # `moved` bounds how far both potentials moved in the last iteration: g by max|g - g'| (computed
+    # for the bound), f by at most as much (an LSE is 1-Lipschitz in the max norm), which lets the
+    # absorbed updates skip re-measuring their drift until it could have reached their limit.
+    smallest_b = float(b.min()) if check_every == 1 else 0.0
+    moved = None
     for step in range(1, max_iter + 1):
-        g_new = log_b - col_lse
-        row_lse = rows(g_new)
-        f_new = log_a - row_lse
-        col_lse_new = cols(f_new)  # also the next iteration's column LSE
-        # |P1 - a|_1 + |P^T1 - b|_1, with row sums exp(f + LSE_j) and column sums exp(g + LSE_i)
-        sums = torch.cat((f_new + row_lse, g_new + col_lse_new), -1).exp_()
-        error_new = sums.sub_(marginals).abs_().sum(-1)
+        g_step = g_next
+        f_new = rows(g_step, moved)
+        g_next = cols(f_new, moved)
         if check_every == 1:
-            f, g, col_lse, error = f_new, g_new, col_lse_new, error_new
-            iterations = step
+            f, g, iterations = f_new, g_step, step
+            worst = float(torch.linalg.vector_norm(g_step - g_next, float("inf")))
+            moved = worst
+            if smallest_b * -math.expm1(-worst) >= tol:
+                error = None  # not converged; the exact error is only needed for the final state
+                continue
+            error = _marginal_error(f, g, g_next, log_a, log_b, marginals)
             if error.max().item() < tol:
                 break
             continue
-        f, g = torch.where(done, f, f_new), torch.where(done, g, g_new)
-        col_lse, error = torch.where(done, col_lse, col_lse_new), torch.where(done, error, error_new)
+        error_new = _marginal_error(f_new, g_step, g_next, log_a, log_b, marginals)
+        f, g = torch.where(done, f, f_new), torch.where(done, g, g_step)
+        error = torch.where(done, error, error_new)
+        g_next = torch.where(done, g_step, g_next)  # a frozen state repeats its own step
         iterations = iterations + (~done).long()
         done = done | (error.max() < tol)
         if step % check_every == 0 and bool(done):
             break
+    if error is None:
+        error = _marginal_error(f, g, g_next, log_a, log_b, marginals)
     plan = (log_kernel + f.unsqueeze(-1) + g.unsqueeze(-2)).exp()
     return plan, int(iterations), error
+
+
+def _marginal_error(f, g, g_next, log_a, log_b, marginals) -> torch.Tensor:
+    """|P1 - a|_1 + |P^T1 - b|_1 per problem at the state (f, g): row sums exp(f + LSE_j) with
+    LSE_j = log a - f, column sums exp(g + LSE_i) with LSE_i = log b - g_next."""
+    sums = torch.cat((f + (log_a - f), g + (log_b - g_next)), -1).exp_()
+    return sums.sub_(marginals).abs_().sum(-1)
 
 
 # Largest drift of a potential from its absorbed value before the kernel is rebuilt.
 _ABSORB_AT = 10.0
 
 
-class _LogSumExp:
-    """x -> LSE over the last dim of log_kernel + x[:, None, :], batched; (P, K) -> (P, K)."""
+class _Update:
+    """x -> target - LSE over the last dim of (M + x[:, None, :]), batched; (P, K) -> (P, K).
 
-    def __init__(self, log_kernel: torch.Tensor, absorb: bool):
+    Direct: the LSE exponentiates the whole batch. Absorbed: exp(M + x0 - shift) is kept from the
+    last anchor x0 (shift = its row maxima, folded into `target - shift`), so an update is
+    target - shift - log sum_j kernel_ij exp(x_j - x0_j); the anchor moves once |x - x0| > 10.
+    """
+
+    def __init__(self, log_kernel: torch.Tensor, target: torch.Tensor, absorb: bool):
         self.log_kernel = log_kernel
+        self.target = target
         self.absorb = absorb
         self.buffer = torch.empty_like(log_kernel)
         self.anchor: torch.Tensor | None = None  # x0, the absorbed potential
         self.kernel = torch.empty_like(log_kernel) if absorb else None  # exp(M + x0 - shift)
-        self.shift: torch.Tensor | None = None
+        self.base: torch.Tensor | None = None  # target - shift
+        self.drift_bound = 0.0  # an upper bound of max|x - x0|
 
-    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+    def __call__(self, x: torch.Tensor, moved: float | None = None) -> torch.Tensor:
+        """`moved`: a bound on max|x - previous x|, if known; the drift is then re-measured only when
+        the accumulated bound could exceed the limit."""
         if not self.absorb:
-            return _lse_last(self.log_kernel, x, self.buffer)
+            return self.target - _lse_last(self.log_kernel, x, self.buffer)
         drift = None if self.anchor is None else x - self.anchor
-        if drift is None or float(torch.linalg.vector_norm(drift, float("inf"))) > _ABSORB_AT:
-            self.anchor, drift = x, torch.zeros_like(x)
+        if drift is not None:
+            self.drift_bound = self.drift_bound + moved if moved is not None else float("inf")
+            if self.drift_bound > _ABSORB_AT:
+                self.drift_bound = float(torch.linalg.vector_norm(drift, float("inf")))
+        if drift is None or self.drift_bound > _ABSORB_AT:
+            self.anchor, drift, self.drift_bound = x, torch.zeros_like(x), 0.0
             torch.add(self.log_kernel, x.unsqueeze(1), out=self.kernel)
-            self.shift = self.kernel.amax(-1, keepdim=True)
-            self.kernel.sub_(self.shift).clamp_(min=_EXP_FLOOR).exp_()
-            self.shift = self.shift.squeeze(-1)
+            shift = self.kernel.amax(-1, keepdim=True)
+            self.kernel.sub_(shift).clamp_(min=_EXP_FLOOR).exp_()
+            self.base = self.target - shift.squeeze(-1)
         torch.mul(self.kernel, drift.exp_().unsqueeze(1), out=self.buffer)
-        return self.buffer.sum(-1).log_().add_(self.shift)
+        return torch.sub(self.base, self.buffer.sum(-1).log_())
 
 
 def _lse_last(log_kernel: torch.Tensor, potential: torch.Tensor, buffer: torch.Tensor) -> torch.Tensor:
