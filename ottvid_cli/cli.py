@@ -176,25 +176,36 @@ DEVICE_OPTION = typer.Option("auto", "--device", help="auto (cuda > mps > cpu), 
 DTYPE_OPTION = typer.Option("auto", "--dtype", help="auto (bf16 on GPU, fp32 on CPU), float32, bfloat16, float16.")
 ATTENTION_OPTION = typer.Option("auto", "--attention", help="auto/sdpa, eager, or flash (needs flash-attn).")
 MAX_PIXELS_OPTION = typer.Option(None, "--max-pixels", help="Pixels per frame at most (default 448*448).")
+RATIO_OPTION = typer.Option(0.1, "--ratio", "-r", help="Share of visual tokens kept, in (0, 1].")
+METHOD_OPTION = typer.Option("ottvid", "--method", help="ottvid, or none for the uncompressed model.")
+JSON_OPTION = typer.Option(False, "--json", help="Print one JSON object (see README) and nothing else.")
+SHOW_OPTION = typer.Option(None, "--show", help="Also write a PNG of the kept tokens for this run.")
+
+
+def _check_method(method: str) -> None:
+    from .pipeline import METHODS
+
+    if method not in METHODS:
+        _fail(f"--method must be one of {', '.join(METHODS)}, got {method!r}")
 
 
 @app.command()
 def ask(
     video: str = typer.Argument(..., help="Video file."),
     question: str = typer.Argument(..., help="Question about the video."),
-    ratio: float = typer.Option(0.1, "--ratio", "-r", help="Share of visual tokens kept, in (0, 1]."),
+    ratio: float = RATIO_OPTION,
     frames: int = typer.Option(None, "--frames", "-f", min=1,
                                help="Frames sampled uniformly in time [the model's: 32, LLaVA-Video 64]."),
     model: str = MODEL_OPTION,
     options: list[str] = typer.Option(None, "--options", "-o", help="A multiple-choice option, e.g. 'A. a dog'. Repeat."),
-    method: str = typer.Option("ottvid", "--method", help="ottvid, or none for the uncompressed model."),
-    as_json: bool = typer.Option(False, "--json", help="Print one JSON object (see README) and nothing else."),
+    method: str = METHOD_OPTION,
+    as_json: bool = JSON_OPTION,
     device: str = DEVICE_OPTION,
     dtype: str = DTYPE_OPTION,
     attention: str = ATTENTION_OPTION,
     max_pixels: int = MAX_PIXELS_OPTION,
     max_new_tokens: int = typer.Option(64, "--max-new-tokens", min=1, help="Longest reply."),
-    show_path: str = typer.Option(None, "--show", help="Also write a PNG of the kept tokens for this run."),
+    show_path: str = SHOW_OPTION,
 ) -> None:
     """Answer a question about a video, with OTT-Vid compressing the visual tokens."""
     from . import pipeline
@@ -203,8 +214,7 @@ def ask(
     _check_ratio(ratio)
     if not question.strip():
         _fail("the question is empty")
-    if method not in pipeline.METHODS:
-        _fail(f"--method must be one of {', '.join(pipeline.METHODS)}, got {method!r}")
+    _check_method(method)
     _check_picture(show_path, video, method)
     _preflight(video)
     backbone = _load(model or DEFAULT_MODEL, device, dtype, attention, max_pixels)
@@ -217,18 +227,18 @@ def ask(
 def ground(
     video: str = typer.Argument(..., help="Video file."),
     query: str = typer.Argument(..., help="What happens, e.g. 'person opens the door'."),
-    ratio: float = typer.Option(0.1, "--ratio", "-r", help="Share of visual tokens kept, in (0, 1]."),
+    ratio: float = RATIO_OPTION,
     fps: float = typer.Option(2.0, "--fps", help="Frames sampled per second of video."),
     max_frames: int = typer.Option(None, "--max-frames", help="Cap on frames; longer videos are subsampled uniformly."),
     model: str = MODEL_OPTION,
-    method: str = typer.Option("ottvid", "--method", help="ottvid, or none for the uncompressed model."),
-    as_json: bool = typer.Option(False, "--json", help="Print one JSON object (see README) and nothing else."),
+    method: str = METHOD_OPTION,
+    as_json: bool = JSON_OPTION,
     device: str = DEVICE_OPTION,
     dtype: str = DTYPE_OPTION,
     attention: str = ATTENTION_OPTION,
     max_pixels: int = MAX_PIXELS_OPTION,
     max_new_tokens: int = typer.Option(48, "--max-new-tokens", min=1, help="Longest reply."),
-    show_path: str = typer.Option(None, "--show", help="Also write a PNG of the kept tokens for this run."),
+    show_path: str = SHOW_OPTION,
 ) -> None:
     """Find when something happens in a video: start and end in seconds."""
     from . import pipeline
@@ -241,8 +251,7 @@ def ground(
         _fail(f"--fps must be > 0, got {fps:g}")
     if max_frames is not None and max_frames < 2:
         _fail(f"--max-frames must be >= 2, got {max_frames}")
-    if method not in pipeline.METHODS:
-        _fail(f"--method must be one of {', '.join(pipeline.METHODS)}, got {method!r}")
+    _check_method(method)
     _check_picture(show_path, video, method)
     _preflight(video)
     backbone = _load(model or DEFAULT_MODEL, device, dtype, attention, max_pixels)
@@ -318,7 +327,7 @@ def profile(
 def show(
     video: str = typer.Argument(..., help="Video file."),
     output: str = typer.Option("kept.png", "--output", "-o", help="PNG to write."),
-    ratio: float = typer.Option(0.1, "--ratio", "-r", help="Share of visual tokens kept, in (0, 1]."),
+    ratio: float = RATIO_OPTION,
     frames: int = typer.Option(None, "--frames", "-f", help="Frames sampled uniformly in time [32]."),
     fps: float = typer.Option(None, "--fps", help="Sample at this rate instead (grounding-style)."),
     max_frames: int = typer.Option(None, "--max-frames", help="Cap on frames with --fps."),

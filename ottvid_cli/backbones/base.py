@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import time
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -120,3 +121,60 @@ def missing_weights_message(model_id: str) -> str:
 
 def is_local(model_id: str) -> bool:
     return os.path.isdir(os.path.expanduser(model_id))
+
+
+class KeptTokenGeneration:
+    """generate / prefill / prefill_logits for an adapter that builds its LLM inputs from the kept
+    visual tokens with `llm_inputs(inputs, features, kept)` and has `model`, `processor`, `device`."""
+
+    @torch.inference_mode()
+    def generate(self, inputs: Any, features: torch.Tensor, kept: torch.Tensor, max_new_tokens: int = 64) -> Generated:
+        """Greedy generation from the kept visual tokens; measures prefill (time to first token) and decoding."""
+        from ..timing import synchronize
+
+        llm = self.llm_inputs(inputs, features, kept)
+        clock = _FirstTokenClock(self.device)
+        tokenizer = self.processor.tokenizer
+        start = time.perf_counter()
+        out = self.model.generate(**llm, max_new_tokens=max_new_tokens, do_sample=False, streamer=clock,
+                                  pad_token_id=tokenizer.pad_token_id)
+        synchronize(self.device)
+        end = time.perf_counter()
+        new = out[:, llm["input_ids"].shape[1]:]
+        text = tokenizer.batch_decode(new, skip_special_tokens=True)[0].strip()
+        first = clock.first if clock.first is not None else end
+        return Generated(text=text, llm_input_tokens=int(llm["input_ids"].shape[1]), new_tokens=int(new.shape[1]),
+                         prefill_ms=(first - start) * 1e3, generate_ms=(end - first) * 1e3)
+
+    @torch.inference_mode()
+    def prefill(self, inputs: Any, features: torch.Tensor, kept: torch.Tensor) -> int:
+        """One prefill forward (KV cache filled, logits for the last position only, as generate()
+        does before its first token); returns the LLM input length."""
+        llm = self.llm_inputs(inputs, features, kept)
+        self.model(**llm, use_cache=True, logits_to_keep=1)
+        return int(llm["input_ids"].shape[1])
+
+    @torch.inference_mode()
+    def prefill_logits(self, inputs: Any, features: torch.Tensor, kept: torch.Tensor) -> torch.Tensor:
+        """Logits of one forward pass over the (compressed) prompt: (B, L', vocab)."""
+        return self.model(**self.llm_inputs(inputs, features, kept)).logits
+
+
+class _FirstTokenClock:
+    """A generate() streamer that only records when the first new token is ready."""
+
+    def __init__(self, device: torch.device):
+        self.device = device
+        self.calls = 0
+        self.first: float | None = None
+
+    def put(self, value) -> None:
+        from ..timing import synchronize
+
+        self.calls += 1
+        if self.calls == 2 and self.first is None:  # call 1 is the prompt, call 2 the first new token
+            synchronize(self.device)
+            self.first = time.perf_counter()
+
+    def end(self) -> None:
+        pass

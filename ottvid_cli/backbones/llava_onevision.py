@@ -12,20 +12,18 @@ from __future__ import annotations
 import json
 import math
 import os
-import time
 from typing import Any
 
 import numpy as np
 import torch
 import torch.nn.functional as F
 
-from ..timing import Stopwatch, synchronize
-from .base import Generated, VisualTokens, attention_implementation, resolve_device, resolve_dtype
-from .qwen2_5_vl import _FirstTokenClock
+from ..timing import Stopwatch
+from .base import KeptTokenGeneration, VisualTokens, attention_implementation, resolve_device, resolve_dtype
 from .saliency import mean_attention_received
 
 
-class LlavaOneVision:
+class LlavaOneVision(KeptTokenGeneration):
     """Adapter for LlavaOnevisionForConditionalGeneration and its processor."""
 
     frames_per_group = 1
@@ -197,32 +195,6 @@ class LlavaOneVision:
         batch = ids.shape[0]
         return {"input_ids": ids[keep].view(batch, -1), "attention_mask": mask[keep].view(batch, -1),
                 "mm_encoder_outputs": {"video": BaseModelOutputWithPooling(pooler_output=placed[None])}}
-
-    @torch.inference_mode()
-    def generate(self, inputs: Any, features: torch.Tensor, kept: torch.Tensor, max_new_tokens: int = 64) -> Generated:
-        llm = self.llm_inputs(inputs, features, kept)
-        clock = _FirstTokenClock(self.device)
-        tokenizer = self.processor.tokenizer
-        start = time.perf_counter()
-        out = self.model.generate(**llm, max_new_tokens=max_new_tokens, do_sample=False, streamer=clock,
-                                  pad_token_id=tokenizer.pad_token_id)
-        synchronize(self.device)
-        end = time.perf_counter()
-        new = out[:, llm["input_ids"].shape[1]:]
-        text = tokenizer.batch_decode(new, skip_special_tokens=True)[0].strip()
-        first = clock.first if clock.first is not None else end
-        return Generated(text=text, llm_input_tokens=int(llm["input_ids"].shape[1]), new_tokens=int(new.shape[1]),
-                         prefill_ms=(first - start) * 1e3, generate_ms=(end - first) * 1e3)
-
-    @torch.inference_mode()
-    def prefill(self, inputs: Any, features: torch.Tensor, kept: torch.Tensor) -> int:
-        llm = self.llm_inputs(inputs, features, kept)
-        self.model(**llm, use_cache=True, logits_to_keep=1)
-        return int(llm["input_ids"].shape[1])
-
-    @torch.inference_mode()
-    def prefill_logits(self, inputs: Any, features: torch.Tensor, kept: torch.Tensor) -> torch.Tensor:
-        return self.model(**self.llm_inputs(inputs, features, kept)).logits
 
     def flops(self, inputs: Any, llm_tokens: int) -> tuple[float, float]:
         from ..flops import llm_prefill_flops, siglip_video_flops

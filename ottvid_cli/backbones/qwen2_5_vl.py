@@ -9,21 +9,20 @@ mm_encoder_outputs=...)`.
 
 from __future__ import annotations
 
-import time
 from typing import Any
 
 import numpy as np
 import torch
 
-from ..timing import Stopwatch, synchronize
-from .base import Generated, ModelError, VisualTokens, attention_implementation, resolve_device, resolve_dtype
+from ..timing import Stopwatch
+from .base import KeptTokenGeneration, VisualTokens, attention_implementation, resolve_device, resolve_dtype
 from .saliency import mean_attention_received
 
 # The paper's setting: 448 x 448 pixels a frame, i.e. 16 x 16 = 256 tokens per temporal group.
 DEFAULT_MAX_PIXELS = 448 * 448
 
 
-class Qwen25VL:
+class Qwen25VL(KeptTokenGeneration):
     """Adapter for Qwen2_5_VLForConditionalGeneration and its processor."""
 
     frames_per_group = 2  # temporal_patch_size
@@ -212,31 +211,6 @@ class Qwen25VL:
         return {"input_ids": new_ids, "attention_mask": new_mask, "position_ids": position_ids,
                 "mm_encoder_outputs": {"video": encoded}}
 
-    @torch.inference_mode()
-    def generate(self, inputs: Any, features: torch.Tensor, kept: torch.Tensor, max_new_tokens: int = 64) -> Generated:
-        """Greedy generation from the kept visual tokens; measures prefill (time to first token) and decoding."""
-        llm = self.llm_inputs(inputs, features, kept)
-        clock = _FirstTokenClock(self.device)
-        tokenizer = self.processor.tokenizer
-        start = time.perf_counter()
-        out = self.model.generate(**llm, max_new_tokens=max_new_tokens, do_sample=False, streamer=clock,
-                                  pad_token_id=tokenizer.pad_token_id)
-        synchronize(self.device)
-        end = time.perf_counter()
-        new = out[:, llm["input_ids"].shape[1]:]
-        text = tokenizer.batch_decode(new, skip_special_tokens=True)[0].strip()
-        first = clock.first if clock.first is not None else end
-        return Generated(text=text, llm_input_tokens=int(llm["input_ids"].shape[1]), new_tokens=int(new.shape[1]),
-                         prefill_ms=(first - start) * 1e3, generate_ms=(end - first) * 1e3)
-
-    @torch.inference_mode()
-    def prefill(self, inputs: Any, features: torch.Tensor, kept: torch.Tensor) -> int:
-        """One prefill forward (KV cache filled, logits for the last position only, as generate()
-        does before its first token); returns the LLM input length."""
-        llm = self.llm_inputs(inputs, features, kept)
-        self.model(**llm, use_cache=True, logits_to_keep=1)
-        return int(llm["input_ids"].shape[1])
-
     def flops(self, inputs: Any, llm_tokens: int) -> tuple[float, float]:
         """(LLM prefill FLOPs for `llm_tokens` tokens, vision encoder FLOPs for this video)."""
         from transformers.vision_utils import get_vision_window_index
@@ -250,31 +224,3 @@ class Qwen25VL:
         windows = (bounds[1:] - bounds[:-1]).tolist()
         return (llm_prefill_flops(self.model.config.text_config, llm_tokens),
                 vision_flops(vision, grid.tolist(), windows))
-
-    @torch.inference_mode()
-    def prefill_logits(self, inputs: Any, features: torch.Tensor, kept: torch.Tensor) -> torch.Tensor:
-        """Logits of one forward pass over the (compressed) prompt: (B, L', vocab)."""
-        return self.model(**self.llm_inputs(inputs, features, kept)).logits
-
-
-class _FirstTokenClock:
-    """A generate() streamer that only records when the first new token is ready."""
-
-    def __init__(self, device: torch.device):
-        self.device = device
-        self.calls = 0
-        self.first: float | None = None
-
-    def put(self, value) -> None:
-        self.calls += 1
-        if self.calls == 2 and self.first is None:  # call 1 is the prompt, call 2 the first new token
-            synchronize(self.device)
-            self.first = time.perf_counter()
-
-    def end(self) -> None:
-        pass
-
-
-def check_model_type(config) -> None:
-    if getattr(config, "model_type", None) != "qwen2_5_vl":
-        raise ModelError(f"not a Qwen2.5-VL checkpoint (model_type {getattr(config, 'model_type', None)!r})")
