@@ -190,6 +190,26 @@ def _build_tokenizer():
     )
 
 
+def _save_seeded_model(model_class, config, tokenizer, path: pathlib.Path) -> None:
+    """Initialise ``model_class(config)`` with seed 0 in float32, give it a greedy generation config
+    (eos <|im_end|> and <|endoftext|>, pad <|endoftext|>) and save both into ``path``."""
+    import torch
+    from transformers import GenerationConfig
+
+    endoftext_id = tokenizer.convert_tokens_to_ids("<|endoftext|>")
+    im_end_id = tokenizer.convert_tokens_to_ids("<|im_end|>")
+    torch.manual_seed(0)
+    model = model_class(config).to(torch.float32).eval()
+    model.generation_config = GenerationConfig(
+        bos_token_id=endoftext_id,
+        eos_token_id=[im_end_id, endoftext_id],
+        pad_token_id=endoftext_id,
+        do_sample=False,
+    )
+    model.save_pretrained(path)  # safetensors
+    model.generation_config.save_pretrained(path)
+
+
 def build_tiny_qwen2_5_vl(
     path: pathlib.Path,
     vision: dict | None = None,
@@ -203,9 +223,7 @@ def build_tiny_qwen2_5_vl(
     text configs (e.g. the 7B's widths with few layers, for benchmarks); ``min_pixels`` /
     ``max_pixels`` set the processor's pixel range. Returns ``path``.
     """
-    import torch
     from transformers import (
-        GenerationConfig,
         Qwen2_5_VLConfig,
         Qwen2_5_VLForConditionalGeneration,
         Qwen2_5_VLProcessor,
@@ -272,16 +290,7 @@ def build_tiny_qwen2_5_vl(
     text_head_dim = config.text_config.hidden_size // config.text_config.num_attention_heads
     assert sum(config.text_config.rope_parameters["mrope_section"]) == text_head_dim // 2
 
-    torch.manual_seed(0)
-    model = Qwen2_5_VLForConditionalGeneration(config).to(torch.float32).eval()
-    model.generation_config = GenerationConfig(
-        bos_token_id=endoftext_id,
-        eos_token_id=[im_end_id, endoftext_id],
-        pad_token_id=endoftext_id,
-        do_sample=False,
-    )
-    model.save_pretrained(path)  # safetensors
-    model.generation_config.save_pretrained(path)
+    _save_seeded_model(Qwen2_5_VLForConditionalGeneration, config, tokenizer, path)
 
     image_processor = Qwen2VLImageProcessor(
         min_pixels=min_pixels,
@@ -382,9 +391,7 @@ def build_tiny_llava_onevision(
     Deterministic (seeded) and float32. ``vision`` / ``text`` override entries of the vision and
     text configs. Returns ``path``.
     """
-    import torch
     from transformers import (
-        GenerationConfig,
         LlavaOnevisionConfig,
         LlavaOnevisionForConditionalGeneration,
         LlavaOnevisionImageProcessor,
@@ -450,16 +457,7 @@ def build_tiny_llava_onevision(
         tie_word_embeddings=False,
     )
 
-    torch.manual_seed(0)
-    model = LlavaOnevisionForConditionalGeneration(config).to(torch.float32).eval()
-    model.generation_config = GenerationConfig(
-        bos_token_id=endoftext_id,
-        eos_token_id=[im_end_id, endoftext_id],
-        pad_token_id=endoftext_id,
-        do_sample=False,
-    )
-    model.save_pretrained(path)  # safetensors
-    model.generation_config.save_pretrained(path)
+    _save_seeded_model(LlavaOnevisionForConditionalGeneration, config, tokenizer, path)
 
     vcfg = config.vision_config
     size = {"height": vcfg.image_size, "width": vcfg.image_size}
