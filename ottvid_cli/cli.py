@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 
 import typer
 from rich.console import Console
@@ -72,11 +71,13 @@ def _check_ratio(ratio: float) -> None:
         _fail(f"--ratio must be in (0, 1], got {ratio:g}")
 
 
-def _load(model: str, device: str, dtype: str, attention: str, max_pixels: int | None):
+def _load(model: str | None, device: str, dtype: str, attention: str, max_pixels: int | None):
+    """Load the model (the default Qwen2.5-VL-7B-Instruct when None), progress on stderr."""
     from transformers.utils import logging as hf_logging
 
-    from .backbones import ModelError, load_backbone
+    from .backbones import DEFAULT_MODEL, ModelError, load_backbone
 
+    model = model or DEFAULT_MODEL
     hf_logging.disable_progress_bar()
     hf_logging.set_verbosity_error()
     with err.status(f"loading {model} ..."):
@@ -104,13 +105,10 @@ def _check_picture(path: str | None, video: str | None, method: str = "ottvid") 
 
 
 def _write_picture(result, path: str) -> dict:
-    from . import show
+    from .show import write_picture
 
-    image, layout = show.picture(result.clip, result.compressed, result.grid, result.frames["frames_per_group"],
-                                 title=f"{os.path.basename(result.video)}: OTT-Vid at ratio {result.ratio:g}")
-    show.save(image, path)
-    return {"path": path, "width": image.width, "height": image.height, "tiles": len(layout.tiles),
-            "every": layout.step}
+    return write_picture(result.clip, result.compressed, result.grid, result.frames["frames_per_group"],
+                         path).to_dict()
 
 
 def _execute(run, as_json: bool, render: str = "run", picture: str | None = None) -> None:
@@ -209,7 +207,6 @@ def ask(
 ) -> None:
     """Answer a question about a video, with OTT-Vid compressing the visual tokens."""
     from . import pipeline
-    from .backbones import DEFAULT_MODEL
 
     _check_ratio(ratio)
     if not question.strip():
@@ -217,7 +214,7 @@ def ask(
     _check_method(method)
     _check_picture(show_path, video, method)
     _preflight(video)
-    backbone = _load(model or DEFAULT_MODEL, device, dtype, attention, max_pixels)
+    backbone = _load(model, device, dtype, attention, max_pixels)
     _execute(lambda step: pipeline.ask(backbone, video, question, options=options or None, frames=frames,
                                        ratio=ratio, method=method, max_new_tokens=max_new_tokens, on_step=step),
              as_json, picture=show_path)
@@ -242,7 +239,6 @@ def ground(
 ) -> None:
     """Find when something happens in a video: start and end in seconds."""
     from . import pipeline
-    from .backbones import DEFAULT_MODEL
 
     _check_ratio(ratio)
     if not query.strip():
@@ -254,7 +250,7 @@ def ground(
     _check_method(method)
     _check_picture(show_path, video, method)
     _preflight(video)
-    backbone = _load(model or DEFAULT_MODEL, device, dtype, attention, max_pixels)
+    backbone = _load(model, device, dtype, attention, max_pixels)
     if not getattr(backbone, "grounds", False):
         _fail(f"ground needs a Qwen2.5-VL model: {backbone.name} is not trained to give time spans "
               f"(the paper evaluates grounding on Qwen2.5-VL only)")
@@ -283,7 +279,6 @@ def profile(
 ) -> None:
     """Time and memory of each step, uncompressed vs OTT-Vid at each ratio, on the same frames."""
     from . import profile as prof
-    from .backbones import DEFAULT_MODEL
     from .video import VideoError, sample_fps, sample_frames
 
     ratios = ratios or [0.1]
@@ -308,7 +303,7 @@ def profile(
             _fail(f"--size must look like 640x360, got {size!r}")
         if seconds <= 0 or width < 28 or height < 28:
             _fail("the synthetic clip needs --seconds > 0 and a --size of at least 28x28")
-    backbone = _load(model or DEFAULT_MODEL, device, dtype, attention, max_pixels)
+    backbone = _load(model, device, dtype, attention, max_pixels)
     count = frames or backbone.default_frames
     if video is not None:
         decode = (lambda: sample_fps(video, fps)) if fps is not None else (lambda: sample_frames(video, count))
@@ -341,7 +336,6 @@ def show(
 ) -> None:
     """Draw which visual tokens OTT-Vid keeps, merges and prunes, and how the budget is spread."""
     from . import show as pictures
-    from .backbones import DEFAULT_MODEL
 
     _check_ratio(ratio)
     if frames is not None and fps is not None:
@@ -352,7 +346,7 @@ def show(
         _fail(f"--max-tiles must be >= 1, got {max_tiles}")
     _check_picture(output, video)
     _preflight(video)
-    backbone = _load(model or DEFAULT_MODEL, device, dtype, attention, max_pixels)
+    backbone = _load(model, device, dtype, attention, max_pixels)
 
     _execute(lambda step: pictures.show_video(backbone, video, output, ratio=ratio, frames=frames, fps=fps,
                                               max_frames=max_frames, max_tiles=max_tiles, on_step=step),

@@ -20,7 +20,7 @@ import torch
 
 from .compression import OTTVidConfig, compress
 from .timing import Stopwatch, synchronize
-from .video import Video
+from .video import Timeline, Video, _even, _frames_at
 
 ROW_STAGES = ("decode", "preprocess", "vision", "saliency", "compression", "prefill", "ttft")
 COMPRESSION_STAGES = ("similarity", "selection", "mass", "cost", "sinkhorn", "budget", "merge")
@@ -205,13 +205,8 @@ def synthetic_video(seconds: float = 10.0, fps: float = 30.0, width: int = 640, 
     rng = np.random.default_rng(seed)
     total = max(2, int(round(seconds * fps)))
     starts = np.arange(total) / fps
-    if frames is not None:
-        count = max(2, min(frames, total) - min(frames, total) % 2)
-    else:
-        count = int(seconds * (sample_fps or 2.0))
-        count = max(2, count - count % 2)
-    centres = (np.arange(count) + 0.5) * seconds / count
-    indices = np.clip(np.searchsorted(starts, centres, side="right") - 1, 0, total - 1).tolist()
+    count = _even(min(frames, total) if frames is not None else int(seconds * (sample_fps or 2.0)))
+    indices = _frames_at(Timeline(starts=starts, duration=float(seconds), average_fps=float(fps)), count)
     yy, xx = np.mgrid[0:height, 0:width].astype(np.float32)
     boxes = rng.uniform(0, 1, size=(6, 5))  # x, y, vx, vy, hue
     out = np.empty((count, height, width, 3), dtype=np.uint8)

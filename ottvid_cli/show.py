@@ -201,18 +201,26 @@ class ShowResult:
         return dict(self.__dict__)
 
 
-def show_video(backbone, video, output, ratio: float = 0.1, frames: int | None = None, fps: float | None = None,
-               max_frames: int | None = None, max_tiles: int = MAX_TILES, on_step=None) -> ShowResult:
-    """Decode, encode and compress a video (no generation) and write the picture to `output`."""
+def write_picture(video, compressed, grid: tuple[int, int], frames_per_group: int, output,
+                  max_tiles: int = MAX_TILES) -> ShowResult:
+    """Draw the picture of one compression result (titled with the video's name and the ratio) and
+    write it to `output`."""
     import os
 
-    from .pipeline import inspect
-
-    clip, visual, compressed = inspect(backbone, video, frames=frames, fps=fps, max_frames=max_frames, ratio=ratio,
-                                       on_step=on_step)
-    image, layout = picture(clip, compressed, visual.grid, backbone.frames_per_group, max_tiles=max_tiles,
-                            title=f"{os.path.basename(str(video))}: OTT-Vid at ratio {ratio:g}")
+    ratio = compressed.report.config.get("ratio", 1.0)
+    image, layout = picture(video, compressed, grid, frames_per_group, max_tiles=max_tiles,
+                            title=f"{os.path.basename(str(video.path))}: OTT-Vid at ratio {ratio:g}")
     save(image, output)
     r = compressed.report
     return ShowResult(path=str(output), width=image.width, height=image.height, tiles=len(layout.tiles),
                       every=layout.step, groups=r.T, kept=r.kept, total=r.T * r.N, B=list(r.B), B_tot=r.B_tot)
+
+
+def show_video(backbone, video, output, ratio: float = 0.1, frames: int | None = None, fps: float | None = None,
+               max_frames: int | None = None, max_tiles: int = MAX_TILES, on_step=None) -> ShowResult:
+    """Decode, encode and compress a video (no generation) and write the picture to `output`."""
+    from .pipeline import inspect
+
+    clip, visual, compressed = inspect(backbone, video, frames=frames, fps=fps, max_frames=max_frames, ratio=ratio,
+                                       on_step=on_step)
+    return write_picture(clip, compressed, visual.grid, backbone.frames_per_group, output, max_tiles=max_tiles)
