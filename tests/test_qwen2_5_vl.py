@@ -61,25 +61,52 @@ def test_window_order_is_undone_like_the_towers_merger(backbone, prepared):
     torch.testing.assert_close(raster, visual.features.reshape(raster.shape), rtol=0, atol=0)
 
 
+def full_position_ids(backbone, inputs):
+    """The 4-row position ids of the uncompressed prompt: sequence index, then the trained M-RoPE rule."""
+    mrope = backbone.positions(inputs)
+    return torch.cat([torch.arange(mrope.shape[-1]).view(1, 1, -1), mrope])
+
+
 def test_ratio_one_is_identical_to_the_stock_model(backbone, prepared):
+    """Nothing dropped: our path equals the stock model (vision encoder included) fed the same positions."""
     _, inputs, visual = prepared
     c = compress(visual.features, visual.saliency, visual.grid, OTTVidConfig(ratio=1.0))
     ours = backbone.prefill_logits(inputs, c.features, c.index)
-    stock = backbone.model(**inputs).logits
+    full = full_position_ids(backbone, inputs)
+    stock = backbone.model(**inputs, position_ids=full).logits
     assert torch.equal(ours, stock)
-    reference = backbone.model.generate(**inputs, max_new_tokens=24, do_sample=False)
+    reference = backbone.model.generate(**inputs, position_ids=full, max_new_tokens=24, do_sample=False)
     reference = reference[:, inputs["input_ids"].shape[1]:]
     text = backbone.processor.tokenizer.batch_decode(reference, skip_special_tokens=True)[0].strip()
     assert backbone.generate(inputs, c.features, c.index, max_new_tokens=24).text == text
+
+
+def test_positions_follow_the_trained_rule_on_a_real_clip(backbone, prepared):
+    """Hand-computed from the rule: 16 groups of H' x W' tokens after `start` text tokens, 32 frames
+    over the clip's duration (0.625 s a group for a 10 s clip) at 2 tokens per second."""
+    clip, inputs, visual = prepared
+    ids = inputs["input_ids"][0]
+    slots = (ids == backbone.video_token_id).nonzero().flatten()
+    start, count = int(slots[0]), slots.numel()
+    h, w = visual.grid
+    seconds = float(inputs["second_per_grid_ts"][0])
+    assert seconds == pytest.approx(2 * clip.duration / 32, rel=1e-6)
+    times = [int((torch.tensor(float(t)) * torch.tensor(seconds)) * 2) for t in range(16)]  # float32
+    pos = backbone.positions(inputs)[:, 0]
+    assert pos[0, slots].tolist() == [start + t for t in times for _ in range(h * w)]
+    assert pos[1, slots].tolist() == [start + r for _ in range(16) for r in range(h) for _ in range(w)]
+    assert pos[2, slots].tolist() == [start + c for _ in range(16) for _ in range(h) for c in range(w)]
+    after = start + max(times[-1], h - 1, w - 1) + 1
+    tail = torch.arange(start + count, ids.numel())
+    assert all(pos[axis, tail].tolist() == list(range(after, after + tail.numel())) for axis in range(3))
+    assert pos[:, :start].tolist() == [list(range(start))] * 3
 
 
 def test_kept_tokens_keep_their_uncompressed_positions(backbone, prepared):
     _, inputs, visual = prepared
     c = compress(visual.features, visual.saliency, visual.grid, OTTVidConfig(ratio=0.1))
     llm = backbone.llm_inputs(inputs, c.features, c.index)
-    full, _ = backbone.model.model.get_rope_index(
-        inputs["input_ids"], inputs["mm_token_type_ids"], video_grid_thw=inputs["video_grid_thw"],
-        second_per_grid_ts=inputs["second_per_grid_ts"], attention_mask=inputs["attention_mask"])
+    full = backbone.positions(inputs)
     ids = inputs["input_ids"][0]
     video_slots = (ids == backbone.video_token_id).nonzero().flatten()
     text_slots = (ids != backbone.video_token_id).nonzero().flatten()
@@ -93,6 +120,41 @@ def test_kept_tokens_keep_their_uncompressed_positions(backbone, prepared):
     assert llm["input_ids"].shape[1] == text_slots.numel() + c.features.shape[0]
     assert int((llm["input_ids"] == backbone.video_token_id).sum()) == c.features.shape[0]
     assert c.features.shape[0] == round(0.1 * visual.count)
+
+
+def test_text_after_the_video_keeps_its_place_when_the_end_is_dropped(backbone, prepared):
+    """Keep only the first group: the question still starts at the full video's largest position + 1."""
+    _, inputs, visual = prepared
+    per_group = visual.features.shape[1]
+    kept = torch.arange(per_group)
+    llm = backbone.llm_inputs(inputs, visual.features[0], kept)
+    full = backbone.positions(inputs)[:, 0]
+    ids = inputs["input_ids"][0]
+    video = (ids == backbone.video_token_id).nonzero().flatten()
+    question = llm["position_ids"][1:, 0, int(video[0]) + per_group:]
+    assert question[:, 0].tolist() == [int(full[:, video].max()) + 1] * 3
+    assert int(full[:, video].max()) > int(full[:, video[:per_group]].max())  # the kept group ends earlier
+
+
+def test_generated_tokens_continue_after_the_last_prompt_position(backbone, prepared):
+    """Each new token goes at the last prompt position + 1 on all three M-RoPE axes (and the sequence
+    index L'), the next at + 2: what generate() does with the 4-row position ids we pass."""
+    _, inputs, visual = prepared
+    c = compress(visual.features, visual.saliency, visual.grid, OTTVidConfig(ratio=0.25))
+    llm = backbone.llm_inputs(inputs, c.features, c.index)
+    seen = []
+    hook = backbone.model.model.language_model.register_forward_pre_hook(
+        lambda module, args, kwargs: seen.append(kwargs["position_ids"].clone()), with_kwargs=True)
+    try:
+        backbone.model.generate(**llm, max_new_tokens=3, min_new_tokens=3, do_sample=False,
+                                pad_token_id=backbone.processor.tokenizer.pad_token_id)
+    finally:
+        hook.remove()
+    length = llm["input_ids"].shape[1]
+    last = int(llm["position_ids"][1, 0, -1])
+    assert torch.equal(seen[0], llm["position_ids"])
+    assert seen[1].flatten().tolist() == [length, last + 1, last + 1, last + 1]  # first generated token
+    assert seen[2].flatten().tolist() == [length + 1, last + 2, last + 2, last + 2]  # second
 
 
 def test_pipeline_counts_and_timings(backbone):

@@ -56,6 +56,13 @@ class Backbone(Protocol):
 
     def encode(self, inputs: Any, saliency: bool = True, watch: Any = None) -> VisualTokens: ...
 
+    def llm_inputs(self, inputs: Any, features: torch.Tensor, kept: torch.Tensor) -> dict[str, Any]:
+        """generate() / forward kwargs with only the kept visual tokens (features (M, D) at ascending flat
+        indices `kept` (M,)): input_ids, attention_mask, mm_encoder_outputs and, for M-RoPE models,
+        position_ids (4, B, L') (row 0 the sequence index 0..L'-1, rows 1-3 the uncompressed M-RoPE
+        positions of what was kept; see docs/positions.md)."""
+        ...
+
     def generate(self, inputs: Any, features: torch.Tensor, kept: torch.Tensor, max_new_tokens: int) -> Generated: ...
 
     def prefill(self, inputs: Any, features: torch.Tensor, kept: torch.Tensor) -> int: ...

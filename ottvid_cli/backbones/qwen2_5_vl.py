@@ -3,8 +3,9 @@ encoder and the LLM, every kept token at its original 3-D M-RoPE position.
 
 Only transformers' own classes are used; the hooks are public ones: a forward pre-hook on the
 last vision block's attention (to read its normalised input, segment boundaries and rotary
-embeddings), `get_video_features`, `get_rope_index`, and `generate(position_ids=...,
-mm_encoder_outputs=...)`.
+embeddings), `get_video_features` and `generate(position_ids=..., mm_encoder_outputs=...)`. Positions are
+computed here by the rule the checkpoints were trained with (`positions.py`), never read from the
+installed transformers.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import torch
 
 from ..timing import Stopwatch
 from .base import KeptTokenGeneration, VisualTokens, attention_implementation, resolve_device, resolve_dtype
+from .positions import qwen2_5_vl_positions
 from .saliency import mean_attention_received
 
 # The paper's setting: 448 x 448 pixels a frame, i.e. 16 x 16 = 256 tokens per temporal group.
@@ -179,23 +181,32 @@ class Qwen25VL(KeptTokenGeneration):
     # ----------------------------------------------------------------------------------------
     # language model
 
+    def positions(self, inputs: Any) -> torch.Tensor:
+        """M-RoPE positions (3, B, L) of the uncompressed prompt, by the rule the checkpoints were
+        trained with (`positions.qwen2_5_vl_positions`; transformers 5.23's `get_rope_index` is not
+        used: it starts the text after a video inside the video's time axis)."""
+        vision = self.model.config.vision_config
+        return qwen2_5_vl_positions(
+            inputs["mm_token_type_ids"], vision.spatial_merge_size, vision.tokens_per_second,
+            video_grid_thw=inputs.get("video_grid_thw"), second_per_grid_ts=inputs.get("second_per_grid_ts"),
+            image_grid_thw=inputs.get("image_grid_thw"), attention_mask=inputs.get("attention_mask"),
+        )
+
     def llm_inputs(self, inputs: Any, features: torch.Tensor, kept: torch.Tensor) -> dict[str, Any]:
         """Inputs for generate() with only the kept visual tokens, each at its original position.
 
         features: (M, D) the tokens to place, in the order of `kept`; kept: (M,) ascending flat
         indices into the video's T*N tokens. The 3-D M-RoPE positions of the full sequence are
-        computed first; the dropped video tokens are then removed from input_ids, the attention
-        mask and the positions, so every kept token (and all text, including the text after the
-        video) keeps the position the uncompressed sequence gives it. Row 0 of the 4-row
-        position ids, the sequence index, is contiguous 0..L'-1.
+        computed first (`positions`); the dropped video tokens are then removed from input_ids, the
+        attention mask and the positions, so every kept token, and all text including the text after
+        the video (max over the whole video + 1), keeps its uncompressed position. Returns
+        `position_ids` (4, B, L'): row 0 the sequence index 0..L'-1, rows 1-3 M-RoPE. generate()
+        continues every row at its last value + 1 for each new token.
         """
         from transformers.modeling_outputs import BaseModelOutputWithPooling
 
         ids, mask = inputs["input_ids"], inputs["attention_mask"]
-        positions, _ = self.model.model.get_rope_index(
-            ids, inputs["mm_token_type_ids"], video_grid_thw=inputs["video_grid_thw"],
-            second_per_grid_ts=inputs.get("second_per_grid_ts"), attention_mask=mask,
-        )  # (3, B, L)
+        positions = self.positions(inputs)  # (3, B, L)
         video = ids == self.video_token_id
         keep = ~video
         for b in range(ids.shape[0]):
