@@ -1,0 +1,100 @@
+"""The method registry: every token-compression method as a pure function with compress()'s contract.
+
+    fn(features (T, N, D), saliency (T, N), grid (H, W), config) -> Compressed
+
+`Compressed.features` (M, D) in the input dtype; `index` (M,) ascending unique flat indices t*N + n
+of each output token's position (its root's); `assignment` (T*N,) output row representing each
+input token, -1 if dropped; `report` any object with `to_dict()`. Each method has a frozen config
+dataclass whose first field is `ratio` and whose defaults are the official ones.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field, fields
+from typing import Any, Callable
+
+import torch
+
+from ..ottvid import Compressed
+
+MethodFn = Callable[[torch.Tensor, torch.Tensor, tuple[int, int], Any], Compressed]
+
+
+@dataclass(frozen=True)
+class Method:
+    """A registered method: its name, config class, function and a one-line summary."""
+
+    name: str
+    config: type
+    fn: MethodFn
+    summary: str
+
+    def defaults(self) -> dict[str, Any]:
+        """The config's fields and default values (ratio included)."""
+        return {f.name: getattr(self.config(), f.name) for f in fields(self.config)}
+
+
+@dataclass
+class MethodReport:
+    """What a method did, as plain data: counts, its config, method-specific details, stage times."""
+
+    method: str
+    T: int
+    N: int
+    M: int  # target output tokens
+    kept: int  # output tokens actually returned
+    config: dict[str, Any] = field(default_factory=dict)
+    details: dict[str, Any] = field(default_factory=dict)
+    timings_ms: dict[str, float] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+_REGISTRY: dict[str, Method] = {}
+
+
+def register(name: str, config: type, summary: str) -> Callable[[MethodFn], MethodFn]:
+    """Decorator: register `fn` under `name` with its config class."""
+
+    def wrap(fn: MethodFn) -> MethodFn:
+        if name in _REGISTRY:
+            raise ValueError(f"method {name!r} is already registered")
+        _REGISTRY[name] = Method(name=name, config=config, fn=fn, summary=summary)
+        return fn
+
+    return wrap
+
+
+def names() -> list[str]:
+    """Registered method names, in registration order."""
+    return list(_REGISTRY)
+
+
+def get(name: str) -> Method:
+    """The registered method `name`; ValueError listing the known names otherwise."""
+    try:
+        return _REGISTRY[name]
+    except KeyError:
+        raise ValueError(f"unknown method {name!r}: use one of {', '.join(_REGISTRY)}") from None
+
+
+def make_config(name: str, ratio: float = 0.1, **options: Any) -> Any:
+    """The config of method `name` with `ratio` and options set (the config validates them)."""
+    method = get(name)
+    known = {f.name for f in fields(method.config)}
+    unknown = sorted(set(options) - known)
+    if unknown:
+        raise ValueError(f"method {name!r} has no option {', '.join(unknown)}; options: {', '.join(sorted(known))}")
+    return method.config(ratio=ratio, **options)
+
+
+def compress_with(name: str, features: torch.Tensor, saliency: torch.Tensor | None, grid: tuple[int, int],
+                  ratio: float = 0.1, **options: Any) -> Compressed:
+    """Compress with method `name` at `ratio`; `options` set fields of its config."""
+    return get(name).fn(features, saliency, grid, make_config(name, ratio, **options))
+
+
+def target_count(ratio: float, groups: int, tokens: int) -> int:
+    """The exact retention every method returns by default: max(1, round(ratio * T * N))."""
+    return max(1, round(ratio * groups * tokens))
