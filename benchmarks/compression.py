@@ -53,20 +53,20 @@ def run_one(shape: str, ratio: float, repeats: int, device: str) -> dict:
         torch.cuda.synchronize()
         torch.cuda.reset_peak_memory_stats()
         before = torch.cuda.memory_allocated()
-        compress(features, saliency, grid, config)
+        compress(features, saliency, grid, config, timer=True)
         peak = (torch.cuda.max_memory_allocated() - before) / 2**20
         kind = "cuda max allocated"
     else:
         before = _rss_mb()
-        compress(features, saliency, grid, config)  # also the warm-up
+        compress(features, saliency, grid, config, timer=True)  # also the warm-up
         peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024 - before
         kind = "peak RSS growth"
     for _ in range(2):  # more warm-up: the allocator settles after a few calls
-        compress(features, saliency, grid, config)
+        compress(features, saliency, grid, config, timer=True)
     reports, walls = [], []
     for _ in range(repeats):
         start = time.perf_counter()
-        out = compress(features, saliency, grid, config)
+        out = compress(features, saliency, grid, config, timer=True)
         walls.append((time.perf_counter() - start) * 1e3)
         reports.append(out.report)
     stage = {s: statistics.median(r.timings_ms.get(s, 0.0) for r in reports) for s in STAGES}

@@ -29,6 +29,8 @@ class LlavaOneVision(KeptTokenGeneration):
     frames_per_group = 1
     default_frames = 32
     grounds = False  # the paper evaluates grounding on Qwen2.5-VL only
+    # `--preset official`: the authors' LLaVA path rounds K (llava_vid.py `_run_spatial_llava`)
+    official_overrides = {"k_rounding": "round"}
 
     def __init__(self, model, processor, name: str, settings: dict | None = None):
         """settings: a converted LLaVA-Video checkpoint's own pooling and newline rules (ottvid.json);

@@ -30,6 +30,7 @@ class Qwen25VL(KeptTokenGeneration):
     frames_per_group = 2  # temporal_patch_size
     default_frames = 32
     grounds = True
+    official_overrides: dict = {}  # `--preset official`: the authors' Qwen2.5-VL path is official()'s default
 
     def __init__(self, model, processor, name: str, max_pixels: int = DEFAULT_MAX_PIXELS):
         self.model = model

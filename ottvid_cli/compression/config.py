@@ -10,6 +10,16 @@ MASSES = ("loo", "uniform")
 BUDGETS = ("adaptive", "uniform")
 ALPHAS = ("position", "kernel", "global")
 SPATIALS = ("coverage", "saliency", "divprune", "adts", "scope")
+# Switches between the paper's text (first value, the default) and the authors' published code
+# (second value); see "The authors' code" in docs/method.md.
+SEMANTIC_COSTS = ("cosine", "clamped")
+K_ROUNDINGS = ("round", "floor")
+BUDGET_CAPS = ("K", "K-1")
+BUDGET_ROUNDINGS = ("final", "per_round")
+LOCATION_NORMS = ("diagonal", "per_axis")
+SINKHORN_STOPS = ("tol", "fixed")
+MERGE_RULES = ("strict", "inclusive")
+PRESETS = ("paper", "official")
 
 AlphaSetting = Union[str, float]
 
@@ -24,6 +34,18 @@ class OTTVidConfig:
     Ablation switches: mass ("loo" | "uniform"), budget ("adaptive" | "uniform"),
     alpha ("position" | "kernel" | "global" | a fixed float in [0.5, 1]) and
     spatial ("coverage" | "saliency" | "divprune" | "adts" | "scope", App. B.1).
+
+    The paper's text against the authors' published code, one switch per difference (defaults:
+    the paper; `OTTVidConfig.official()` flips all seven):
+    semantic_cost "cosine" (c_sem = 1 - cos) | "clamped" (1 - max(0, cos));
+    k_rounding "round" (K = round(N r_s)) | "floor" (K = max(1, floor(N r_s)));
+    budget_cap "K" | "K-1" (operations a pair may hold);
+    budget_rounding "final" (real-valued redistribution, integers once at the end) |
+    "per_round" (integer shares every redistribution round);
+    location_norm "diagonal" (grid distance / grid diagonal) | "per_axis" (positions scaled to
+    [0, 1] per axis, distance / sqrt(2));
+    sinkhorn_stop "tol" (stop once the marginal error is below tol) | "fixed" (exactly max_iter
+    iterations); merge_rule "strict" (merge if C < tau_c) | "inclusive" (merge if C <= tau_c).
     """
 
     ratio: float = 0.1
@@ -38,6 +60,31 @@ class OTTVidConfig:
     budget: str = "adaptive"
     alpha: AlphaSetting = "position"
     spatial: str = "coverage"
+    semantic_cost: str = "cosine"
+    k_rounding: str = "round"
+    budget_cap: str = "K"
+    budget_rounding: str = "final"
+    location_norm: str = "diagonal"
+    sinkhorn_stop: str = "tol"
+    merge_rule: str = "strict"
+
+    @classmethod
+    def official(cls, **overrides) -> "OTTVidConfig":
+        """The authors' published code (github.com/minseokii/OTT-Vid, Qwen2.5-VL path) with the paper's
+        hyper-parameters; keyword overrides win, e.g. `official(k_rounding="round")` for LLaVA."""
+        settings = dict(
+            ratio=0.1, gamma=0.3, tau_m=0.3, tau_b=0.3, tau_c=0.3, eps=0.01, max_iter=200,
+            semantic_cost="clamped", k_rounding="floor", budget_cap="K-1", budget_rounding="per_round",
+            location_norm="per_axis", sinkhorn_stop="fixed", merge_rule="inclusive",
+        )
+        settings.update(overrides)
+        return cls(**settings)
+
+    @classmethod
+    def preset(cls, name: str, **overrides) -> "OTTVidConfig":
+        """"paper" (the defaults) or "official" (`official()`), with keyword overrides."""
+        _choice("preset", name, PRESETS)
+        return cls.official(**overrides) if name == "official" else cls(**overrides)
 
     def __post_init__(self) -> None:
         def number(name: str) -> float:
@@ -60,6 +107,13 @@ class OTTVidConfig:
         _choice("mass", self.mass, MASSES)
         _choice("budget", self.budget, BUDGETS)
         _choice("spatial", self.spatial, SPATIALS)
+        _choice("semantic_cost", self.semantic_cost, SEMANTIC_COSTS)
+        _choice("k_rounding", self.k_rounding, K_ROUNDINGS)
+        _choice("budget_cap", self.budget_cap, BUDGET_CAPS)
+        _choice("budget_rounding", self.budget_rounding, BUDGET_ROUNDINGS)
+        _choice("location_norm", self.location_norm, LOCATION_NORMS)
+        _choice("sinkhorn_stop", self.sinkhorn_stop, SINKHORN_STOPS)
+        _choice("merge_rule", self.merge_rule, MERGE_RULES)
         if isinstance(self.alpha, str):
             _choice("alpha", self.alpha, ALPHAS)
         elif isinstance(self.alpha, bool) or not isinstance(self.alpha, (int, float)) or not (

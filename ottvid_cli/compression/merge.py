@@ -12,7 +12,7 @@ class Matching:
     """Per-pair decisions, shapes (P, K) over the source tokens of group t+1.
 
     target: row of group t each source would go to (its largest coupling entry);
-    merged / pruned: the sources taken by the budget, split by C < tau_c.
+    merged / pruned: the sources taken by the budget, split by C < tau_c (or C <= tau_c).
     """
 
     target: torch.Tensor
@@ -20,11 +20,14 @@ class Matching:
     pruned: torch.Tensor
 
 
-def match_pairs(plan: torch.Tensor, cost: torch.Tensor, budgets: torch.Tensor, tau_c: float) -> Matching:
+def match_pairs(
+    plan: torch.Tensor, cost: torch.Tensor, budgets: torch.Tensor, tau_c: float, inclusive: bool = False
+) -> Matching:
     """Take the B_t sources of each pair with the largest coupling entries; merge if C < tau_c, else prune.
 
     plan, cost: (P, K, K) with rows = group t (destination), columns = group t+1 (source);
     budgets: (P,) integers <= K. Ties go to the lowest index (first maximum, stable sort).
+    inclusive: merge if C <= tau_c (the authors' code) instead.
     """
     best, target = plan.max(dim=1)  # each source column's largest entry and its destination row
     order = torch.sort(best, dim=-1, descending=True, stable=True).indices
@@ -32,7 +35,7 @@ def match_pairs(plan: torch.Tensor, cost: torch.Tensor, budgets: torch.Tensor, t
     in_budget = torch.arange(k, device=plan.device) < budgets.to(plan.device).unsqueeze(-1)
     taken = torch.zeros_like(in_budget).scatter_(1, order, in_budget)
     match_cost = cost.gather(1, target.unsqueeze(1)).squeeze(1)  # C_t[target(j), j]
-    merged = taken & (match_cost < tau_c)
+    merged = taken & (match_cost <= tau_c if inclusive else match_cost < tau_c)
     return Matching(target=target, merged=merged, pruned=taken & ~merged)
 
 
@@ -72,8 +75,9 @@ def collapse(matching: Matching, groups: int) -> Collapse:
     row_of_root = torch.cumsum(kept_root.long(), 0) - 1
     row = torch.where(pruned[root], torch.full_like(root, -1), row_of_root[root])
     roots = node[kept_root]
-    valid = row >= 0
-    count = torch.bincount(row[valid], minlength=roots.numel())
+    # members per output row; index_add rather than bincount(row[row >= 0]), which waits for the device
+    count = torch.zeros(roots.numel(), dtype=torch.long, device=device)
+    count.index_add_(0, row.clamp_min(0), (row >= 0).long())
     return Collapse(row=row, roots=roots, count=count)
 
 

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import math
+from contextlib import nullcontext
 from dataclasses import asdict, dataclass, field
 
 import torch
 
 from ..timing import Stopwatch
 from .budget import allocate_budget_rounds, uniform_budget
-from .config import OTTVidConfig
+from .config import BUDGET_CAPS, K_ROUNDINGS, OTTVidConfig, _choice
 from .merge import average_components, collapse, match_pairs
 from .spatial import gram_cosine, inverse_norms, mass_from_similarity, normalize_saliency, select_from_similarity
 from .transport import grid_positions, mixing_weight, sinkhorn_log, transport_cost, transport_difficulty
@@ -25,15 +27,29 @@ class TokenCounts:
     r_t: float
 
 
-def token_counts(groups: int, tokens: int, ratio: float, gamma: float) -> TokenCounts:
-    """M = max(1, round(r T N)); K = clamp(round(N r_s), 1, N); B_tot = clamp(T K - M, 0, (T-1) K)."""
+def token_counts(
+    groups: int, tokens: int, ratio: float, gamma: float, k_rounding: str = "round", budget_cap: str = "K"
+) -> TokenCounts:
+    """M = max(1, round(r T N)); K = clamp(round(N r_s), 1, N); B_tot = clamp(T K - M, 0, (T-1) cap).
+
+    k_rounding "floor" takes K = clamp(floor(N r_s), 1, N) instead; budget_cap "K-1" caps each pair
+    at K - 1 operations instead of K (the authors' code; see OTTVidConfig). The output then has
+    T K - B_tot tokens, which is M unless a clamp binds.
+    """
+    _choice("k_rounding", k_rounding, K_ROUNDINGS)
+    _choice("budget_cap", budget_cap, BUDGET_CAPS)
     r_s, r_t = ratio ** (1.0 - gamma), ratio**gamma
     m = max(1, round(ratio * groups * tokens))
     if groups == 1 or ratio >= 1.0:
         return TokenCounts(M=m, K=min(m, tokens), B_tot=0, r_s=r_s, r_t=r_t)
-    k = min(max(round(tokens * r_s), 1), tokens)
-    b_tot = min(max(groups * k - m, 0), (groups - 1) * k)
+    k = min(max(math.floor(tokens * r_s) if k_rounding == "floor" else round(tokens * r_s), 1), tokens)
+    b_tot = min(max(groups * k - m, 0), (groups - 1) * pair_cap(k, budget_cap))
     return TokenCounts(M=m, K=k, B_tot=b_tot, r_s=r_s, r_t=r_t)
+
+
+def pair_cap(k: int, budget_cap: str = "K") -> int:
+    """Operations one pair may hold: K (each source token used at most once) or K - 1."""
+    return k - 1 if budget_cap == "K-1" else k
 
 
 @dataclass
@@ -42,7 +58,7 @@ class CompressionReport:
 
     Per-pair lists (length T-1): alpha, W (transport difficulty), B (budget), merges, prunes.
     sinkhorn_error is the largest marginal error |P1 - a|_1 + |P^T1 - b|_1 over the pairs.
-    timings_ms holds the wall time of each stage.
+    timings_ms holds the wall time of each stage when they are timed (see compress's `timer`).
     """
 
     T: int
@@ -87,36 +103,49 @@ def compress(
     saliency: torch.Tensor,
     grid: tuple[int, int],
     config: OTTVidConfig | None = None,
+    timer: bool | None = None,
 ) -> Compressed:
     """Compress T groups of N = H*W visual tokens to about ratio * T * N tokens with OTT-Vid.
 
     features: (T, N, D), tokens of each group in row-major grid order; saliency: (T, N) >= 0;
     grid: (H, W). Computes in float32 whatever the input dtype; deterministic.
+
+    timer: whether `report.timings_ms` gets the wall time of each stage. True times every stage,
+    which on an accelerator waits for the device at the end of each stage (on CUDA: events, one host
+    wait per stage); False never times; None (the default) times only where that costs no device
+    synchronisation, i.e. on the CPU, and leaves timings_ms empty on CUDA/MPS. The outputs are the
+    same either way. Besides what the output's size needs, the stages transfer to the host only the
+    transport difficulties (for the budget) and, at the end, the report's numbers in one transfer.
     """
+    if timer not in (None, True, False):
+        raise TypeError(f"timer must be None, True or False, got {timer!r}")
     config = config or OTTVidConfig()
     groups, tokens = _validate(features, saliency, grid)
-    counts = token_counts(groups, tokens, config.ratio, config.gamma)
+    counts = token_counts(groups, tokens, config.ratio, config.gamma, config.k_rounding, config.budget_cap)
     report = CompressionReport(
         T=groups, N=tokens, K=counts.K, M=counts.M, r_s=counts.r_s, r_t=counts.r_t, B_tot=counts.B_tot,
         config=config.to_dict(),
     )
     device = features.device
     flat = features.reshape(groups * tokens, -1)
-    timer = Stopwatch(device, report.timings_ms)
+    if device.type == "cpu" if timer is None else timer:
+        stage = Stopwatch(device, report.timings_ms)
+    else:
+        stage = _untimed
 
     x = features.float()
     if config.ratio >= 1.0:
-        _check_finite(inverse_norms(x), x)
+        _check_inputs(inverse_norms(x), x, saliency)
         report.K, report.kept = tokens, groups * tokens
         every = torch.arange(groups * tokens, device=device)
         return Compressed(features=flat.clone(), index=every, assignment=every.clone(), report=report,
                           selected=every.view(groups, tokens).clone())
 
-    with timer("similarity"):
+    with stage("similarity"):
         w = normalize_saliency(saliency)  # w_t,i
         sim, inv_norm = gram_cosine(x)  # sim(x_t,i, x_t,j), 1 / ||x_t,i||
-        _check_finite(inv_norm, x)
-    with timer("selection"):
+        _check_inputs(inv_norm, x, saliency)
+    with stage("selection"):
         selected = select_from_similarity(sim, w, counts.K, config.spatial)  # S_t, (T, K)
     flat_selected = (selected + torch.arange(groups, device=device).unsqueeze(-1) * tokens).reshape(-1)
 
@@ -124,48 +153,64 @@ def compress(
         report.kept = counts.K
         assignment = torch.full((tokens,), -1, dtype=torch.long, device=device)
         assignment[flat_selected] = torch.arange(counts.K, device=device)
-        report.timings_ms["total"] = sum(report.timings_ms.values())
+        _total(report)
         return Compressed(features=flat[flat_selected].clone(), index=flat_selected, assignment=assignment,
                           report=report, selected=selected)
 
-    with timer("mass"):
+    cap = pair_cap(counts.K, config.budget_cap)
+    with stage("mass"):
         if config.mass == "uniform":
             mass = torch.full((groups, counts.K), 1.0 / counts.K, device=device)
         else:
             mass = mass_from_similarity(sim, w, selected, config.tau_m, config.spatial)  # m_t
         del sim
-    with timer("cost"):
+    with stage("cost"):
         alpha = mixing_weight(x, grid, config.alpha, inv_norm)  # alpha_t
         chosen = flat[flat_selected].view(groups, counts.K, -1)
         chosen_inv = inv_norm.reshape(-1)[flat_selected].view(groups, counts.K)
-        cost = transport_cost(chosen, grid_positions(selected, grid), alpha, grid, chosen_inv)  # C_t
-    with timer("sinkhorn"):
-        plan, iterations, error = sinkhorn_log(mass[:-1], mass[1:], cost, config.eps, config.max_iter, config.tol)
+        cost = transport_cost(chosen, grid_positions(selected, grid), alpha, grid, chosen_inv,
+                              config.semantic_cost, config.location_norm)  # C_t
+    with stage("sinkhorn"):
+        plan, iterations, error = sinkhorn_log(mass[:-1], mass[1:], cost, config.eps, config.max_iter, config.tol,
+                                               early_stop=config.sinkhorn_stop == "tol")
         difficulty = transport_difficulty(plan, cost)  # W_t
-    with timer("budget"):
+    with stage("budget"):
         if config.budget == "uniform":
-            budgets, rounds = uniform_budget(groups - 1, counts.B_tot, counts.K, device), 0
+            budgets, rounds = uniform_budget(groups - 1, counts.B_tot, cap, device), 0
         else:
-            budgets, rounds = allocate_budget_rounds(difficulty, counts.B_tot, counts.K, config.tau_b)  # B_t
-    with timer("merge"):
-        matching = match_pairs(plan, cost, budgets, config.tau_c)
+            budgets, rounds = allocate_budget_rounds(difficulty, counts.B_tot, cap, config.tau_b,
+                                                     config.budget_rounding)  # B_t
+    with stage("merge"):
+        matching = match_pairs(plan, cost, budgets, config.tau_c, inclusive=config.merge_rule == "inclusive")
         components = collapse(matching, groups)
         out = average_components(chosen.reshape(groups * counts.K, -1), components).to(features.dtype)
         index = flat_selected[components.roots]
         assignment = torch.full((groups * tokens,), -1, dtype=torch.long, device=device)
         assignment[flat_selected] = components.row
 
+    # The per-pair numbers of the report, in one device-to-host transfer (all exact in float32).
+    per_pair = torch.stack((alpha.float(), difficulty.float(), budgets.float(),
+                            matching.merged.sum(-1).float(), matching.pruned.sum(-1).float()))
+    numbers = torch.cat((per_pair.reshape(-1), error.max().float().view(1))).cpu()
+    per_pair_list, worst_error = numbers[:-1].view(5, -1).tolist(), float(numbers[-1])
     report.kept = int(index.numel())
-    report.alpha = alpha.tolist()
-    report.W = difficulty.tolist()
-    report.B = budgets.tolist()
-    report.merges = matching.merged.sum(-1).tolist()
-    report.prunes = matching.pruned.sum(-1).tolist()
+    report.alpha, report.W = per_pair_list[0], per_pair_list[1]
+    report.B, report.merges, report.prunes = ([int(v) for v in row] for row in per_pair_list[2:])
     report.overflow_rounds = rounds
     report.sinkhorn_iterations = iterations
-    report.sinkhorn_error = float(error.max())
-    report.timings_ms["total"] = sum(report.timings_ms.values())
+    report.sinkhorn_error = worst_error
+    _total(report)
     return Compressed(features=out, index=index, assignment=assignment, report=report, selected=selected)
+
+
+def _untimed(name: str) -> nullcontext:
+    """The stage context when stages are not timed."""
+    return nullcontext()
+
+
+def _total(report: CompressionReport) -> None:
+    if report.timings_ms:
+        report.timings_ms["total"] = sum(report.timings_ms.values())
 
 
 def _validate(features: torch.Tensor, saliency: torch.Tensor, grid: tuple[int, int]) -> tuple[int, int]:
@@ -180,14 +225,17 @@ def _validate(features: torch.Tensor, saliency: torch.Tensor, grid: tuple[int, i
         raise ValueError(f"saliency must be (T, N) = {(groups, tokens)}, got {tuple(saliency.shape)}")
     if len(grid) != 2 or int(grid[0]) * int(grid[1]) != tokens or min(grid) < 1:
         raise ValueError(f"grid {tuple(grid)} does not hold N = {tokens} tokens")
-    if bool((saliency < 0).any()):
-        raise ValueError("saliency must be non-negative")
     return groups, tokens
 
 
-def _check_finite(inv_norm: torch.Tensor, x: torch.Tensor) -> None:
-    """Non-finite features show up as non-finite or zero inverse norms; say which problem it is."""
-    if not bool(torch.isfinite(inv_norm).all() and (inv_norm > 0).all()):
-        if not bool(torch.isfinite(x).all()):
-            raise ValueError("features contain NaN or Inf")
-        raise ValueError("features are too large for float32 cosine similarities")
+def _check_inputs(inv_norm: torch.Tensor, x: torch.Tensor, saliency: torch.Tensor) -> None:
+    """Negative saliency, and non-finite features (which show up as non-finite or zero inverse norms),
+    raise ValueError; one host synchronisation when the input is clean."""
+    clean = torch.isfinite(inv_norm).all() & (inv_norm > 0).all() & ~(saliency < 0).any()
+    if bool(clean):
+        return
+    if bool((saliency < 0).any()):
+        raise ValueError("saliency must be non-negative")
+    if not bool(torch.isfinite(x).all()):
+        raise ValueError("features contain NaN or Inf")
+    raise ValueError("features are too large for float32 cosine similarities")

@@ -80,20 +80,27 @@ def transport_cost(
     alpha: torch.Tensor,
     grid: tuple[int, int],
     inv_norm: torch.Tensor | None = None,
+    semantic: str = "cosine",
+    location: str = "diagonal",
 ) -> torch.Tensor:
     """C_t = alpha_t c_sem + (1 - alpha_t) c_loc (Eq. 4-5); returns (T-1, k, k), float32.
 
     selected_features: (T, k, D) features of the selected tokens; positions: (T, k, 2) grid
     (row, col); inv_norm: (T, k) their inverse norms, if already known.
-    c_sem = 1 - cos(s_{t,i}, s_{t+1,j}); c_loc = ||p_{t,i} - p_{t+1,j}|| / d_max with d_max the
-    grid diagonal sqrt((H-1)^2 + (W-1)^2) (c_loc = 0 when d_max = 0).
+    c_sem = 1 - cos(s_{t,i}, s_{t+1,j}) ("cosine"), or 1 - max(0, cos) ("clamped", the authors' code).
+    c_loc ("diagonal") = ||p_{t,i} - p_{t+1,j}|| / d_max with d_max the grid diagonal
+    sqrt((H-1)^2 + (W-1)^2) (c_loc = 0 when d_max = 0); "per_axis" (the authors' code) scales the
+    positions to (row / (H-1), col / (W-1)) (an axis of length 1 stays 0) and divides the distance
+    by sqrt(2). Both agree on square grids.
     """
     x = selected_features.float()
     inv = inverse_norms(x) if inv_norm is None else inv_norm
     cos = torch.bmm(x[:-1], x[1:].transpose(1, 2)).mul_(inv[:-1].unsqueeze(-1)).mul_(inv[1:].unsqueeze(-2))
-    c_sem = 1.0 - cos.clamp_(-1.0, 1.0)
-    d_max = math.hypot(grid[0] - 1, grid[1] - 1)
-    if d_max > 0:
+    c_sem = 1.0 - cos.clamp_(0.0 if semantic == "clamped" else -1.0, 1.0)
+    if location == "per_axis":
+        p = torch.stack((positions[..., 0] / max(grid[0] - 1, 1), positions[..., 1] / max(grid[1] - 1, 1)), -1)
+        c_loc = torch.cdist(p[:-1], p[1:]) / math.sqrt(2.0)
+    elif (d_max := math.hypot(grid[0] - 1, grid[1] - 1)) > 0:
         c_loc = torch.cdist(positions[:-1], positions[1:]) / d_max
     else:
         c_loc = torch.zeros_like(c_sem)
@@ -127,6 +134,7 @@ def sinkhorn_log(
     tol: float = 1e-5,
     absorb: bool | None = None,
     check_every: int | None = None,
+    early_stop: bool = True,
 ) -> tuple[torch.Tensor, int, torch.Tensor]:
     """Log-domain Sinkhorn; returns (plan, iterations, marginal error per problem (P,)).
 
@@ -139,6 +147,9 @@ def sinkhorn_log(
     On GPUs the host checks for convergence only every 10 iterations (`check_every`; 1 on the
     CPU, where a check costs nothing); a converged state is frozen on the device until then, so the
     result is that of checking every iteration.
+
+    `early_stop=False` runs exactly max_iter iterations (the authors' code): no convergence check,
+    no host synchronisation in the loop on GPUs; the error is measured once, at the end.
 
     Two evaluations of the same LSEs (`absorb`, default: on for CPU tensors):
     - direct: each LSE exponentiates the whole (P, K, K) batch.
@@ -180,10 +191,17 @@ def sinkhorn_log(
     # absorbed updates skip re-measuring their drift until it could have reached their limit.
     smallest_b = float(b.min()) if check_every == 1 else 0.0
     moved = None
+    if not early_stop:
+        error = None
     for step in range(1, max_iter + 1):
         g_step = g_next
         f_new = rows(g_step, moved)
         g_next = cols(f_new, moved)
+        if not early_stop:
+            f, g, iterations = f_new, g_step, step
+            if absorb:  # the drift bound that spares the absorbed updates re-measuring it
+                moved = float(torch.linalg.vector_norm(g_step - g_next, float("inf")))
+            continue
         if check_every == 1:
             f, g, iterations = f_new, g_step, step
             worst = float(torch.linalg.vector_norm(g_step - g_next, float("inf")))
