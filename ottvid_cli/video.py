@@ -1,20 +1,28 @@
-"""Video decoding with decord: true per-frame timestamps, uniform-in-time sampling.
+"""Video decoding: true per-frame timestamps, uniform-in-time sampling, two backends (decord, PyAV).
 
 Two sampling plans: `sample_frames(path, 32)` (question answering: a fixed, even number of frames)
 and `sample_fps(path, 2.0, max_frames)` (grounding: a fixed rate). Both sample uniformly in *time*
-over the container's duration, using each frame's real timestamp, so variable-frame-rate files
-and files whose average fps is wrong still give correct times.
+over the video's duration, using each frame's real timestamp, so variable-frame-rate files and
+files whose average fps is wrong still give correct times.
+
+Random access (decord's index, or PyAV seeking) is used only where the container's index is judged
+trustworthy; otherwise every frame is decoded in order with PyAV and only the sampled ones are kept.
+The rules are written out in docs/video.md.
 """
 
 from __future__ import annotations
 
+import functools
 import math
 import os
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Iterator
+from fractions import Fraction
+from typing import Callable, Iterator
 
 import numpy as np
+
+DECODERS = ("auto", "decord", "pyav")
 
 
 class VideoError(ValueError):
@@ -23,21 +31,27 @@ class VideoError(ValueError):
 
 @dataclass
 class Timeline:
-    """Every frame's start time in seconds (repaired where the container's is invalid) and the duration."""
+    """Every frame's start time in seconds, from the stream's start, and the duration (the last frame's end).
+
+    trusted: whether the index these times came from passed the checks of `judge_index` (always False
+    for times measured by decoding every frame, whose `problem` then says why that was needed).
+    """
 
     starts: np.ndarray
     duration: float
     average_fps: float
-    repaired: int = 0  # how many timestamps had to be interpolated
-    source: str = "container"  # "container", or "average fps" when no timestamp was usable
+    source: str = "container"  # "decord index", "pyav index", or "decoded frames"
+    trusted: bool = True
+    problem: str = ""  # why the index was not trusted ("" when it was)
 
 
 @dataclass
 class Video:
     """Sampled frames of one video file.
 
-    frames: (n, H, W, 3) uint8 RGB; timestamps: start time of each sampled frame (s); indices: their
-    frame numbers in the file; duration: the whole video's length (s).
+    frames: (n, H, W, 3) uint8 RGB; timestamps: start time of each sampled frame (s, from the stream's
+    start); indices: their frame numbers in the file (presentation order); duration: the whole video's
+    length (s); decoder: the backend that produced the frames ("decord" or "pyav").
     """
 
     path: str
@@ -48,6 +62,7 @@ class Video:
     total_frames: int
     average_fps: float
     timeline: Timeline = field(repr=False, default=None)  # type: ignore[assignment]
+    decoder: str = ""
 
     @property
     def sampled_fps(self) -> float:
@@ -55,24 +70,47 @@ class Video:
         return len(self.indices) / self.duration if self.duration > 0 else float(len(self.indices))
 
 
-def _open(path: str | os.PathLike):
-    import decord
+# --------------------------------------------------------------------------- choosing a backend
 
+
+@functools.lru_cache(maxsize=1)
+def decord_available() -> bool:
+    """Whether decord can be imported (its wheels exist for Linux and Windows x86-64 only)."""
+    try:
+        import decord  # noqa: F401
+    except Exception:  # ImportError, or a broken native library
+        return False
+    return True
+
+
+def resolve_decoder(decoder: str = "auto") -> str:
+    """The backend a `decoder` name stands for: "auto" is decord when it can be imported, else PyAV."""
+    if decoder not in DECODERS:
+        raise VideoError(f"unknown decoder {decoder!r}: choose one of {', '.join(DECODERS)}")
+    if decoder == "auto":
+        return "decord" if decord_available() else "pyav"
+    if decoder == "decord" and not decord_available():
+        raise VideoError("decoder 'decord' is not installed (pip install decord; Linux and Windows x86-64 only); "
+                         "use decoder 'pyav' or 'auto'")
+    return decoder
+
+
+# --------------------------------------------------------------------------- opening files
+
+
+def _checked_path(path: str | os.PathLike) -> str:
     path = os.fspath(path)
     if not os.path.exists(path):
         raise VideoError(f"video not found: {path}")
     if os.path.isdir(path):
         raise VideoError(f"expected a video file, got a folder: {path}")
-    try:
-        with _native_stderr_silenced():  # FFmpeg/decord log their own lines for unreadable files
-            reader = decord.VideoReader(path, ctx=decord.cpu(0), num_threads=0)
-    except Exception as exc:  # decord raises its own DECORDError / RuntimeError types
-        if "video stream" in str(exc):
-            raise VideoError(f"video has no frames: {path} (no decodable video stream)") from None
-        raise VideoError(f"cannot read video {path}: not a video file, or a format FFmpeg cannot decode") from None
-    if len(reader) == 0:
-        raise VideoError(f"video has no frames: {path}")
-    return reader
+    if os.path.getsize(path) == 0:
+        raise VideoError(f"video file is empty (0 bytes): {path}")
+    return path
+
+
+def _unreadable(path: str) -> VideoError:
+    return VideoError(f"cannot read video {path}: not a video file, or a format FFmpeg cannot decode")
 
 
 @contextmanager
@@ -93,51 +131,199 @@ def _native_stderr_silenced() -> Iterator[None]:
         os.close(devnull)
 
 
-def read_timeline(reader) -> Timeline:
-    """Per-frame start times from the container, repaired where invalid.
+@contextmanager
+def _pyav_stream(path: str):
+    """(container, first video stream) opened with PyAV, closed afterwards; one-line VideoErrors.
 
-    A timestamp is trusted when it is finite, non-negative and not before an earlier trusted one.
-    An invalid one is interpolated between its valid neighbours (extrapolated with the median valid
-    gap at the ends). Only when no timestamp is valid are times index / average fps. The duration is
-    the last frame's end time from the container, or its repaired start plus one frame gap.
+    FFmpeg's own log lines (warnings about damaged or oddly seeked streams) are kept off stderr meanwhile.
     """
+    import av
+
+    with _native_stderr_silenced():
+        try:
+            container = av.open(path, metadata_errors="ignore")
+        except Exception:  # av.error.* (InvalidDataError, ...), OSError
+            raise _unreadable(path) from None
+        try:
+            if not container.streams.video:
+                kind = "audio only" if container.streams.audio else "no video stream"
+                raise VideoError(f"video has no frames: {path} ({kind})")
+            stream = container.streams.video[0]
+            stream.thread_type = "AUTO"
+            yield container, stream
+        finally:
+            container.close()
+
+
+def _open_decord(path: str):
+    import decord
+
+    try:
+        with _native_stderr_silenced():  # FFmpeg/decord log their own lines for unreadable files
+            reader = decord.VideoReader(path, ctx=decord.cpu(0), num_threads=0)
+    except Exception as exc:  # decord raises its own DECORDError / RuntimeError types
+        if "video stream" in str(exc):
+            raise VideoError(f"video has no frames: {path} (no decodable video stream)") from None
+        raise _unreadable(path) from None
+    if len(reader) == 0:
+        raise VideoError(f"video has no frames: {path}")
+    return reader
+
+
+# --------------------------------------------------------------------------- what the container says
+
+
+@dataclass
+class Header:
+    """What the container's header says about the video stream (seconds; None where it says nothing)."""
+
+    frames: int  # 0 when the container does not count them
+    average_fps: float  # 0.0 when unknown
+    stream_duration: float | None
+    container_duration: float | None
+    start: float  # the stream's start time (s); frame times are measured from it
+    start_pts: int | None
+    time_base: Fraction
+    other_streams: bool = False  # audio or other streams, which may outlast the video
+    codec: str = ""
+    format: str = ""  # FFmpeg's demuxer name, e.g. "mov,mp4,m4a,3gp,3g2,mj2"
+    reordered: bool = False  # frames are decoded in another order than shown (B-frames)
+
+
+def _header(container, stream) -> Header:
+    tb = stream.time_base or Fraction(1, 1)
+    rate = stream.average_rate
+    return Header(
+        frames=int(stream.frames or 0),
+        average_fps=float(rate) if rate else 0.0,
+        stream_duration=float(stream.duration * tb) if stream.duration else None,
+        container_duration=container.duration / 1e6 if container.duration else None,
+        start=float(stream.start_time * tb) if stream.start_time is not None else 0.0,
+        start_pts=stream.start_time,
+        time_base=tb,
+        other_streams=len(container.streams) > 1,
+        codec=stream.codec_context.name or "",
+        format=container.format.name or "",
+        reordered=bool(stream.codec_context.has_b_frames),
+    )
+
+
+def judge_index(starts: np.ndarray, duration: float, header: Header) -> str:
+    """Why an index's frame times cannot be trusted for random access, or "" when they can.
+
+    Trusted when every start is finite and >= 0, the starts strictly increase, the last frame ends after
+    it starts, and three readings of
+    the length agree within max(2 frame gaps, 5%): the frames' span (`duration`, the last frame's end),
+    frame count / average fps, and the container's duration (the stream's own, else the file's; it may
+    count from 0 or from the stream's start). The header's frame count, where given, must match too.
+    """
+    n = len(starts)
+    bad = int(np.sum(~np.isfinite(starts) | (starts < -1e-6)))
+    if bad:
+        return f"{bad} of {n} frames have invalid timestamps"
+    if n > 1 and np.any(np.diff(starts) <= 0):
+        return "frame timestamps do not strictly increase"
+    if not (math.isfinite(duration) and duration > starts[-1]):
+        return "the last frame has no valid end time"
+    gap = float(np.median(np.diff(starts))) if n > 1 else duration
+    tol = max(2 * gap, 0.05 * duration, 1e-3)
+    if header.frames and abs(header.frames - n) > max(1, 0.01 * n):
+        return f"the container counts {header.frames} frames, its index {n}"
+    if n > 1 and header.average_fps > 0 and abs(n / header.average_fps - duration) > tol:
+        return (f"{n} frames at the average {header.average_fps:.3f} fps last {n / header.average_fps:.2f} s, "
+                f"the timestamps span {duration:.2f} s")
+    stated = [d for d in (header.stream_duration, header.container_duration) if d and math.isfinite(d)]
+    if not stated:
+        return "the container states no duration"
+    if any(min(abs(d - duration), abs(d - header.start - duration)) <= tol for d in stated):
+        return ""
+    if header.stream_duration is None and header.other_streams and stated[0] > duration:
+        return ""  # the file's duration covers its audio too, which may outlast the video
+    return f"the container says {stated[0]:.2f} s, the frame timestamps span {duration:.2f} s"
+
+
+# --------------------------------------------------------------------------- indices (no decoding)
+
+
+def decord_seeks_right(header: Header) -> bool:
+    """Whether decord 0.6.0's random access returns the right frames for this kind of file.
+
+    Measured on numbered test files (tests/test_video.py): right wherever frames are not reordered,
+    and for H.264 with B-frames in MP4/MOV or Matroska; wrong (other frames' pixels under valid-looking
+    timestamps) for B-frames of MPEG-4 Part 2, MPEG-2 and HEVC in any container, and for H.264 with
+    B-frames in MPEG-TS.
+    """
+    return not header.reordered or (header.codec == "h264" and header.format.split(",")[0] in ("mov", "matroska"))
+
+
+def read_timeline(reader, header: Header) -> Timeline:
+    """Frame times from decord's index (`reader`: a decord.VideoReader), judged against the header."""
     count = len(reader)
-    average_fps = float(reader.get_avg_fps() or 0.0)
     try:
         stamps = np.asarray(reader.get_frame_timestamp(range(count)), dtype=np.float64).reshape(count, 2)
     except Exception:
         stamps = np.full((count, 2), np.nan)
-    starts = stamps[:, 0].copy()
-    valid = np.isfinite(starts) & (starts >= 0)
-    running = -np.inf
-    for i in range(count):  # non-decreasing among the trusted ones
-        if valid[i]:
-            if starts[i] < running:
-                valid[i] = False
-            else:
-                running = starts[i]
-    n_valid = int(valid.sum())
-    if n_valid == 0:
-        fps = average_fps if math.isfinite(average_fps) and average_fps > 0 else 30.0
-        starts = np.arange(count) / fps
-        return Timeline(starts=starts, duration=count / fps, average_fps=average_fps, repaired=count,
-                        source="average fps")
-    index = np.arange(count)
-    good = index[valid]
-    gaps = np.diff(starts[good])
-    gap = float(np.median(gaps)) if gaps.size else (1.0 / average_fps if average_fps > 0 else 1 / 30)
-    repaired = starts.copy()
-    repaired[~valid] = np.interp(index[~valid], good, starts[good])
-    before, after = index < good[0], index > good[-1]
-    repaired[before] = np.maximum(starts[good[0]] - (good[0] - index[before]) * gap, 0.0)
-    repaired[after] = starts[good[-1]] + (index[after] - good[-1]) * gap
-    end = float(stamps[-1, 1])
-    if valid[-1] and math.isfinite(end) and end >= repaired[-1]:
-        duration = end
+    starts, end = stamps[:, 0], float(stamps[-1, 1])
+    problem = judge_index(starts, end, header)
+    if not problem and not decord_seeks_right(header):
+        problem = f"decord seeks to wrong frames in {header.codec} with B-frames in {header.format.split(',')[0]}"
+    return Timeline(starts=starts, duration=end, average_fps=float(reader.get_avg_fps() or header.average_fps),
+                    source="decord index", trusted=not problem, problem=problem)
+
+
+@dataclass
+class _Packets:
+    """The video stream's packets as the demuxer lists them (stream ticks), sorted by presentation time."""
+
+    pts: np.ndarray  # int64
+    keys: np.ndarray  # pts of key frames
+    end: int | None  # the latest pts + duration
+    missing: int  # packets with data but no pts
+
+
+def _demux(container, stream) -> _Packets:
+    pts, keys, end, missing = [], [], None, 0
+    for packet in container.demux(stream):
+        if packet.size == 0:  # flush packets, and the empty placeholders some AVI writers store
+            continue
+        if packet.pts is None:
+            missing += 1
+            continue
+        pts.append(packet.pts)
+        if packet.is_keyframe:
+            keys.append(packet.pts)
+        if packet.duration:
+            end = packet.pts + packet.duration if end is None else max(end, packet.pts + packet.duration)
+    return _Packets(np.sort(np.asarray(pts, dtype=np.int64)), np.sort(np.asarray(keys, dtype=np.int64)), end, missing)
+
+
+def _pyav_timeline(packets: _Packets, header: Header) -> Timeline:
+    """Frame times from the packets' presentation timestamps, judged against the header."""
+    tb = header.time_base
+    origin = header.start_pts if header.start_pts is not None else int(packets.pts[0])
+    starts = (packets.pts - origin).astype(np.float64) * float(tb)
+    duration = _span_end(starts, float((packets.end - origin) * tb) if packets.end is not None else None,
+                         header.average_fps)
+    if packets.missing:
+        problem = f"{packets.missing} packets have no timestamp"
     else:
-        duration = float(repaired[-1] + gap)
-    return Timeline(starts=repaired, duration=max(duration, float(repaired[-1])), average_fps=average_fps,
-                    repaired=count - n_valid)
+        problem = judge_index(starts, duration, header)
+    return Timeline(starts=starts, duration=duration, average_fps=header.average_fps, source="pyav index",
+                    trusted=not problem, problem=problem)
+
+
+def _span_end(starts, end: float | None, average_fps: float) -> float:
+    """The last frame's end: `end` where it lies after the last start, else the last start plus one frame gap."""
+    if end is not None and math.isfinite(end) and end > starts[-1]:
+        return float(end)
+    if len(starts) > 1:
+        gap = float(np.median(np.diff(starts)))
+    else:
+        gap = 1.0 / average_fps if average_fps > 0 else 1.0 / 30
+    return float(starts[-1] + gap)
+
+
+# --------------------------------------------------------------------------- sampling plans
 
 
 def _frames_at(timeline: Timeline, count: int) -> list[int]:
@@ -152,12 +338,233 @@ def _even(n: int) -> int:
     return max(2, n - n % 2)
 
 
-def _decode(path: str, reader, timeline: Timeline, indices: list[int]) -> Video:
+Plan = Callable[[Timeline], "list[int]"]
+
+
+def _plan_count(num_frames: int) -> Plan:
+    return lambda timeline: _frames_at(timeline, _even(min(num_frames, len(timeline.starts))))
+
+
+def _plan_rate(fps: float, max_frames: int | None) -> Plan:
+    def plan(timeline: Timeline) -> list[int]:
+        count = int(math.floor(timeline.duration * fps + 1e-9))
+        if max_frames is not None:
+            count = min(count, max_frames)
+        total = len(timeline.starts)
+        return _frames_at(timeline, _even(min(count, total) if total >= 2 else count))
+
+    return plan
+
+
+# --------------------------------------------------------------------------- decoding with PyAV
+
+
+def _rgb(frame) -> np.ndarray:
+    """RGB pixels turned the way the container says to show them (its display rotation, as decord does)."""
+    image = frame.to_ndarray(format="rgb24")
+    turns = int(round(getattr(frame, "rotation", 0) or 0) / 90) % 4  # counter-clockwise quarter turns
+    return np.ascontiguousarray(np.rot90(image, turns)) if turns else image
+
+
+def _frame_pts(frame):
+    return frame.pts if frame.pts is not None else getattr(frame, "dts", None)
+
+
+def _seek_decode(path: str, packets: _Packets, wanted_pts: list[int]) -> dict[int, np.ndarray] | None:
+    """Decode the frames whose pts are `wanted_pts`, seeking to the key frame before each distant one.
+
+    Returns None when a frame cannot be reached that way: the caller then decodes every frame in order.
+    """
+    got: dict[int, np.ndarray] = {}
+    with _pyav_stream(path) as (container, stream):
+        seeker = _Seeker(container, stream, packets.keys)
+        for target in sorted(set(wanted_pts)):
+            image = seeker.frame_at(target)
+            if image is None:
+                return None
+            got[target] = image
+    return got
+
+
+class _Seeker:
+    """Frames by exact pts, decoding forward while that is shorter than seeking.
+
+    After a seek, frames count only from the first key frame decoded on, and a frame is taken only when
+    its pts equals the one wanted. A seek that lands after the frame wanted (FFmpeg may seek by decoding
+    time, with B-frames a key frame is decoded before frames shown just before it, and MPEG-TS seeks
+    land on the next key frame) or past the end is retried from the key frame before, up to three times.
+    """
+
+    def __init__(self, container, stream, keys: np.ndarray):
+        self.container, self.stream, self.keys = container, stream, keys
+        self.frames = None  # the decoding generator, None before the first seek
+        self.last = None  # pts of the last frame decoded
+        self.started = False
+        self.seek_to = 0
+
+    def _seek(self, pts: int) -> None:
+        self.container.seek(int(pts), stream=self.stream, backward=True, any_frame=False)
+        self.frames, self.last, self.started, self.seek_to = self.container.decode(self.stream), None, False, pts
+
+    def _far(self, target: int) -> bool:
+        """Whether a key frame lies between the decoder's position and `target` (or it is past `target`)."""
+        if self.frames is None or self.last is None or self.last >= target:
+            return True
+        after = np.searchsorted(self.keys, self.last, side="right")
+        return after < len(self.keys) and self.keys[after] <= target
+
+    def _seek_earlier(self, landed: int) -> bool:
+        """Seek to the key frame before both `landed` and the last seek; False when none is left to try."""
+        earlier = self.keys[self.keys < min(landed, self.seek_to)]
+        if not len(earlier):
+            return False
+        self._seek(int(earlier[-1]))
+        return True
+
+    def frame_at(self, target: int) -> np.ndarray | None:
+        if self._far(target):
+            self._seek(target)
+        for _ in range(4):  # the seek, and up to three retries from earlier key frames
+            for frame in self.frames:
+                pts = _frame_pts(frame)
+                if pts is None:
+                    return None
+                if not self.started:
+                    if not frame.key_frame:
+                        continue
+                    self.started = True
+                    if pts > target:  # landed after the frame wanted
+                        break
+                self.last = pts
+                if pts == target:
+                    return _rgb(frame)
+                if pts > target:  # the frame is not where the index puts it
+                    return None
+            else:  # the stream ended
+                if self.started:
+                    return None
+                pts = self.seek_to + 1  # landed past the last key frame
+            if not self._seek_earlier(pts):
+                return None
+        return None
+
+
+def _decode_all(path: str, keep: set[int]) -> tuple[np.ndarray, float, dict[int, np.ndarray], float]:
+    """Decode every frame in order: (start times from the stream's start, the last frame's end, the kept
+    frames by index, average fps). A frame without a usable pts (none, or not after the previous one) is
+    given the previous time plus one frame gap."""
+    times: list[float] = []
+    kept: dict[int, np.ndarray] = {}
+    end = None
+    with _pyav_stream(path) as (container, stream):
+        header = _header(container, stream)
+        tb = float(header.time_base)
+        gap = 1.0 / header.average_fps if header.average_fps > 0 else 1.0 / 30
+        origin = header.start_pts
+        try:
+            for i, frame in enumerate(container.decode(stream)):
+                pts = _frame_pts(frame)
+                if origin is None and pts is not None:
+                    origin = pts
+                t = (pts - origin) * tb if pts is not None else None
+                if t is None or (times and t <= times[-1]):
+                    t = times[-1] + gap if times else 0.0
+                times.append(t)
+                duration = getattr(frame, "duration", None)
+                end = t + duration * tb if duration else None
+                if i in keep:
+                    kept[i] = _rgb(frame)
+        except Exception as exc:
+            if not times:
+                raise VideoError(f"cannot decode frames of {path}: {_reason(exc)}") from None
+            # a damaged tail: keep what decoded
+    if not times:
+        raise VideoError(f"video has no frames: {path} (nothing decodes)")
+    starts = np.asarray(times)
+    return starts, _span_end(starts, end, header.average_fps), kept, header.average_fps
+
+
+def _sequential(path: str, plan: Plan, guess: Timeline | None, problem: str) -> tuple[Timeline, list[int], np.ndarray]:
+    """Decode every frame in order, keeping only the sampled ones (memory: the sample plus one frame).
+
+    The frames to keep are first chosen on `guess` (an index's times); if the decoded times choose
+    others, a second pass keeps those.
+    """
+    first = set(plan(guess)) if guess is not None else set()
+    starts, end, kept, fps = _decode_all(path, first)
+    timeline = Timeline(starts=starts, duration=end, average_fps=fps, source="decoded frames", trusted=False,
+                        problem=problem)
+    indices = plan(timeline)
+    if not set(indices) <= kept.keys():
+        _, _, kept, _ = _decode_all(path, set(indices))
+    return timeline, indices, np.stack([kept[i] for i in indices])
+
+
+def _reason(exc: Exception) -> str:
+    text = str(exc).strip()
+    return (text.splitlines()[0] if text else type(exc).__name__)[:120]
+
+
+# --------------------------------------------------------------------------- the two backends
+
+
+def _sample_pyav(path: str, plan: Plan, distrust: str = "") -> tuple[Timeline, list[int], np.ndarray]:
+    """Seek to the sampled frames where PyAV's index is trusted (and `distrust` gives no reason not to),
+    else decode every frame in order."""
+    with _pyav_stream(path) as (container, stream):
+        header = _header(container, stream)
+        packets = _demux(container, stream)
+    if len(packets.pts) == 0:
+        return _sequential(path, plan, None, distrust or "the demuxer lists no timestamped frames")
+    timeline = _pyav_timeline(packets, header)
+    problem = distrust or timeline.problem
+    if not problem:
+        indices = plan(timeline)
+        wanted = [int(packets.pts[i]) for i in indices]
+        got = _seek_decode(path, packets, wanted)
+        if got is not None:
+            return timeline, indices, np.stack([got[p] for p in wanted])
+        problem = "seeking did not reach the frames the index lists"
+    starts = timeline.starts
+    usable = bool(np.all(np.isfinite(starts)) and np.all(np.diff(starts) > 0))
+    return _sequential(path, plan, timeline if usable else None, problem)
+
+
+def _sample_decord(path: str, plan: Plan, fallback: bool) -> tuple[Timeline, list[int], np.ndarray]:
+    with _pyav_stream(path) as (container, stream):
+        header = _header(container, stream)
     try:
-        frames = reader.get_batch(indices).asnumpy()
+        reader = _open_decord(path)
+    except VideoError:  # PyAV read the header: FFmpeg can read the file, decord cannot
+        if not fallback:
+            raise
+        return _sample_pyav(path, plan, distrust="decord cannot open it")
+    timeline = read_timeline(reader, header)
+    if not timeline.trusted:
+        if not fallback:
+            raise VideoError(f"decord cannot be trusted on {path} ({timeline.problem}); use decoder 'pyav' or 'auto'")
+        return _sample_pyav(path, plan, distrust=f"decord's index: {timeline.problem}")
+    indices = plan(timeline)
+    try:
+        with _native_stderr_silenced():
+            frames = reader.get_batch(indices).asnumpy()
+        problem = "" if frames.ndim == 4 and frames.shape[-1] == 3 else f"frames of shape {frames.shape[1:]}, not RGB"
     except Exception as exc:
-        reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise VideoError(f"cannot decode frames of {path}: {reason[:120]}") from None
+        problem = _reason(exc)
+    if problem:  # e.g. decord 0.6.0 on a file shown turned by a quarter turn: PyAV decodes it
+        if not fallback:
+            raise VideoError(f"decord cannot decode frames of {path}: {problem}")
+        return _sample_pyav(path, plan)
+    return timeline, indices, frames
+
+
+def _sample(path: str | os.PathLike, plan: Plan, decoder: str) -> Video:
+    backend = resolve_decoder(decoder)
+    path = _checked_path(path)
+    if backend == "decord":
+        timeline, indices, frames = _sample_decord(path, plan, fallback=decoder == "auto")
+    else:
+        timeline, indices, frames = _sample_pyav(path, plan)
     return Video(
         path=path,
         frames=frames,
@@ -167,25 +574,41 @@ def _decode(path: str, reader, timeline: Timeline, indices: list[int]) -> Video:
         total_frames=len(timeline.starts),
         average_fps=timeline.average_fps,
         timeline=timeline,
+        decoder="decord" if timeline.source == "decord index" else "pyav",
     )
 
 
-def check_video(path: str | os.PathLike) -> None:
-    """Raise VideoError if the file is missing, unreadable or has no frames (cheap: opens, decodes nothing)."""
-    _open(path)
+# --------------------------------------------------------------------------- public entry points
 
 
-def sample_frames(path: str | os.PathLike, num_frames: int = 32) -> Video:
+def check_video(path: str | os.PathLike, decoder: str = "auto") -> None:
+    """Raise VideoError if the file is missing, unreadable or has no video frames (cheap: decodes nothing).
+
+    PyAV reads the header and the first video packet; decoder "decord" also has decord open the file
+    ("auto" does not need to: PyAV takes over where decord cannot open a file).
+    """
+    resolve_decoder(decoder)
+    path = _checked_path(path)
+    with _pyav_stream(path) as (container, stream):
+        try:
+            has_packet = any(packet.size for packet in container.demux(stream))
+        except Exception:
+            raise _unreadable(path) from None
+    if not has_packet:
+        raise VideoError(f"video has no frames: {path}")
+    if decoder == "decord":
+        _open_decord(path)
+
+
+def sample_frames(path: str | os.PathLike, num_frames: int = 32, decoder: str = "auto") -> Video:
     """`num_frames` frames (made even; fewer for videos with fewer frames) uniformly in time."""
     if num_frames < 1:
         raise VideoError(f"the number of frames must be >= 1, got {num_frames}")
-    reader = _open(path)
-    timeline = read_timeline(reader)
-    count = _even(min(num_frames, len(reader)))
-    return _decode(os.fspath(path), reader, timeline, _frames_at(timeline, count))
+    return _sample(path, _plan_count(num_frames), decoder)
 
 
-def sample_fps(path: str | os.PathLike, fps: float = 2.0, max_frames: int | None = None) -> Video:
+def sample_fps(path: str | os.PathLike, fps: float = 2.0, max_frames: int | None = None,
+               decoder: str = "auto") -> Video:
     """Frames at `fps` per second of duration (an even count, at least 2), uniformly in time.
 
     With `max_frames`, longer videos are subsampled uniformly to that many frames (made even).
@@ -194,10 +617,4 @@ def sample_fps(path: str | os.PathLike, fps: float = 2.0, max_frames: int | None
         raise VideoError(f"fps must be > 0, got {fps}")
     if max_frames is not None and max_frames < 2:
         raise VideoError(f"max_frames must be >= 2, got {max_frames}")
-    reader = _open(path)
-    timeline = read_timeline(reader)
-    count = int(math.floor(timeline.duration * fps + 1e-9))
-    if max_frames is not None:
-        count = min(count, max_frames)
-    count = _even(min(count, len(reader)) if len(reader) >= 2 else count)
-    return _decode(os.fspath(path), reader, timeline, _frames_at(timeline, count))
+    return _sample(path, _plan_rate(fps, max_frames), decoder)

@@ -1,43 +1,115 @@
-"""Decoding and sampling real clips with decord."""
+"""Decoding and sampling: real clips with both backends, and made files whose frames say their number."""
 
 import hashlib
+import re
+from fractions import Fraction
 from pathlib import Path
 
-import decord
+import av
 import numpy as np
 import pytest
+from video_files import (frame_number, patch_mkv_duration, strip_avi_index, write_audio_only,
+                         write_numbered)
 
-from ottvid_cli.video import VideoError, read_timeline, sample_fps, sample_frames
+from ottvid_cli import video as video_mod
+from ottvid_cli.video import (Header, VideoError, check_video, judge_index, read_timeline, sample_fps,
+                              sample_frames)
 
 DATA = Path(__file__).parent / "data"
+SHARED = Path("/work/shared/videos")
 CLIPS = ["bikes", "cockatoo", "fire2", "realshort", "yoga"]
+needs_decord = pytest.mark.skipif(not video_mod.decord_available(), reason="decord is not installed")
+DECODERS = [pytest.param("decord", marks=needs_decord), "pyav"]
+ROTATION_WRITABLE = hasattr(av.video.stream.VideoStream, "set_display_rotation")  # recent PyAV only
 
 
-def container_times(name):
-    vr = decord.VideoReader(str(DATA / f"{name}.mp4"))
-    return np.asarray(vr.get_frame_timestamp(range(len(vr))))
+def container_times(path):
+    """(start, end) of every frame from the packets' timestamps (PyAV demuxing, no decoding), from the stream start."""
+    with av.open(str(path)) as container:
+        stream = container.streams.video[0]
+        packets = [(p.pts, p.duration) for p in container.demux(stream) if p.size]
+        start = stream.start_time or 0
+        tb = float(stream.time_base)
+    packets.sort()
+    return np.array([((p - start) * tb, (p + d - start) * tb) for p, d in packets])
 
 
-@pytest.mark.parametrize("name", CLIPS)
-def test_uniform_sampling_on_every_clip(name):
-    video = sample_frames(DATA / f"{name}.mp4", 32)
-    stamps = container_times(name)
+def decoded_frames(path):
+    """(time from the stream start, frame) of every frame, decoding in order: what the container shows when."""
+    with av.open(str(path)) as container:
+        stream = container.streams.video[0]
+        start, tb = stream.start_time or 0, float(stream.time_base)
+        return [((f.pts - start) * tb, f.to_ndarray(format="rgb24")) for f in container.decode(stream)]
+
+
+def assert_uniform(video, starts):
+    """Each sampled frame is the one shown at the centre of its segment of the duration."""
     n = len(video.indices)
+    for c, i in zip((np.arange(n) + 0.5) * video.duration / n, video.indices):
+        assert starts[i] <= c + 1e-6 and (i + 1 == len(starts) or starts[i + 1] > c)
+
+
+# --------------------------------------------------------------------------- the shipped clips
+
+
+@pytest.mark.parametrize("decoder", DECODERS)
+@pytest.mark.parametrize("name", CLIPS)
+def test_uniform_sampling_on_every_clip(name, decoder):
+    video = sample_frames(DATA / f"{name}.mp4", 32, decoder=decoder)
+    stamps = container_times(DATA / f"{name}.mp4")
+    n = len(video.indices)
+    assert video.decoder == decoder and video.timeline.trusted
     assert n % 2 == 0 and 2 <= n <= 32 and n == min(32, len(stamps) - len(stamps) % 2)
     assert video.frames.shape[0] == n and video.frames.shape[-1] == 3 and video.frames.dtype == np.uint8
     assert video.duration == pytest.approx(stamps[-1, 1], abs=1e-6)  # the container's, not count / avg fps
     assert video.timestamps == pytest.approx(stamps[video.indices, 0].tolist(), abs=1e-6)
     assert all(0 <= t < video.duration for t in video.timestamps)
     assert video.indices == sorted(video.indices)
-    # uniform in time: each sampled frame is the one shown at the centre of its segment
-    centres = (np.arange(n) + 0.5) * video.duration / n
-    for c, i in zip(centres, video.indices):
-        assert stamps[i, 0] <= c + 1e-6 and (i + 1 == len(stamps) or stamps[i + 1, 0] > c)
+    assert_uniform(video, stamps[:, 0])
 
 
-def test_variable_frame_rate_uses_true_timestamps():
-    video = sample_fps(DATA / "fire2.mp4", fps=2.0)
-    stamps = container_times("fire2")
+def test_pyav_seeking_returns_the_frames_sequential_decoding_shows():
+    path = DATA / "bikes.mp4"  # 250 frames, 6 key frames: the sample needs seeks
+    video = sample_frames(path, 8, decoder="pyav")
+    assert video.timeline.source == "pyav index"
+    truth = decoded_frames(path)
+    for k, i in enumerate(video.indices):
+        assert truth[i][0] == pytest.approx(video.timestamps[k], abs=1e-9)
+        assert np.array_equal(video.frames[k], truth[i][1])
+
+
+@pytest.mark.parametrize("name", CLIPS)
+@needs_decord
+def test_backends_agree_on_the_shipped_clips(name):
+    assert_backends_agree(DATA / f"{name}.mp4")
+
+
+def assert_backends_agree(path):
+    a, b = (sample_frames(path, 8, decoder=d) for d in ("decord", "pyav"))
+    assert a.indices == b.indices and a.total_frames == b.total_frames
+    assert np.allclose(a.timestamps, b.timestamps, atol=1e-3) and a.duration == pytest.approx(b.duration, abs=1e-3)
+    assert a.frames.shape == b.frames.shape
+    assert np.abs(a.frames.astype(np.int16) - b.frames).mean() < 2  # same frames, same orientation
+
+
+def _shared_clips():
+    if not SHARED.is_dir():
+        return [pytest.param(None, marks=pytest.mark.skip(reason=f"{SHARED} is absent"))]
+    clips = sorted(p for p in SHARED.iterdir() if p.suffix.lower() in {".mp4", ".mkv", ".mov", ".avi", ".webm"})
+    # big files decode for long: run them with the slow tests (CI runs those too)
+    return [pytest.param(p, id=p.name, marks=[pytest.mark.slow] if p.stat().st_size > 50e6 else []) for p in clips]
+
+
+@needs_decord
+@pytest.mark.parametrize("path", _shared_clips())
+def test_backends_agree_on_the_shared_clips(path):
+    assert_backends_agree(path)
+
+
+@pytest.mark.parametrize("decoder", DECODERS)
+def test_variable_frame_rate_uses_true_timestamps(decoder):
+    video = sample_fps(DATA / "fire2.mp4", fps=2.0, decoder=decoder)
+    stamps = container_times(DATA / "fire2.mp4")
     gaps = np.diff(stamps[:, 0])
     assert gaps.min() < 0.085 and gaps.max() > 0.095  # really variable
     assert video.duration == pytest.approx(2.3798, abs=1e-3)
@@ -62,58 +134,260 @@ def test_fps_sampling_rate_and_cap():
     assert np.allclose(np.diff(capped.timestamps), 10 / 6, atol=0.05)  # still uniform over the whole clip
 
 
-class _Reader:
-    """Stands in for decord's reader to exercise broken container timestamps (no such file at hand)."""
-
-    def __init__(self, starts, fps=10.0):
-        self.starts = np.asarray(starts, dtype=float)
-        self.fps = fps
-
-    def __len__(self):
-        return len(self.starts)
-
-    def get_avg_fps(self):
-        return self.fps
-
-    def get_frame_timestamp(self, idx):
-        s = self.starts[list(idx)]
-        return np.stack([s, s + 0.1], 1)
-
-
-def test_invalid_timestamps_are_interpolated():
-    timeline = read_timeline(_Reader([0.0, 0.1, np.nan, 0.3, -1.0, 0.5, 0.2, 0.7]))
-    assert timeline.starts.tolist() == pytest.approx([0.0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7])
-    assert timeline.repaired == 3 and timeline.duration == pytest.approx(0.8)
-
-
-def test_invalid_ends_are_extrapolated_and_no_valid_timestamp_uses_average_fps():
-    timeline = read_timeline(_Reader([np.nan, 0.5, 0.75, 1.0, np.inf]))
-    assert timeline.starts.tolist() == pytest.approx([0.25, 0.5, 0.75, 1.0, 1.25])
-    none = read_timeline(_Reader([np.nan, np.nan, np.nan, np.nan], fps=4.0))
-    assert none.source == "average fps" and none.starts.tolist() == [0, 0.25, 0.5, 0.75] and none.duration == 1.0
-
-
-def test_errors_are_one_line(tmp_path):
-    with pytest.raises(VideoError, match="not found"):
-        sample_frames(tmp_path / "missing.mp4")
-    with pytest.raises(VideoError, match="folder"):
-        sample_frames(tmp_path)
-    text = tmp_path / "notes.mp4"
-    text.write_text("this is not a video\n")
-    with pytest.raises(VideoError, match="cannot read video") as info:
-        sample_frames(text)
-    assert "\n" not in str(info.value)
-    empty = tmp_path / "empty.mp4"
-    empty.write_bytes(b"")
-    with pytest.raises(VideoError):
-        sample_fps(empty)
-    with pytest.raises(VideoError):
-        sample_fps(DATA / "bikes.mp4", fps=0)
-
-
 def test_input_file_is_untouched():
     path = DATA / "yoga.mp4"
     before = hashlib.sha256(path.read_bytes()).hexdigest()
     sample_frames(path, 8)
-    sample_fps(path, 2.0)
+    sample_fps(path, 2.0, decoder="pyav")
     assert hashlib.sha256(path.read_bytes()).hexdigest() == before
+
+
+# --------------------------------------------------------------------------- made files: frames show their number
+
+
+@pytest.fixture(scope="session")
+def made(tmp_path_factory):
+    """Small numbered clips (64 x 48, a few KB to 40 KB each), built in well under a second."""
+    d = tmp_path_factory.mktemp("numbered")
+    rng = np.random.default_rng(0)
+    vfr_pts = np.concatenate([[0], np.cumsum(rng.choice([20, 40, 100], size=59))]).tolist()  # ms
+    files = {
+        # B-frames in an AVI (which stores no presentation times): decord's index breaks, as on the issue's file
+        "avi": write_numbered(d / "bframes.avi", 270, b_frames=2),
+        "mkv": write_numbered(d / "plain.mkv", 60, rate=25),
+        "vfr": write_numbered(d / "vfr.mp4", 60, pts=vfr_pts, time_base=Fraction(1, 1000)),
+        "one": write_numbered(d / "one.mp4", 1, rate=25),
+        "late": write_numbered(d / "late.mp4", 50, rate=25, pts=list(range(25, 75))),  # starts at 1.0 s
+        "long": write_numbered(d / "long.mp4", 500, rate=25, gop=10, b_frames=2),  # a key frame every 0.4 s
+        "audio": write_numbered(d / "audio.mkv", 50, rate=25, audio_seconds=4.0),  # audio outlasts the video
+        "wav": write_audio_only(d / "tone.wav"),
+    }
+    if ROTATION_WRITABLE:
+        files["turned"] = write_numbered(d / "turned.mp4", 10, rate=25, rotation=180)
+        files["upright"] = write_numbered(d / "upright.mp4", 10, rate=25, rotation=90)
+    files["noidx"] = strip_avi_index(files["avi"], d / "noidx.avi")
+    files["wrong"] = patch_mkv_duration(files["mkv"], d / "wrong.mkv", 40.0)
+    files["nodur"] = patch_mkv_duration(files["mkv"], d / "nodur.mkv", None)
+    assert all(p.stat().st_size < 100_000 for p in files.values())
+    return files
+
+
+def assert_shows_reported_frames(video, path):
+    """The pixels of each sampled frame are those the container shows at its reported time, and the
+    sample spans the whole video."""
+    truth = decoded_frames(path)
+    times = np.array([t for t, _ in truth])
+    n = len(video.indices)
+    assert video.total_frames == len(truth)
+    assert video.duration >= times[-1] and video.duration < times[-1] + 0.2
+    for k, (i, t) in enumerate(zip(video.indices, video.timestamps)):
+        assert t == pytest.approx(times[i], abs=1e-6)
+        assert frame_number(video.frames[k]) == frame_number(truth[i][1]) == i
+    assert video.timestamps[0] <= video.duration / n and video.timestamps[-1] >= video.duration * (1 - 1.5 / n)
+    assert_uniform(video, times)
+
+
+@needs_decord
+def test_the_broken_avi_really_breaks_decord_random_access(made):
+    import decord
+
+    reader = decord.VideoReader(str(made["avi"]))
+    stamps = np.asarray(reader.get_frame_timestamp(range(len(reader))))
+    assert (stamps[:, 0] < 0).sum() > 50  # invalid timestamps
+    shown = [frame_number(f) for f in reader.get_batch([100, 186]).asnumpy()]
+    assert shown != [100, 186]  # the wrong pixels
+    with av.open(str(made["avi"])) as container:
+        timeline = read_timeline(reader, video_mod._header(container, container.streams.video[0]))
+    assert not timeline.trusted and "invalid timestamps" in timeline.problem
+
+
+@pytest.mark.parametrize("key", ["avi", "noidx"])
+@pytest.mark.parametrize("decoder", ["auto", "pyav"])
+def test_broken_index_gives_the_frames_at_their_times(made, key, decoder):
+    for video in (sample_frames(made[key], 8, decoder=decoder), sample_fps(made[key], 2.0, decoder=decoder)):
+        assert video.decoder == "pyav"
+        if decoder == "auto" and video_mod.decord_available():
+            assert video.timeline.source == "decoded frames" and "invalid timestamps" in video.timeline.problem
+        assert_shows_reported_frames(video, made[key])
+    assert len(video.indices) == 22  # floor(11.3 s * 2 fps) made even
+
+
+# (codec, container, B-frames, whether decord 0.6.0's random access gives the right frames): measured
+# with the numbered files; decord_seeks_right encodes the result, these keep it honest.
+KINDS = [
+    ("libx264", "mp4", 2, True), ("libx264", "mkv", 2, True), ("libx264", "ts", 0, True),
+    ("mpeg4", "ts", 0, True), ("libvpx-vp9", "webm", 0, True), ("mjpeg", "avi", 0, True),
+    ("libx264", "ts", 2, False), ("mpeg4", "mp4", 2, False), ("mpeg2video", "mkv", 2, False),
+    ("libx265", "mp4", 2, False), ("libsvtav1", "mkv", 0, None),  # None: decord cannot open it
+]
+OPTIONS = {"libx264": {"crf": "12"}, "libx265": {"crf": "12", "x265-params": "log-level=none"},
+           "libvpx-vp9": {"crf": "20", "b:v": "0"}, "libsvtav1": {"crf": "20"}}
+
+
+@pytest.mark.parametrize("codec,ext,b_frames,decord_right", KINDS, ids=[f"{c}-{e}-b{b}" for c, e, b, _ in KINDS])
+def test_codecs_and_containers(tmp_path, codec, ext, b_frames, decord_right):
+    if codec not in av.codecs_available:
+        pytest.skip(f"this PyAV has no {codec} encoder")
+    path = write_numbered(tmp_path / f"clip.{ext}", 60, rate=25, b_frames=b_frames, codec=codec,
+                          options=OPTIONS.get(codec), pix_fmt="yuvj420p" if codec == "mjpeg" else "yuv420p")
+    for decoder in ("auto", "pyav"):
+        assert_shows_reported_frames(sample_frames(path, 8, decoder=decoder), path)
+    if not video_mod.decord_available() or decord_right is None:
+        return
+    import decord
+
+    wanted = list(range(3, 60, 7))
+    shown = [frame_number(f) for f in decord.VideoReader(str(path)).get_batch(wanted).asnumpy()]
+    assert (shown == wanted) == decord_right
+    if decord_right:
+        video = sample_frames(path, 8, decoder="decord")
+        assert video.decoder == "decord"
+        assert_shows_reported_frames(video, path)
+    else:
+        assert sample_frames(path, 8).decoder == "pyav"
+        with pytest.raises(VideoError, match="decord cannot be trusted"):
+            sample_frames(path, 8, decoder="decord")
+
+
+@needs_decord
+def test_decord_asked_for_by_name_refuses_an_untrustworthy_index(made):
+    with pytest.raises(VideoError, match="decord cannot be trusted.*invalid timestamps.*'pyav'") as info:
+        sample_frames(made["avi"], 8, decoder="decord")
+    assert "\n" not in str(info.value)
+
+
+@pytest.mark.parametrize("decoder", ["auto", "pyav"])
+@pytest.mark.parametrize("key,problem", [("wrong", "the container says 96.00 s"), ("nodur", "no duration|cannot open")])
+def test_wrong_or_missing_container_duration(made, key, decoder, problem):
+    video = sample_frames(made[key], 8, decoder=decoder)
+    assert not video.timeline.trusted and video.timeline.source == "decoded frames"
+    assert re.search(problem, video.timeline.problem)
+    assert video.duration == pytest.approx(2.4)  # the frames' span, not the container's 96 s
+    assert_shows_reported_frames(video, made[key])
+
+
+@pytest.mark.parametrize("decoder", DECODERS)
+@pytest.mark.parametrize("key", ["mkv", "vfr", "late", "audio"])
+def test_trusted_made_files(made, key, decoder):
+    video = sample_frames(made[key], 8, decoder=decoder)
+    assert video.timeline.trusted, video.timeline.problem
+    assert_shows_reported_frames(video, made[key])
+
+
+def test_variable_frame_rate_made_file(made):
+    video = sample_fps(made["vfr"], 4.0, decoder="pyav")
+    gaps = np.diff(video.timeline.starts)
+    assert gaps.min() == pytest.approx(0.02) and gaps.max() == pytest.approx(0.1)
+    assert_shows_reported_frames(video, made["vfr"])
+
+
+@pytest.mark.parametrize("decoder", DECODERS)
+def test_times_count_from_the_stream_start(made, decoder):
+    video = sample_frames(made["late"], 8, decoder=decoder)  # first frame at pts 1.0 s
+    assert video.timeline.starts[0] == 0.0 and video.duration == pytest.approx(2.0)
+
+
+@pytest.mark.parametrize("decoder", DECODERS)
+def test_one_frame_file(made, decoder):
+    video = sample_frames(made["one"], 32, decoder=decoder)
+    assert video.indices == [0, 0] and video.timestamps == [0.0, 0.0] and video.total_frames == 1
+    assert video.duration == pytest.approx(0.04) and frame_number(video.frames[0]) == 0
+    assert sample_fps(made["one"], 2.0, decoder=decoder).indices == [0, 0]
+
+
+@pytest.mark.skipif(not ROTATION_WRITABLE, reason="this PyAV cannot write a display rotation")
+def test_display_rotation_is_applied(made):
+    turned = sample_frames(made["turned"], 2, decoder="pyav")
+    assert turned.frames.shape[1:] == (48, 64, 3) and frame_number(turned.frames[0][::-1, ::-1]) == turned.indices[0]
+    upright = sample_frames(made["upright"], 2, decoder="pyav")
+    assert upright.frames.shape[1:] == (64, 48, 3)  # a quarter turn: portrait
+    if video_mod.decord_available():
+        assert_backends_agree(made["turned"])
+        auto = sample_frames(made["upright"], 2)  # decord 0.6.0 returns 4-channel garbage here: PyAV takes over
+        assert auto.decoder == "pyav" and np.array_equal(auto.frames, upright.frames)
+
+
+def test_pyav_seeks_instead_of_decoding_everything(made, monkeypatch):
+    decoded = []
+    real = video_mod._frame_pts
+    monkeypatch.setattr(video_mod, "_frame_pts", lambda frame: decoded.append(1) or real(frame))
+    video = sample_frames(made["long"], 8, decoder="pyav")
+    assert video.timeline.source == "pyav index" and len(decoded) <= 8 * 20  # about a key-frame interval each
+    assert_shows_reported_frames(video, made["long"])
+
+
+def test_pyav_seeking_reaches_every_frame_of_a_b_frame_file(made):
+    """With B-frames FFmpeg may land on the key frame after a frame shown just before it: retried earlier."""
+    with video_mod._pyav_stream(str(made["long"])) as (container, stream):
+        packets = video_mod._demux(container, stream)
+    for i in range(0, 60):
+        got = video_mod._seek_decode(str(made["long"]), packets, [int(packets.pts[i])])
+        assert got is not None and frame_number(got[int(packets.pts[i])]) == i
+
+
+def test_sequential_decoding_keeps_only_the_sample(made, monkeypatch):
+    converted = []
+    real = video_mod._rgb
+    monkeypatch.setattr(video_mod, "_rgb", lambda frame: converted.append(1) or real(frame))
+    video = sample_frames(made["wrong"], 8, decoder="pyav")
+    assert video.timeline.source == "decoded frames" and len(converted) == 8  # of 60 frames, in one pass
+
+
+def test_auto_uses_pyav_without_decord(monkeypatch):
+    monkeypatch.setattr(video_mod, "decord_available", lambda: False)
+    assert sample_frames(DATA / "realshort.mp4", 4).decoder == "pyav"
+    with pytest.raises(VideoError, match="decoder 'decord' is not installed"):
+        sample_frames(DATA / "realshort.mp4", 4, decoder="decord")
+
+
+# --------------------------------------------------------------------------- the trust rule
+
+
+def header(frames=10, fps=10.0, stream=1.0, container=1.0, start=0.0, other_streams=False):
+    return Header(frames=frames, average_fps=fps, stream_duration=stream, container_duration=container,
+                  start=start, start_pts=0, time_base=Fraction(1, 1000), other_streams=other_streams)
+
+
+STEADY = np.arange(10) / 10
+
+
+@pytest.mark.parametrize("starts,head,verdict", [
+    (STEADY, header(), ""),
+    (np.array([0, .08, .2, .3, .38, .5, .6, .7, .82, .9]), header(), ""),  # variable frame rate
+    (STEADY, header(stream=None, container=2.0, start=1.0), ""),  # duration counted from 0, not the start
+    (STEADY, header(stream=None, container=4.0, other_streams=True), ""),  # audio outlasts the video
+    (np.where(np.arange(10) == 3, np.nan, STEADY), header(), "1 of 10 frames have invalid timestamps"),
+    (np.where(np.arange(10) < 6, -3.8e17, STEADY), header(), "6 of 10 frames have invalid timestamps"),
+    (STEADY[[0, 1, 2, 4, 3, 5, 6, 7, 8, 9]], header(), "do not strictly increase"),
+    (STEADY, header(frames=14), "counts 14 frames"),
+    (STEADY, header(fps=5.0), "average 5.000 fps last 2.00 s"),
+    (STEADY, header(stream=None, container=40.0), "says 40.00 s"),
+    (STEADY, header(stream=None, container=None), "states no duration"),
+])
+def test_trust_rule(starts, head, verdict):
+    problem = judge_index(np.asarray(starts, dtype=float), 1.0, head)
+    assert problem == "" if not verdict else verdict in problem
+
+
+# --------------------------------------------------------------------------- errors
+
+
+def test_errors_are_one_line(tmp_path, made):
+    cases = [(tmp_path / "missing.mp4", "not found"), (tmp_path, "folder")]
+    text = tmp_path / "notes.mp4"
+    text.write_text("this is not a video\n")
+    empty = tmp_path / "empty.mp4"
+    empty.write_bytes(b"")
+    cases += [(text, "cannot read video"), (empty, "empty"), (made["wav"], "no frames.*audio only")]
+    for path, message in cases:
+        for decoder in ("auto", "pyav"):
+            for call in (sample_frames, sample_fps, check_video):
+                with pytest.raises(VideoError, match=message) as info:
+                    call(path, decoder=decoder)
+                assert "\n" not in str(info.value)
+    with pytest.raises(VideoError, match="fps must be > 0"):
+        sample_fps(DATA / "bikes.mp4", fps=0)
+    with pytest.raises(VideoError, match=r"^unknown decoder 'ffmpeg': choose one of auto, decord, pyav$"):
+        sample_frames(DATA / "bikes.mp4", decoder="ffmpeg")
+    for decoder in ("auto", "pyav"):
+        check_video(DATA / "bikes.mp4", decoder=decoder)

@@ -1,0 +1,63 @@
+"""Benchmarks and their exact protocol: readers, lmms-eval's prompts / parsers / metrics, the resumable store.
+
+What a runner does (the model is the runner's business; see docs/eval.md):
+
+    samples = load_samples("mvbench", ANNOTATIONS)             # or shard(load_samples(...), rank, n)
+    save_config(OUT, {...})                                     # refuses a resume with other settings
+    finder = VideoFinder(VIDEOS)
+    with SampleStore(OUT, rank=rank, shards=n) as store:
+        for sample, runs in store.todo(samples, [("none", 1.0), ("ottvid", 0.1)]):
+            video = finder.find(sample)                         # path (+ MVBench start/end to keep)
+            prompt = build_prompt(sample)                       # protocol(...).max_new_tokens, SYSTEM_PROMPT
+            for method, ratio in runs:
+                reply = ...                                     # the model
+                store.add(make_record(sample, method, ratio, reply, prompt=prompt, duration=...))
+    merge_shards(OUT); rescore(OUT)                             # -> OUT/summary.json
+"""
+
+from .benchmarks import (
+    BENCHMARKS,
+    GROUNDING,
+    MC,
+    EvalError,
+    Sample,
+    VideoFinder,
+    VideoRef,
+    check_benchmark,
+    find_video,
+    load_samples,
+    missing_videos,
+)
+from .prompts import SYSTEM_PROMPT, Protocol, build_prompt, protocol
+from .scoring import (
+    VANILLA,
+    Judgement,
+    clean_reply,
+    grounding_metrics,
+    iou,
+    judge,
+    mc_metrics,
+    metrics,
+    relative,
+    relative_scores,
+)
+from .store import (
+    SampleStore,
+    load_config,
+    load_records,
+    make_record,
+    merge_shards,
+    rescore,
+    save_config,
+    shard,
+    summarise,
+    write_summary,
+)
+
+__all__ = [
+    "BENCHMARKS", "GROUNDING", "MC", "EvalError", "Sample", "VideoFinder", "VideoRef", "check_benchmark",
+    "find_video", "load_samples", "missing_videos", "SYSTEM_PROMPT", "Protocol", "build_prompt", "protocol",
+    "VANILLA", "Judgement", "clean_reply", "grounding_metrics", "iou", "judge", "mc_metrics", "metrics",
+    "relative", "relative_scores", "SampleStore", "load_config", "load_records", "make_record", "merge_shards",
+    "rescore", "save_config", "shard", "summarise", "write_summary",
+]

@@ -1,0 +1,118 @@
+"""Builders for small test videos whose every frame says which frame it is.
+
+Each frame is 64 x 48 pixels of nine vertical stripes, black or white: the bits of the frame's number
+(least significant on the left), so `frame_number(pixels)` reads it back after lossy coding. The files
+are written with PyAV (MPEG-4 Part 2 at quantiser 2 unless told otherwise) at test time, in well under a second, and a few
+are then damaged on purpose with the byte-level edits below. Nothing here is committed as a binary.
+"""
+
+from __future__ import annotations
+
+import struct
+from fractions import Fraction
+from pathlib import Path
+
+import numpy as np
+
+WIDTH, HEIGHT, BITS = 64, 48, 9
+STRIPE = WIDTH // BITS
+
+
+def number_image(i: int) -> np.ndarray:
+    """A frame showing the number `i` (0 <= i < 512) as black/white stripes."""
+    image = np.zeros((HEIGHT, WIDTH, 3), np.uint8)
+    for bit in range(BITS):
+        if (i >> bit) & 1:
+            image[:, bit * STRIPE:(bit + 1) * STRIPE] = 255
+    return image
+
+
+def frame_number(image: np.ndarray) -> int:
+    """The number a frame of `number_image` shows."""
+    return sum(1 << bit for bit in range(BITS) if image[:, bit * STRIPE:(bit + 1) * STRIPE].mean() > 127)
+
+
+def write_numbered(path: Path, count: int, *, rate: Fraction | int = Fraction(24000, 1001), b_frames: int = 0,
+                   gop: int = 12, pts: list[int] | None = None, time_base: Fraction | None = None,
+                   rotation: int | None = None, audio_seconds: float = 0.0, codec: str = "mpeg4",
+                   options: dict[str, str] | None = None, pix_fmt: str = "yuv420p") -> Path:
+    """Frames 0..count-1 at `rate`, or at the given `pts` in `time_base` (a variable frame rate)."""
+    import av
+
+    with av.open(str(path), "w") as container:
+        stream = container.add_stream(codec, rate=rate)
+        stream.width, stream.height, stream.pix_fmt = WIDTH, HEIGHT, pix_fmt
+        stream.codec_context.gop_size = gop
+        stream.options = {"qscale": "2"} if options is None else options
+        stream.codec_context.max_b_frames = b_frames  # 0 too: libx264 and libx265 default to B-frames
+        if time_base is not None:
+            stream.codec_context.time_base = time_base
+        if rotation is not None:
+            stream.set_display_rotation(rotation)
+        audio = container.add_stream("pcm_s16le", rate=8000, layout="mono") if audio_seconds else None
+        for i in range(count):
+            frame = av.VideoFrame.from_ndarray(number_image(i), format="rgb24")
+            frame.pts = pts[i] if pts is not None else i
+            if time_base is not None:
+                frame.time_base = time_base
+            container.mux(stream.encode(frame))
+        container.mux(stream.encode())
+        if audio is not None:
+            _write_tone(container, audio, audio_seconds)
+    return path
+
+
+def write_audio_only(path: Path, seconds: float = 0.5) -> Path:
+    """A WAV file: a container with an audio stream and no video stream."""
+    import av
+
+    with av.open(str(path), "w") as container:
+        _write_tone(container, container.add_stream("pcm_s16le", rate=8000, layout="mono"), seconds)
+    return path
+
+
+def _write_tone(container, stream, seconds: float) -> None:
+    """Half a second (or `seconds`) of a quiet tone on a mono 16-bit PCM stream."""
+    import av
+
+    rate = stream.rate
+    samples = (np.sin(np.arange(int(seconds * rate)) * 0.1) * 8000).astype(np.int16)
+    step = 1024
+    for start in range(0, len(samples), step):
+        chunk = samples[start:start + step]
+        frame = av.AudioFrame.from_ndarray(chunk[None, :], format="s16", layout="mono")
+        frame.sample_rate, frame.pts = rate, start
+        container.mux(stream.encode(frame))
+    container.mux(stream.encode())
+
+
+def strip_avi_index(src: Path, dst: Path) -> Path:
+    """Copy an AVI without its idx1 index chunk (and with the avih flags saying it has none)."""
+    data = bytes(src.read_bytes())
+    assert data[:4] == b"RIFF" and data[8:12] == b"AVI "
+    out, pos = bytearray(data[:12]), 12
+    while pos + 8 <= len(data):
+        size = struct.unpack("<I", data[pos + 4:pos + 8])[0]
+        end = pos + 8 + size + (size & 1)
+        if data[pos:pos + 4] != b"idx1":
+            out += data[pos:end]
+        pos = end
+    struct.pack_into("<I", out, 4, len(out) - 8)
+    flags = out.find(b"avih") + 8 + 12  # dwFlags: after dwMicroSecPerFrame, dwMaxBytesPerSec, dwPaddingGranularity
+    struct.pack_into("<I", out, flags, struct.unpack("<I", out[flags:flags + 4])[0] & ~0x30)  # HASINDEX, MUSTUSEINDEX
+    dst.write_bytes(bytes(out))
+    return dst
+
+
+def patch_mkv_duration(src: Path, dst: Path, factor: float | None) -> Path:
+    """Copy a Matroska file with its Segment Duration multiplied by `factor`, or removed when None."""
+    data = bytearray(src.read_bytes())
+    at = data.find(b"\x44\x89\x88")  # the Duration element: ID 0x4489, size 8, a big-endian double
+    assert at > 0, "no 8-byte Duration element"
+    if factor is None:  # overwrite with a Void element (ID 0xEC, size 9) of the same length
+        data[at:at + 11] = b"\xec\x89" + bytes(9)
+    else:
+        (value,) = struct.unpack(">d", data[at + 3:at + 11])
+        data[at + 3:at + 11] = struct.pack(">d", value * factor)
+    dst.write_bytes(bytes(data))
+    return dst
