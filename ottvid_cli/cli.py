@@ -1,22 +1,96 @@
-"""The `ottvid` command line: thin wiring from arguments to the library, rendered with rich."""
+"""The `ottvid` command line: parse, call the library, render. Options shared by several commands
+are defined once below (same name, short flag, check and error style everywhere).
+
+Exit codes: 0 done; 1 the model or the run failed (cannot load, not enough memory); 2 bad
+arguments or input (including every usage error, as one line); 3 `ground` read no time span in the
+reply; 4 the run finished (its answer printed) but the picture could not be written.
+
+Arguments are checked, and missing files refused, before torch or transformers are imported.
+"""
 
 from __future__ import annotations
 
-import json
+import os
+import sys
+import time
 
 import typer
 from rich.console import Console
+from typer.core import TyperGroup
 
 from . import __version__
 
+try:  # typer >= 0.20 carries its own copy of click
+    from typer._click import exceptions as click
+except ImportError:
+    from click import exceptions as click
+from .settings import (ATTENTIONS, DECODERS, DEFAULT_MAX_FRAMES, DTYPES, METHODS, PRESETS, SettingsError,
+                       check_choice, check_count, check_device, check_model, check_positive, check_ratio)
+
+EXIT_RUN, EXIT_USAGE, EXIT_NO_SPAN, EXIT_WRITE = 1, 2, 3, 4
+
+
+_NO_ARGS = getattr(click, "NoArgsIsHelpError", ())
+
+
+class _OneLineErrors(TyperGroup):
+    """Usage errors (unknown option, bad number, missing argument) as one `error:` line, exit 2."""
+
+    def main(self, args=None, prog_name=None, complete_var=None, standalone_mode=True, **extra):
+        try:
+            code = super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
+        except _NO_ARGS as exc:  # `ottvid` or `ottvid convert` alone: the help
+            exc.show()
+            code = EXIT_USAGE
+        except click.UsageError as exc:
+            if not standalone_mode:
+                raise
+            command = exc.ctx.command_path if exc.ctx is not None else "ottvid"
+            _error(f"{_usage_message(exc)} (see `{command} --help`)")
+            code = EXIT_USAGE
+        except click.ClickException as exc:
+            if not standalone_mode:
+                raise
+            _error(exc.format_message())
+            code = exc.exit_code
+        except click.Abort:
+            if not standalone_mode:
+                raise
+            _error("aborted")
+            code = 130
+        if not standalone_mode:
+            return code
+        sys.exit(code if isinstance(code, int) else 0)
+
+
+def _usage_message(exc: click.UsageError) -> str:
+    if isinstance(exc, click.BadParameter) and exc.param is not None and not isinstance(exc, click.MissingParameter):
+        names = [n for n in getattr(exc.param, "opts", []) if n.startswith("--")] or [exc.param.name.upper()]
+        return f"{names[0]}: {exc.message.rstrip('.')}"
+    return exc.format_message().rstrip(".")
+
+
 app = typer.Typer(
     name="ottvid",
+    cls=_OneLineErrors,
     help="Ask questions about videos and find when things happen in them, with OTT-Vid token compression.",
     no_args_is_help=True,
     add_completion=False,
+    pretty_exceptions_enable=False,
 )
 out = Console()
 err = Console(stderr=True)
+
+
+def _error(message: str) -> None:
+    err.print(f"[bold red]error:[/] {message}", highlight=False, soft_wrap=True, markup=True)
+
+
+def _fail(message: str, code: int = EXIT_USAGE) -> None:
+    from rich.markup import escape
+
+    _error(escape(message))
+    raise typer.Exit(code)
 
 
 def _version(value: bool) -> None:
@@ -29,328 +103,477 @@ def _version(value: bool) -> None:
 def _root(
     version: bool = typer.Option(False, "--version", callback=_version, is_eager=True, help="Show the version and exit."),
 ) -> None:
-    """OTT-Vid: optimal-transport temporal token compression for Video-LLMs."""
+    """OTT-Vid: optimal-transport temporal token compression for Video-LLMs.
+
+    Exit codes: 0 done, 1 the model or run failed, 2 bad arguments or input, 3 ground found no time
+    span, 4 the answer was printed but the picture could not be written. Defaults for --model,
+    --device, --dtype, --ratio and --frames come from OTTVID_MODEL and the config file
+    (~/.config/ottvid/config.toml); flags win. See docs/cli.md.
+    """
 
 
-def _fail(message: str, code: int = 2) -> None:
-    err.print(f"[bold red]error:[/] {message}", highlight=False, soft_wrap=True)
-    raise typer.Exit(code)
+# ------------------------------------------------------------------------------------------------
+# shared options: each defined once, with its check
 
 
-@app.command()
-def counts(
-    groups: int = typer.Option(16, "--groups", "-t", help="Temporal groups T (Qwen2.5-VL: frames / 2)."),
-    tokens: int = typer.Option(256, "--tokens", "-n", help="Visual tokens per group N (e.g. 256 = 16x16)."),
-    ratio: float = typer.Option(0.1, "--ratio", "-r", help="Retention ratio r in (0, 1]."),
-    gamma: float = typer.Option(0.3, "--gamma", help="Temporal share: r_s = r^(1-gamma), r_t = r^gamma."),
-    as_json: bool = typer.Option(False, "--json", help="Print JSON instead of a table."),
-) -> None:
-    """How many visual tokens each OTT-Vid stage keeps, before running anything."""
-    from .compression import OTTVidConfig, token_counts
+def _checked(check, *args):
+    """A Typer callback running a settings check; a failure is the usual one-line error, exit 2."""
 
-    if groups < 1 or tokens < 1:
-        _fail("--groups and --tokens must be >= 1")
-    try:
-        OTTVidConfig(ratio=ratio, gamma=gamma)
-    except ValueError as exc:
-        _fail(str(exc))
-    c = token_counts(groups, tokens, ratio, gamma)
-    spatial = groups * tokens if ratio >= 1 else groups * c.K
-    data = {"T": groups, "N": tokens, "input": groups * tokens, "K": c.K, "after_spatial": spatial,
-            "B_tot": c.B_tot, "output": spatial - c.B_tot, "M": c.M, "r_s": c.r_s, "r_t": c.r_t}
-    if as_json:
-        typer.echo(json.dumps(data))
-        return
-    from .report import render_counts
+    def callback(value):
+        if value is None:
+            return value
+        try:
+            if isinstance(value, (list, tuple)):
+                return [check(v, *args) for v in value]
+            return check(value, *args)
+        except SettingsError as exc:
+            _fail(str(exc))
 
-    render_counts(data, ratio, gamma, out)
+    return callback
 
 
-def _check_ratio(ratio: float) -> None:
-    if not (0.0 < ratio <= 1.0):
-        _fail(f"--ratio must be in (0, 1], got {ratio:g}")
+def _png(value):
+    if value is not None and not value.lower().endswith(".png"):
+        raise SettingsError(f"--output must be a .png file, got {value!r} (the picture is a PNG; "
+                            f"multiple-choice options are --choice/-c)")
+    return value
 
 
-def _load(model: str | None, device: str, dtype: str, attention: str, max_pixels: int | None):
-    """Load the model (the default Qwen2.5-VL-7B-Instruct when None), progress on stderr."""
+MODEL = typer.Option(None, "--model", "-m", show_default="Qwen/Qwen2.5-VL-7B-Instruct, or OTTVID_MODEL, or the config "
+                     "file", help="Hugging Face model id or local checkpoint folder.", callback=_checked(check_model))
+DEVICE = typer.Option(None, "--device", "-d", show_default="auto", callback=_checked(check_device),
+                      help="auto (cuda > mps > cpu), cpu, cuda, cuda:N or mps.")
+DTYPE = typer.Option(None, "--dtype", show_default="auto", callback=_checked(check_choice, "--dtype", DTYPES),
+                     help="auto (bfloat16 on GPU, float32 on CPU), float32, bfloat16 or float16.")
+ATTENTION = typer.Option("auto", "--attention", callback=_checked(check_choice, "--attention", ATTENTIONS),
+                         help="auto (sdpa), eager, or flash (needs flash-attn).")
+MAX_PIXELS = typer.Option(None, "--max-pixels", show_default="448*448", callback=_checked(check_count, "--max-pixels"),
+                          help="Pixels per frame at most (Qwen2.5-VL).")
+RATIO = typer.Option(None, "--ratio", "-r", show_default="0.1", callback=_checked(check_ratio),
+                     help="Share of visual tokens kept, in (0, 1].")
+RATIOS = typer.Option(None, "--ratio", "-r", show_default="0.1", callback=_checked(check_ratio),
+                      help="Share of visual tokens kept, in (0, 1]; repeat to profile several.")
+PRESET = typer.Option("paper", "--preset", callback=_checked(check_choice, "--preset", PRESETS),
+                      help="Compression settings: paper (the paper's text) or official (the authors' code).")
+METHOD = typer.Option("ottvid", "--method", callback=_checked(check_choice, "--method", METHODS),
+                      help="ottvid, or none for the uncompressed model.")
+FRAMES = typer.Option(None, "--frames", "-f", callback=_checked(check_count, "--frames"),
+                      show_default="the model's: 32, or 64 for LLaVA-Video; ground samples by --fps",
+                      help="Frames sampled uniformly in time (made even, at most the video's).")
+FPS = typer.Option(None, "--fps", callback=_checked(check_positive, "--fps"), show_default="ground: 2",
+                   help="Sample this many frames a second instead of --frames.")
+MAX_FRAMES = typer.Option(None, "--max-frames", callback=_checked(check_count, "--max-frames"),
+                          show_default=f"{DEFAULT_MAX_FRAMES}, as qwen-vl-utils",
+                          help="With --fps: at most this many frames; longer videos are subsampled uniformly "
+                               "(the report says so).")
+DECODER = typer.Option("auto", "--decoder", callback=_checked(check_choice, "--decoder", DECODERS),
+                       help="Video decoder: auto, decord or pyav.")
+OUTPUT = typer.Option(None, "--output", "-o", "--show", callback=_checked(_png),
+                      help="Also write a PNG of the tokens compression kept (needs --method ottvid).")
+JSON = typer.Option(False, "--json", help="Print one JSON object on stdout (see docs/cli.md) and nothing else there.")
+QUIET = typer.Option(False, "--quiet", "-q", help="No progress and no library warnings on stderr (errors still print).")
+TOKENS = "Longest reply, in tokens."
+
+
+# ------------------------------------------------------------------------------------------------
+# the steps every model command shares
+
+
+class _Progress:
+    """Progress on stderr: a spinner on a terminal, plain timestamped lines otherwise, nothing with --quiet."""
+
+    LABELS = {"decode": "decoding video", "preprocess": "preprocessing", "vision": "running the vision encoder",
+              "compression": "compressing visual tokens", "generate": "generating"}
+
+    def __init__(self, quiet: bool):
+        self.quiet = quiet
+        self.start = time.perf_counter()
+        self.spinner = None
+        if not quiet and err.is_terminal:
+            self.spinner = err.status("starting ...")
+            self.spinner.start()
+
+    def step(self, name: str) -> None:
+        label = self.LABELS.get(name, name)
+        if self.spinner is not None:
+            self.spinner.update(label + " ...")
+        elif not self.quiet:
+            err.print(f"[{time.perf_counter() - self.start:6.1f} s] {label}", highlight=False, markup=False)
+
+    def stop(self) -> None:
+        if self.spinner is not None:
+            self.spinner.stop()
+            self.spinner = None
+
+
+def _quiet_libraries(quiet: bool) -> None:
+    """Silence library logging and progress bars (downloads keep theirs unless quiet)."""
+    import logging
+    import warnings
+
     from transformers.utils import logging as hf_logging
 
-    from .backbones import DEFAULT_MODEL, ModelError, load_backbone
-
-    model = model or DEFAULT_MODEL
     hf_logging.disable_progress_bar()
     hf_logging.set_verbosity_error()
-    with err.status(f"loading {model} ..."):
-        try:
-            return load_backbone(model, device=device, dtype=dtype, attention=attention, max_pixels=max_pixels)
-        except ModelError as exc:
-            _fail(str(exc), code=1)
+    if quiet:
+        warnings.simplefilter("ignore")
+        logging.getLogger("huggingface_hub").setLevel(logging.ERROR)
+        from huggingface_hub.utils import disable_progress_bars
+
+        disable_progress_bars()
 
 
-def _check_picture(path: str | None, video: str | None, method: str = "ottvid") -> None:
-    """A picture path must be writable and must not be the input video."""
-    import os
+def _settle(model, device, dtype, ratio, frames, fps, config_frames: bool = True):
+    """(model, device, dtype, ratio, frames): each flag, else OTTVID_MODEL (model), else the config
+    file, else the built-in default. The config's frames apply when neither --frames nor --fps is given."""
+    from .settings import load_defaults
 
+    try:
+        d = load_defaults()
+    except SettingsError as exc:
+        _fail(str(exc))
+    if frames is None and fps is None and config_frames:
+        frames = d.frames
+    return d.pick("model", model), d.pick("device", device), d.pick("dtype", dtype), d.pick("ratio", ratio), frames
+
+
+def _check_video(video: str, decoder: str = "auto") -> None:
+    """A missing file is refused at once; an unreadable one after opening it (no model loaded yet)."""
+    if not os.path.exists(video):
+        _fail(f"video not found: {video}")
+    if os.path.isdir(video):
+        _fail(f"expected a video file, got a folder: {video}")
+    from .video import VideoError, check_video
+
+    try:
+        check_video(video, decoder=decoder)
+    except VideoError as exc:
+        _fail(str(exc))
+
+
+def _check_output(path: str | None, video: str | None, method: str = "ottvid") -> None:
+    """The picture path must be writable and must not be the input video: checked before any work."""
     if path is None:
         return
     if method != "ottvid":
-        _fail("--show draws what compression kept: it needs --method ottvid")
+        _fail("--output draws what compression kept: it needs --method ottvid")
     folder = os.path.dirname(os.path.abspath(path))
-    if not os.path.isdir(folder):
+    if not os.path.exists(folder):
         _fail(f"cannot write {path}: folder {folder} does not exist")
+    if not os.path.isdir(folder):
+        _fail(f"cannot write {path}: {folder} is not a folder")
     if os.path.isdir(path):
         _fail(f"cannot write {path}: it is a folder")
+    if not os.access(folder, os.W_OK) or (os.path.exists(path) and not os.access(path, os.W_OK)):
+        _fail(f"cannot write {path}: permission denied")
     if video is not None and os.path.exists(path) and os.path.exists(video) and os.path.samefile(path, video):
         _fail("the picture would overwrite the input video: choose another path")
 
 
-def _write_picture(result, path: str) -> dict:
-    from .show import write_picture
+def _sampling(frames, fps, max_frames, max_pixels, decoder, default_fps=None):
+    """The frames to take: --frames, or --fps capped at --max-frames (768 by default); `default_fps`
+    (ground's 2) applies when neither --frames nor --fps is given."""
+    from .sampling import Sampling
 
-    return write_picture(result.clip, result.compressed, result.grid, result.frames["frames_per_group"],
-                         path).to_dict()
+    if frames is not None and fps is not None:
+        _fail("give --frames or --fps, not both")
+    if frames is None and fps is None:
+        fps = default_fps
+    if max_frames is not None and fps is None:
+        _fail("--max-frames caps --fps sampling: give --fps too, or --frames alone")
+    if fps is not None and max_frames is None:
+        max_frames = DEFAULT_MAX_FRAMES
+    return Sampling(frames=frames, fps=fps, max_frames=max_frames, max_pixels=max_pixels, decoder=decoder)
 
 
-def _execute(run, as_json: bool, render: str = "run", picture: str | None = None) -> None:
-    """Run a pipeline call with progress on stderr; map failures to one-line errors."""
+def _load(model: str, device: str, dtype: str, attention: str, max_pixels: int | None, progress: _Progress):
+    """Load the model (progress on stderr); the time it took is the backbone's `load_ms`."""
+    from .settings import ModelError, model_source
+
+    progress.step(f"loading {model}")
+    try:
+        model_source(model)  # an unavailable hub model fails here, before torch is imported
+        _quiet_libraries(progress.quiet)
+        from .backbones import load_backbone
+
+        return load_backbone(model, device=device, dtype=dtype, attention=attention, max_pixels=max_pixels)
+    except ModelError as exc:
+        progress.stop()
+        _fail(str(exc), code=EXIT_RUN)
+
+
+def _run(work, progress: _Progress):
+    """Run library work, mapping its failures to one-line errors."""
     import torch
 
     from .backbones import ModelError
     from .video import VideoError
 
-    labels = {"decode": "decoding video", "preprocess": "preprocessing", "vision": "running the vision encoder",
-              "compression": "compressing visual tokens", "generate": "generating"}
+    memory = ("not enough memory for this run: use fewer --frames, a smaller --max-pixels or --ratio, "
+              "or a smaller model")
     try:
-        with err.status("starting ...") as status:
-            result = run(lambda name: status.update(labels.get(name, name) + " ..."))
-    except VideoError as exc:
-        _fail(str(exc))
-    except ValueError as exc:
+        try:
+            return work()
+        finally:
+            progress.stop()
+    except (VideoError, ValueError) as exc:
         _fail(str(exc))
     except (torch.OutOfMemoryError, MemoryError):
-        _fail("not enough memory for this run: use fewer --frames, a smaller --max-pixels or --ratio, "
-              "or a smaller model", code=1)
+        _fail(memory, code=EXIT_RUN)
     except ModelError as exc:
-        _fail(str(exc), code=1)
+        _fail(str(exc), code=EXIT_RUN)
     except RuntimeError as exc:
         if "out of memory" in str(exc).lower():
-            _fail("not enough memory for this run: use fewer --frames, a smaller --max-pixels or --ratio, "
-                  "or a smaller model", code=1)
+            _fail(memory, code=EXIT_RUN)
         raise
-    from .report import render_profile, render_run, to_json
-
-    data = result.to_dict()
-    if picture is not None:
-        data["picture"] = _write_picture(result, picture)
-    if as_json:
-        typer.echo(to_json(data))
-    elif render == "profile":
-        render_profile(data, out)
-    elif render == "show":
-        note = f", 1 group in {data['every']} shown" if data["every"] > 1 else ""
-        out.print(f"wrote {data['path']}: {data['width']}x{data['height']}, {data['tiles']} tiles{note}; "
-                  f"kept {data['kept']} of {data['total']} tokens", highlight=False)
-    else:
-        render_run(data, out)
-        if picture is not None:
-            p = data["picture"]
-            out.print(f"picture: {p['path']} ({p['width']}x{p['height']}, {p['tiles']} tiles)", highlight=False)
 
 
-def _preflight(video: str) -> None:
-    """Fail fast on a bad video before the (slow) model load."""
-    from .video import VideoError, check_video
+def _write_picture(prepared, path: str, max_tiles: int | None = None) -> tuple[dict | None, str]:
+    """Write the picture: (what was written, "") or (None, the error) for the caller to report after
+    printing its result."""
+    from .pipeline import write_picture
 
     try:
-        check_video(video)
-    except VideoError as exc:
+        return write_picture(prepared, path, max_tiles), ""
+    except (OSError, ValueError) as exc:
+        reason = (exc.strerror or str(exc)) if isinstance(exc, OSError) else str(exc)
+        return None, f"cannot write the picture {path}: {reason}"
+
+
+def _answer(task: str, video: str, text: str, options, ratio, frames, fps, max_frames, model, method, preset,
+            as_json, device, dtype, attention, max_pixels, max_new_tokens, output, decoder, quiet) -> None:
+    """ask and ground: check everything, load, run, print the result, then report a failed picture."""
+    from .report import render_run, to_json
+
+    model, device, dtype, ratio, frames = _settle(model, device, dtype, ratio, frames, fps, task == "ask")
+    if not text.strip():
+        _fail(f"the {'question' if task == 'ask' else 'query'} is empty")
+    sampling = _sampling(frames, fps, max_frames, max_pixels, decoder, 2.0 if task == "ground" else None)
+    _check_output(output, video, method)
+    _check_video(video, decoder)
+    progress = _Progress(quiet)
+    backbone = _load(model, device, dtype, attention, max_pixels, progress)
+    if task == "ground" and not getattr(backbone, "grounds", False):
+        progress.stop()
+        _fail(f"ground needs a Qwen2.5-VL model: {backbone.name} is not trained to give time spans "
+              f"(the paper evaluates grounding on Qwen2.5-VL only)")
+    from . import pipeline
+
+    streamed = []
+
+    def token(piece: str) -> None:
+        if not streamed:
+            progress.stop()
+            sys.stdout.write("answer: " if task == "ask" else "model said: ")
+        streamed.append(piece)
+        sys.stdout.write(piece)
+        sys.stdout.flush()
+
+    run = pipeline.ask if task == "ask" else pipeline.ground
+    extra = {"options": options or None} if task == "ask" else {}
+    result = _run(lambda: run(backbone, video, text, sampling=sampling, ratio=ratio, method=method, preset=preset,
+                              max_new_tokens=max_new_tokens, on_step=progress.step,
+                              on_token=None if as_json else token, **extra), progress)
+    if streamed:
+        sys.stdout.write("\n")
+        sys.stdout.flush()
+    data = result.to_dict()
+    picture, failure = _write_picture(result.prepared, output) if output is not None else (None, "")
+    if picture is not None:
+        data["picture"] = picture
+    if as_json:
+        typer.echo(to_json(data))
+    else:
+        render_run(data, out, streamed=bool(streamed))
+    if failure:
+        _fail(failure, code=EXIT_WRITE)
+    if task == "ground" and result.span is None:
+        _fail("no time span could be read from the model's reply (exit 3)", code=EXIT_NO_SPAN)
+
+
+# ------------------------------------------------------------------------------------------------
+# commands
+
+
+@app.command()
+def counts(
+    groups: int = typer.Option(16, "--groups", "-t", callback=_checked(check_count, "--groups"),
+                               help="Temporal groups T (Qwen2.5-VL: frames / 2)."),
+    tokens: int = typer.Option(256, "--tokens", "-n", callback=_checked(check_count, "--tokens"),
+                               help="Visual tokens per group N (e.g. 256 = 16x16)."),
+    ratio: float = typer.Option(0.1, "--ratio", "-r", callback=_checked(check_ratio),
+                                help="Share of visual tokens kept, in (0, 1]."),
+    gamma: float = typer.Option(0.3, "--gamma", help="Temporal share: r_s = r^(1-gamma), r_t = r^gamma."),
+    as_json: bool = JSON,
+) -> None:
+    """How many visual tokens each OTT-Vid stage keeps, before running anything."""
+    from .pipeline import plan_counts
+    from .report import render_counts, to_json
+
+    try:
+        data = plan_counts(groups, tokens, ratio, gamma)
+    except ValueError as exc:
         _fail(str(exc))
-
-
-# Options every model command shares.
-MODEL_OPTION = typer.Option(None, "--model", "-m", help="Hugging Face model id or local folder of a Qwen2.5-VL "
-                            "checkpoint.", show_default="Qwen/Qwen2.5-VL-7B-Instruct")
-DEVICE_OPTION = typer.Option("auto", "--device", help="auto (cuda > mps > cpu), cpu, cuda, cuda:N, mps.")
-DTYPE_OPTION = typer.Option("auto", "--dtype", help="auto (bf16 on GPU, fp32 on CPU), float32, bfloat16, float16.")
-ATTENTION_OPTION = typer.Option("auto", "--attention", help="auto/sdpa, eager, or flash (needs flash-attn).")
-MAX_PIXELS_OPTION = typer.Option(None, "--max-pixels", help="Pixels per frame at most (default 448*448).")
-RATIO_OPTION = typer.Option(0.1, "--ratio", "-r", help="Share of visual tokens kept, in (0, 1].")
-METHOD_OPTION = typer.Option("ottvid", "--method", help="ottvid, or none for the uncompressed model.")
-JSON_OPTION = typer.Option(False, "--json", help="Print one JSON object (see README) and nothing else.")
-SHOW_OPTION = typer.Option(None, "--show", help="Also write a PNG of the kept tokens for this run.")
-
-
-def _check_method(method: str) -> None:
-    from .pipeline import METHODS
-
-    if method not in METHODS:
-        _fail(f"--method must be one of {', '.join(METHODS)}, got {method!r}")
+    if as_json:
+        typer.echo(to_json(data))
+        return
+    render_counts(data, ratio, gamma, out)
 
 
 @app.command()
 def ask(
     video: str = typer.Argument(..., help="Video file."),
     question: str = typer.Argument(..., help="Question about the video."),
-    ratio: float = RATIO_OPTION,
-    frames: int = typer.Option(None, "--frames", "-f", min=1,
-                               help="Frames sampled uniformly in time [the model's: 32, LLaVA-Video 64]."),
-    model: str = MODEL_OPTION,
-    options: list[str] = typer.Option(None, "--options", "-o", help="A multiple-choice option, e.g. 'A. a dog'. Repeat."),
-    method: str = METHOD_OPTION,
-    as_json: bool = JSON_OPTION,
-    device: str = DEVICE_OPTION,
-    dtype: str = DTYPE_OPTION,
-    attention: str = ATTENTION_OPTION,
-    max_pixels: int = MAX_PIXELS_OPTION,
-    max_new_tokens: int = typer.Option(64, "--max-new-tokens", min=1, help="Longest reply."),
-    show_path: str = SHOW_OPTION,
+    choice: list[str] = typer.Option(None, "--choice", "-c", "--options",
+                                     help="A multiple-choice option, e.g. 'A. a dog'. Repeat for each."),
+    ratio: float = RATIO,
+    frames: int = FRAMES,
+    fps: float = FPS,
+    max_frames: int = MAX_FRAMES,
+    model: str = MODEL,
+    method: str = METHOD,
+    preset: str = PRESET,
+    output: str = OUTPUT,
+    as_json: bool = JSON,
+    quiet: bool = QUIET,
+    device: str = DEVICE,
+    dtype: str = DTYPE,
+    attention: str = ATTENTION,
+    max_pixels: int = MAX_PIXELS,
+    decoder: str = DECODER,
+    max_new_tokens: int = typer.Option(64, "--max-new-tokens", callback=_checked(check_count, "--max-new-tokens"),
+                                       help=TOKENS),
 ) -> None:
     """Answer a question about a video, with OTT-Vid compressing the visual tokens."""
-    from . import pipeline
-
-    _check_ratio(ratio)
-    if not question.strip():
-        _fail("the question is empty")
-    _check_method(method)
-    _check_picture(show_path, video, method)
-    _preflight(video)
-    backbone = _load(model, device, dtype, attention, max_pixels)
-    _execute(lambda step: pipeline.ask(backbone, video, question, options=options or None, frames=frames,
-                                       ratio=ratio, method=method, max_new_tokens=max_new_tokens, on_step=step),
-             as_json, picture=show_path)
+    _answer("ask", video, question, choice, ratio, frames, fps, max_frames, model, method, preset, as_json, device,
+            dtype, attention, max_pixels, max_new_tokens, output, decoder, quiet)
 
 
 @app.command()
 def ground(
     video: str = typer.Argument(..., help="Video file."),
     query: str = typer.Argument(..., help="What happens, e.g. 'person opens the door'."),
-    ratio: float = RATIO_OPTION,
-    fps: float = typer.Option(2.0, "--fps", help="Frames sampled per second of video."),
-    max_frames: int = typer.Option(None, "--max-frames", help="Cap on frames; longer videos are subsampled uniformly."),
-    model: str = MODEL_OPTION,
-    method: str = METHOD_OPTION,
-    as_json: bool = JSON_OPTION,
-    device: str = DEVICE_OPTION,
-    dtype: str = DTYPE_OPTION,
-    attention: str = ATTENTION_OPTION,
-    max_pixels: int = MAX_PIXELS_OPTION,
-    max_new_tokens: int = typer.Option(48, "--max-new-tokens", min=1, help="Longest reply."),
-    show_path: str = SHOW_OPTION,
+    ratio: float = RATIO,
+    fps: float = FPS,
+    max_frames: int = MAX_FRAMES,
+    frames: int = FRAMES,
+    model: str = MODEL,
+    method: str = METHOD,
+    preset: str = PRESET,
+    output: str = OUTPUT,
+    as_json: bool = JSON,
+    quiet: bool = QUIET,
+    device: str = DEVICE,
+    dtype: str = DTYPE,
+    attention: str = ATTENTION,
+    max_pixels: int = MAX_PIXELS,
+    decoder: str = DECODER,
+    max_new_tokens: int = typer.Option(48, "--max-new-tokens", callback=_checked(check_count, "--max-new-tokens"),
+                                       help=TOKENS),
 ) -> None:
-    """Find when something happens in a video: start and end in seconds."""
-    from . import pipeline
-
-    _check_ratio(ratio)
-    if not query.strip():
-        _fail("the query is empty")
-    if not fps > 0:
-        _fail(f"--fps must be > 0, got {fps:g}")
-    if max_frames is not None and max_frames < 2:
-        _fail(f"--max-frames must be >= 2, got {max_frames}")
-    _check_method(method)
-    _check_picture(show_path, video, method)
-    _preflight(video)
-    backbone = _load(model, device, dtype, attention, max_pixels)
-    if not getattr(backbone, "grounds", False):
-        _fail(f"ground needs a Qwen2.5-VL model: {backbone.name} is not trained to give time spans "
-              f"(the paper evaluates grounding on Qwen2.5-VL only)")
-    _execute(lambda step: pipeline.ground(backbone, video, query, fps=fps, max_frames=max_frames, ratio=ratio,
-                                          method=method, max_new_tokens=max_new_tokens, on_step=step), as_json,
-             picture=show_path)
-
-
-@app.command()
-def profile(
-    video: str = typer.Argument(None, help="Video file; without one, a synthetic clip made in memory."),
-    model: str = MODEL_OPTION,
-    ratios: list[float] = typer.Option(None, "--ratio", "-r", help="Ratio to profile; repeat for several [0.1]."),
-    frames: int = typer.Option(None, "--frames", "-f", help="Frames sampled uniformly in time [32]."),
-    fps: float = typer.Option(None, "--fps", help="Sample at this rate instead of --frames (grounding-style)."),
-    repeats: int = typer.Option(5, "--repeats", help="Timed runs per row (median, min, max)."),
-    warmup: int = typer.Option(1, "--warmup", help="Untimed runs per row first."),
-    seconds: float = typer.Option(10.0, "--seconds", help="Length of the synthetic clip (no VIDEO)."),
-    size: str = typer.Option("640x360", "--size", help="WIDTHxHEIGHT of the synthetic clip (no VIDEO)."),
-    prompt: str = typer.Option("Describe what happens in the video.", "--prompt", help="Text prompt."),
-    as_json: bool = typer.Option(False, "--json", help="Print the table as one JSON object."),
-    device: str = DEVICE_OPTION,
-    dtype: str = DTYPE_OPTION,
-    attention: str = ATTENTION_OPTION,
-    max_pixels: int = MAX_PIXELS_OPTION,
-) -> None:
-    """Time and memory of each step, uncompressed vs OTT-Vid at each ratio, on the same frames."""
-    from . import profile as prof
-    from .video import VideoError, sample_fps, sample_frames
-
-    ratios = ratios or [0.1]
-    for ratio in ratios:
-        _check_ratio(ratio)
-    if frames is not None and fps is not None:
-        _fail("give --frames or --fps, not both")
-    if frames is not None and frames < 1:
-        _fail(f"--frames must be >= 1, got {frames}")
-    if fps is not None and not fps > 0:
-        _fail(f"--fps must be > 0, got {fps:g}")
-    if repeats < 1 or warmup < 0:
-        _fail("--repeats must be >= 1 and --warmup >= 0")
-    if not prompt.strip():
-        _fail("the prompt is empty")
-    if video is not None:
-        _preflight(video)
-    else:
-        try:
-            width, height = (int(v) for v in size.lower().split("x"))
-        except ValueError:
-            _fail(f"--size must look like 640x360, got {size!r}")
-        if seconds <= 0 or width < 28 or height < 28:
-            _fail("the synthetic clip needs --seconds > 0 and a --size of at least 28x28")
-    backbone = _load(model, device, dtype, attention, max_pixels)
-    count = frames or backbone.default_frames
-    if video is not None:
-        decode = (lambda: sample_fps(video, fps)) if fps is not None else (lambda: sample_frames(video, count))
-    else:
-        decode = lambda: prof.synthetic_video(seconds, width=width, height=height,  # noqa: E731
-                                              frames=None if fps else count, sample_fps=fps)
-    try:
-        clip = decode()
-    except VideoError as exc:
-        _fail(str(exc))
-    _execute(lambda step: prof.profile(backbone, clip, prompt, ratios, repeats=repeats, warmup=warmup,
-                                       decode=decode, on_step=step), as_json, render="profile")
+    """Find when something happens in a video: start and end in seconds (exit 3 if the reply holds none)."""
+    _answer("ground", video, query, None, ratio, frames, fps, max_frames, model, method, preset, as_json, device,
+            dtype, attention, max_pixels, max_new_tokens, output, decoder, quiet)
 
 
 @app.command()
 def show(
     video: str = typer.Argument(..., help="Video file."),
-    output: str = typer.Option("kept.png", "--output", "-o", help="PNG to write."),
-    ratio: float = RATIO_OPTION,
-    frames: int = typer.Option(None, "--frames", "-f", help="Frames sampled uniformly in time [32]."),
-    fps: float = typer.Option(None, "--fps", help="Sample at this rate instead (grounding-style)."),
-    max_frames: int = typer.Option(None, "--max-frames", help="Cap on frames with --fps."),
-    model: str = MODEL_OPTION,
-    max_tiles: int = typer.Option(48, "--max-tiles", help="Show every n-th group beyond this many tiles."),
-    as_json: bool = typer.Option(False, "--json", help="Print a JSON summary instead of text."),
-    device: str = DEVICE_OPTION,
-    dtype: str = DTYPE_OPTION,
-    attention: str = ATTENTION_OPTION,
-    max_pixels: int = MAX_PIXELS_OPTION,
+    output: str = typer.Option("kept.png", "--output", "-o", callback=_checked(_png), help="PNG file to write."),
+    ratio: float = RATIO,
+    frames: int = FRAMES,
+    fps: float = FPS,
+    max_frames: int = MAX_FRAMES,
+    model: str = MODEL,
+    preset: str = PRESET,
+    max_tiles: int = typer.Option(48, "--max-tiles", callback=_checked(check_count, "--max-tiles"),
+                                  help="Show every n-th group beyond this many tiles."),
+    as_json: bool = JSON,
+    quiet: bool = QUIET,
+    device: str = DEVICE,
+    dtype: str = DTYPE,
+    attention: str = ATTENTION,
+    max_pixels: int = MAX_PIXELS,
+    decoder: str = DECODER,
 ) -> None:
     """Draw which visual tokens OTT-Vid keeps, merges and prunes, and how the budget is spread."""
-    from . import show as pictures
+    model, device, dtype, ratio, frames = _settle(model, device, dtype, ratio, frames, fps)
+    sampling = _sampling(frames, fps, max_frames, max_pixels, decoder)
+    _check_output(output, video)
+    _check_video(video, decoder)
+    progress = _Progress(quiet)
+    backbone = _load(model, device, dtype, attention, max_pixels, progress)
+    from . import pipeline
+    from .report import render_show, to_json
 
-    _check_ratio(ratio)
-    if frames is not None and fps is not None:
-        _fail("give --frames or --fps, not both")
-    if fps is not None and not fps > 0:
-        _fail(f"--fps must be > 0, got {fps:g}")
-    if max_tiles < 1:
-        _fail(f"--max-tiles must be >= 1, got {max_tiles}")
-    _check_picture(output, video)
-    _preflight(video)
-    backbone = _load(model, device, dtype, attention, max_pixels)
+    prepared = _run(lambda: pipeline.prepare(backbone, video, sampling, "ottvid",
+                                             pipeline.make_config(ratio, preset, backbone), on_step=progress.step),
+                    progress)
+    data, failure = _write_picture(prepared, output, max_tiles)
+    if failure:
+        _fail(failure, code=EXIT_WRITE)
+    data["frames"] = {k: prepared.frames[k] for k in ("requested", "count", "notes")}
+    if as_json:
+        typer.echo(to_json(data))
+    else:
+        render_show(data, out)
 
-    _execute(lambda step: pictures.show_video(backbone, video, output, ratio=ratio, frames=frames, fps=fps,
-                                              max_frames=max_frames, max_tiles=max_tiles, on_step=step),
-             as_json, render="show")
+
+@app.command()
+def profile(
+    video: str = typer.Argument(None, help="Video file; without one, a synthetic clip made in memory."),
+    model: str = MODEL,
+    ratios: list[float] = RATIOS,
+    frames: int = FRAMES,
+    fps: float = FPS,
+    max_frames: int = MAX_FRAMES,
+    preset: str = PRESET,
+    repeats: int = typer.Option(5, "--repeats", callback=_checked(check_count, "--repeats"),
+                                help="Timed runs per row (median, min, max)."),
+    warmup: int = typer.Option(1, "--warmup", callback=_checked(check_count, "--warmup", 0),
+                               help="Untimed runs per row first."),
+    seconds: float = typer.Option(10.0, "--seconds", callback=_checked(check_positive, "--seconds"),
+                                  help="Length of the synthetic clip (no VIDEO)."),
+    size: str = typer.Option("640x360", "--size", help="WIDTHxHEIGHT of the synthetic clip (no VIDEO)."),
+    prompt: str = typer.Option("Describe what happens in the video.", "--prompt", help="Text prompt."),
+    as_json: bool = JSON,
+    quiet: bool = QUIET,
+    device: str = DEVICE,
+    dtype: str = DTYPE,
+    attention: str = ATTENTION,
+    max_pixels: int = MAX_PIXELS,
+    decoder: str = DECODER,
+) -> None:
+    """Time and memory of each step, uncompressed vs OTT-Vid at each ratio, on the same frames."""
+    model, device, dtype, ratio, frames = _settle(model, device, dtype, None, frames, fps)
+    ratios = ratios or [ratio]
+    sampling = _sampling(frames, fps, max_frames, max_pixels, decoder)
+    if not prompt.strip():
+        _fail("the prompt is empty")
+    width = height = 0
+    if video is not None:
+        _check_video(video, decoder)
+    else:
+        try:
+            width, height = (int(v) for v in size.lower().split("x"))
+        except ValueError:
+            _fail(f"--size must look like 640x360, got {size!r}")
+        if width < 28 or height < 28:
+            _fail("the synthetic clip needs a --size of at least 28x28")
+    progress = _Progress(quiet)
+    backbone = _load(model, device, dtype, attention, max_pixels, progress)
+    from . import profile as prof
+    from .report import render_profile, to_json
+
+    source = video if video is not None else prof.synthetic_clip(seconds, width, height, sampling,
+                                                                 backbone.default_frames)
+    result = _run(lambda: prof.profile(backbone, source, prompt, ratios, sampling=sampling, repeats=repeats,
+                                       warmup=warmup, preset=preset, on_step=progress.step), progress)
+    data = result.to_dict()
+    if as_json:
+        typer.echo(to_json(data))
+    else:
+        render_profile(data, out)
 
 
 convert_app = typer.Typer(help="Convert checkpoints into formats transformers (and ottvid) load.",

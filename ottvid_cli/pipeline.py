@@ -1,158 +1,317 @@
-"""One run end to end: decode -> preprocess -> vision -> compress -> generate -> parse.
+"""One preparation path, and the runs built on it.
 
-Library entry points `ask` and `ground` return a `RunResult` that the CLI renders (rich or JSON);
-nothing here prints.
+`prepare()` decodes a video, preprocesses it, runs the vision encoder and compresses the visual
+tokens; its `Prepared` keeps the encoder output, so `recompress()` tries another ratio or method
+without encoding again. `ask` and `ground` add generation and reply parsing on top and return a
+`RunResult` (plain data; `to_dict()` is the documented JSON). `show` and `profile` reuse
+`prepare()` too. Nothing here prints.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from contextlib import contextmanager
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable
 
 import torch
 
-from .compression import Compressed, OTTVidConfig, compress
+from .compression import Compressed, OTTVidConfig, compress, methods, token_counts
+from .sampling import Sampling
+from .settings import PRESETS
 from .tasks import grounding, qa
 from .timing import Stopwatch
-from .video import Video, sample_fps, sample_frames
+from .video import Video
 
-METHODS = ("ottvid", "none")
+DESCRIBE = "Describe the video."
+STAGES = ("decode", "preprocess", "vision", "saliency", "compression", "prefill", "generate")
+
+
+def make_config(ratio: float = 0.1, preset: str = "paper", backbone: Any = None,
+                config: OTTVidConfig | None = None) -> OTTVidConfig:
+    """The compression settings: `config` with this ratio when given, else the preset ("paper", or
+    "official": the authors' code, with the backbone's `official_overrides`)."""
+    if config is not None:
+        return config if config.ratio == ratio else replace(config, ratio=ratio)
+    if preset not in PRESETS:
+        raise ValueError(f"preset must be one of {', '.join(PRESETS)}, got {preset!r}")
+    overrides = dict(getattr(backbone, "official_overrides", {}) or {}) if preset == "official" else {}
+    return OTTVidConfig.preset(preset, ratio=ratio, **overrides)
+
+
+@dataclass
+class Prepared:
+    """A video made ready for the LLM: the sampled clip, the processor's inputs, the encoder's
+    visual tokens (kept, so another ratio or method needs no new encoding), the compression result
+    (None with method "none"), the frames report and the time of each step (ms)."""
+
+    backbone: Any = field(repr=False)
+    clip: Video = field(repr=False)
+    sampling: Sampling
+    prompt: str
+    inputs: Any = field(repr=False)
+    visual: Any = field(repr=False)  # backbones.VisualTokens
+    method: str
+    config: OTTVidConfig | None
+    compressed: Compressed | None = field(repr=False)
+    frames: dict[str, Any]
+    timings_ms: dict[str, float | None]
+
+    @property
+    def features(self) -> torch.Tensor:
+        """(M, D) the visual tokens that go to the LLM."""
+        if self.compressed is not None:
+            return self.compressed.features
+        return self.visual.features.reshape(self.visual.count, -1)
+
+    @property
+    def kept(self) -> torch.Tensor:
+        """(M,) ascending flat indices t*N + n of the tokens that go to the LLM."""
+        if self.compressed is not None:
+            return self.compressed.index
+        return torch.arange(self.visual.count, device=self.visual.features.device)
+
+    @property
+    def assignment(self) -> torch.Tensor | None:
+        """(T*N,) output row of each input token (-1 dropped), None when nothing was compressed; models
+        with more per-token tensors than the main features (Qwen3-VL's DeepStack) merge them by it."""
+        return self.compressed.assignment if self.compressed is not None else None
+
+    @property
+    def ratio(self) -> float:
+        return self.config.ratio if self.compressed is not None else 1.0
+
+    def recompress(self, config: OTTVidConfig | None = None, method: str = "ottvid",
+                   timer: bool | None = None) -> "Prepared":
+        """The same clip and encoder output compressed another way (a new Prepared; this one is unchanged)."""
+        timings = {k: v for k, v in self.timings_ms.items() if k != "compression"}
+        config = config or _default_config(method, self.backbone)
+        compressed, ms = _compress(self.backbone, self.visual, method, config, timer)
+        timings["compression"] = ms
+        return replace(self, method=method, config=config if method != "none" else None,
+                       compressed=compressed, timings_ms=timings)
+
+    def tokens(self, llm_input: int, generated: int = 0) -> dict[str, Any]:
+        """Token counts at each stage, for an LLM input of `llm_input` tokens."""
+        visual = self.visual
+        groups, per_group = visual.features.shape[:2]
+        newlines = self.backbone.newline_tokens(groups)
+        report = self.compressed.report if self.compressed is not None else None
+        kept = int(self.kept.numel())
+        spatial = getattr(report, "K", None)  # OTT-Vid's spatial stage; other methods have none
+        return {
+            "visual_before": visual.count,
+            "after_spatial": groups * spatial if spatial is not None else visual.count,
+            "visual_after": kept,
+            "llm_input": llm_input,
+            "text": llm_input - kept - newlines,
+            "newline": newlines,
+            "groups": groups, "per_group": per_group, "grid": list(visual.grid),
+            "merges": sum(getattr(report, "merges", [])),
+            "prunes": sum(getattr(report, "prunes", [])),
+            "generated": generated,
+        }
+
+
+def prepare(backbone, video: str | Path | Video, sampling: Sampling | None = None, method: str = "ottvid",
+            config: OTTVidConfig | None = None, prompt: str = DESCRIBE, saliency: bool | None = None,
+            timer: bool | None = None, on_step: Callable[[str], None] | None = None) -> Prepared:
+    """decode -> preprocess -> vision encoder (+ saliency) -> compress.
+
+    video: a file, or an already decoded `Video` (then nothing is decoded). method: "ottvid", "none"
+    or any name registered in compression.methods. config: the method's settings (default: the
+    paper's OTT-Vid at ratio 0.1, or the method's own defaults); ignored with "none". saliency:
+    compute it even for "none" (to recompress later); default: for every method but "none". timer:
+    passed to `compress` (True for per-stage compression times; it synchronises the device per stage).
+    """
+    _check_method(method)
+    sampling = sampling or Sampling.default_for(video)
+    step = on_step or (lambda name: None)
+    watch = Stopwatch(backbone.device)
+    if isinstance(video, Video):
+        clip = video
+    else:
+        step("decode")
+        with watch("decode"):
+            clip = sampling.decode(video, backbone.default_frames)
+    step("preprocess")
+    with watch("preprocess"), _max_pixels(backbone, sampling.max_pixels):
+        inputs = backbone.preprocess(clip.frames, clip.timestamps, clip.duration, prompt)
+    step("vision")
+    visual = backbone.encode(inputs, saliency=method != "none" if saliency is None else saliency, watch=watch)
+    if method != "none":
+        step("compression")
+    config = config or _default_config(method, backbone)
+    compressed, compression_ms = _compress(backbone, visual, method, config, timer)
+    timings = {k: watch.ms.get(k) for k in ("decode", "preprocess", "vision", "saliency")}
+    timings["compression"] = compression_ms
+    frames = sampling.describe(clip, backbone.default_frames)
+    frames["frames_per_group"] = backbone.frames_per_group
+    return Prepared(backbone=backbone, clip=clip, sampling=sampling, prompt=prompt, inputs=inputs, visual=visual,
+                    method=method, config=config if method != "none" else None, compressed=compressed,
+                    frames=frames, timings_ms=timings)
+
+
+def _default_config(method: str, backbone: Any) -> Any:
+    if method == "none":
+        return None
+    return make_config(backbone=backbone) if method == "ottvid" else methods.get(method).config()
+
+
+def _compress(backbone, visual, method: str, config: OTTVidConfig | None,
+              timer: bool | None) -> tuple[Compressed | None, float | None]:
+    _check_method(method)
+    if method == "none":
+        return None, None
+    if visual.saliency is None:
+        raise ValueError("these visual tokens were encoded without saliency: prepare(..., saliency=True)")
+    watch = Stopwatch(backbone.device)
+    with watch("compression"):
+        if method == "ottvid":
+            compressed = compress(visual.features, visual.saliency, visual.grid, config, timer=timer)
+        else:  # another registered method (compression.methods)
+            compressed = methods.get(method).fn(visual.features, visual.saliency, visual.grid, config)
+    return compressed, watch.ms["compression"]
+
+
+@contextmanager
+def _max_pixels(backbone, value: int | None):
+    """Preprocess with another pixel cap (backbones that have one: Qwen2.5-VL)."""
+    if value is None or not hasattr(backbone, "max_pixels"):
+        yield
+        return
+    saved, backbone.max_pixels = backbone.max_pixels, value
+    try:
+        yield
+    finally:
+        backbone.max_pixels = saved
+
+
+def _check_method(method: str) -> None:
+    methods.get(method)  # ValueError naming the registered methods
+
+
+# ------------------------------------------------------------------------------------------------
+# ask / ground
 
 
 @dataclass
 class RunResult:
-    """Everything one `ask` / `ground` run produced; `to_dict()` is the documented JSON."""
+    """What one `ask` / `ground` run produced, as data; `to_dict()` is the documented JSON."""
 
     task: str
-    model: str
-    method: str
-    ratio: float
     answer: str
     letter: str | None
     span: list[float] | None
-    frames: dict[str, Any]
     tokens: dict[str, Any]
-    compression: dict[str, Any] | None
     timings_ms: dict[str, float | None]
-    device: str = "cpu"
-    video: str = ""
-    prompt: str = ""
-    compressed: Compressed | None = field(default=None, repr=False)
-    clip: Video | None = field(default=None, repr=False)
-    grid: tuple[int, int] | None = None
+    prepared: Prepared = field(repr=False)
+
+    @property
+    def clip(self) -> Video:
+        return self.prepared.clip
+
+    @property
+    def compressed(self) -> Compressed | None:
+        return self.prepared.compressed
+
+    @property
+    def grid(self) -> tuple[int, int]:
+        return self.prepared.visual.grid
+
+    @property
+    def frames(self) -> dict[str, Any]:
+        return self.prepared.frames
+
+    @property
+    def compression(self) -> dict[str, Any] | None:
+        """The compression report as plain data (None with method "none")."""
+        return self.prepared.compressed.report.to_dict() if self.prepared.compressed is not None else None
 
     def to_dict(self) -> dict[str, Any]:
+        p = self.prepared
         return {
-            "task": self.task, "video": self.video, "model": self.model, "device": self.device,
-            "method": self.method, "ratio": self.ratio, "prompt": self.prompt,
+            "task": self.task, "video": str(p.clip.path), "model": p.backbone.name, "device": str(p.backbone.device),
+            "method": p.method, "ratio": p.ratio, "prompt": p.prompt,
             "answer": self.answer, "letter": self.letter, "span": self.span,
-            "frames": self.frames, "tokens": self.tokens, "compression": self.compression,
-            "timings_ms": self.timings_ms,
+            "frames": p.frames, "tokens": self.tokens,
+            "compression": self.compression,
+            "timings_ms": {"load": getattr(p.backbone, "load_ms", None), **{k: self.timings_ms.get(k) for k in STAGES}},
         }
 
 
-def ask(backbone, video: str | Path, question: str, options: list[str] | None = None, frames: int | None = None,
-        ratio: float = 0.1, method: str = "ottvid", config: OTTVidConfig | None = None,
-        max_new_tokens: int = 64, on_step: Callable[[str], None] | None = None) -> RunResult:
-    """Answer a question about a video (with multiple-choice options if given); `frames` defaults to
-    the model's own (32; 64 for LLaVA-Video)."""
+def ask(backbone, video: str | Path | Video, question: str, options: list[str] | None = None,
+        sampling: Sampling | None = None, ratio: float = 0.1, method: str = "ottvid",
+        config: OTTVidConfig | None = None, preset: str = "paper", max_new_tokens: int = 64,
+        on_step: Callable[[str], None] | None = None, on_token: Callable[[str], None] | None = None,
+        frames: int | None = None) -> RunResult:
+    """Answer a question about a video (with multiple-choice options if given). `sampling` (or just
+    `frames`) defaults to the model's own frame count (32; 64 for LLaVA-Video); `on_token` receives
+    the reply's text as it is generated (the result holds the full text either way)."""
     prompt = qa.build_prompt(question, options)
-    count = frames or backbone.default_frames
-    result = _run(backbone, lambda: sample_frames(video, count), prompt, "ask", method,
-                  _config(ratio, config), max_new_tokens, on_step)
+    prepared = prepare(backbone, video, sampling or Sampling(frames=frames), method, make_config(ratio, preset, backbone, config),
+                       prompt=prompt, on_step=on_step)
+    result = _generate(prepared, "ask", max_new_tokens, on_step, on_token)
     result.letter = qa.parse_letter(result.answer, options) if options else None
     return result
 
 
-def ground(backbone, video: str | Path, query: str, fps: float = 2.0, max_frames: int | None = None,
-           ratio: float = 0.1, method: str = "ottvid", config: OTTVidConfig | None = None,
-           max_new_tokens: int = 48, on_step: Callable[[str], None] | None = None) -> RunResult:
-    """Find when the described event happens: `span` is [start, end] seconds, or None if unparsable."""
+def ground(backbone, video: str | Path | Video, query: str, sampling: Sampling | None = None, ratio: float = 0.1,
+           method: str = "ottvid", config: OTTVidConfig | None = None, preset: str = "paper",
+           max_new_tokens: int = 48, on_step: Callable[[str], None] | None = None,
+           on_token: Callable[[str], None] | None = None) -> RunResult:
+    """Find when the described event happens: `span` is [start, end] seconds, or None if the reply
+    holds no time. `sampling` defaults to 2 fps, at most 768 frames."""
     prompt = grounding.build_prompt(query)
-    result = _run(backbone, lambda: sample_fps(video, fps, max_frames), prompt, "ground", method,
-                  _config(ratio, config), max_new_tokens, on_step)
-    span = grounding.parse_span(result.answer, result.frames["duration"])
+    prepared = prepare(backbone, video, sampling or Sampling.grounding(), method,
+                       make_config(ratio, preset, backbone, config), prompt=prompt, on_step=on_step)
+    result = _generate(prepared, "ground", max_new_tokens, on_step, on_token)
+    span = grounding.parse_span(result.answer, prepared.clip.duration)
     result.span = list(span) if span is not None else None
     return result
 
 
-def _config(ratio: float, config: OTTVidConfig | None) -> OTTVidConfig:
-    if config is None:
-        return OTTVidConfig(ratio=ratio)
-    if config.ratio != ratio:
-        from dataclasses import replace
+def _generate(prepared: Prepared, task: str, max_new_tokens: int, on_step, on_token) -> RunResult:
+    if on_step is not None:
+        on_step("generate")
+    generated = prepared.backbone.generate(prepared.inputs, prepared.features, prepared.kept,
+                                           max_new_tokens=max_new_tokens, on_token=on_token,
+                                           assignment=prepared.assignment)
+    timings = {**prepared.timings_ms, "prefill": generated.prefill_ms, "generate": generated.generate_ms}
+    return RunResult(task=task, answer=generated.text, letter=None, span=None,
+                     tokens=prepared.tokens(generated.llm_input_tokens, generated.new_tokens),
+                     timings_ms=timings, prepared=prepared)
 
-        return replace(config, ratio=ratio)
-    return config
+
+def plan_counts(groups: int, tokens: int, ratio: float = 0.1, gamma: float = 0.3) -> dict[str, Any]:
+    """The tokens each OTT-Vid stage keeps for T groups of N tokens, before running anything."""
+    OTTVidConfig(ratio=ratio, gamma=gamma)  # validates
+    c = token_counts(groups, tokens, ratio, gamma)
+    spatial = groups * tokens if ratio >= 1 else groups * c.K
+    return {"T": groups, "N": tokens, "input": groups * tokens, "K": c.K, "after_spatial": spatial,
+            "B_tot": c.B_tot, "output": spatial - c.B_tot, "M": c.M, "r_s": c.r_s, "r_t": c.r_t}
 
 
-def _run(backbone, sample: Callable[[], Video], prompt: str, task: str, method: str, config: OTTVidConfig,
-         max_new_tokens: int, on_step: Callable[[str], None] | None) -> RunResult:
-    if method not in METHODS:
-        raise ValueError(f"method must be one of {', '.join(METHODS)}, got {method!r}")
-    step = on_step or (lambda name: None)
-    watch = Stopwatch(backbone.device)
-    step("decode")
-    with watch("decode"):
-        clip = sample()
-    step("preprocess")
-    with watch("preprocess"):
-        inputs = backbone.preprocess(clip.frames, clip.timestamps, clip.duration, prompt)
-    step("vision")
-    visual = backbone.encode(inputs, saliency=method == "ottvid", watch=watch)
-    compressed = None
-    if method == "ottvid":
-        step("compression")
-        with watch("compression"):
-            compressed = compress(visual.features, visual.saliency, visual.grid, config)
-        features, kept = compressed.features, compressed.index
-    else:
-        features = visual.features.reshape(visual.count, -1)
-        kept = torch.arange(visual.count, device=features.device)
-    step("generate")
-    generated = backbone.generate(inputs, features, kept, max_new_tokens=max_new_tokens)
-    timings = dict(watch.ms)
-    timings["compression"] = timings.get("compression") if compressed is not None else None
-    timings["prefill"] = generated.prefill_ms
-    timings["generate"] = generated.generate_ms
-    report = compressed.report.to_dict() if compressed is not None else None
-    groups, per_group = visual.features.shape[:2]
-    newlines = backbone.newline_tokens(groups)
-    tokens = {
-        "visual_before": visual.count,
-        "after_spatial": groups * report["K"] if report else visual.count,
-        "visual_after": int(kept.numel()),
-        "llm_input": generated.llm_input_tokens,
-        "text": generated.llm_input_tokens - int(kept.numel()) - newlines,
-        "newline": newlines,
-        "groups": groups, "per_group": per_group, "grid": list(visual.grid),
-        "merges": sum(report["merges"]) if report else 0,
-        "prunes": sum(report["prunes"]) if report else 0,
-        "generated": generated.new_tokens,
-    }
-    frames = {"count": len(clip.indices), "timestamps": [round(t, 4) for t in clip.timestamps],
-              "indices": clip.indices, "duration": clip.duration, "frames_per_group": backbone.frames_per_group}
-    return RunResult(task=task, model=backbone.name, method=method, ratio=config.ratio if compressed else 1.0,
-                     answer=generated.text, letter=None, span=None, frames=frames, tokens=tokens,
-                     compression=report, timings_ms={k: timings.get(k) for k in
-                                                     ("decode", "preprocess", "vision", "saliency", "compression",
-                                                      "prefill", "generate")},
-                     device=str(backbone.device), video=str(clip.path), prompt=prompt, compressed=compressed,
-                     clip=clip, grid=visual.grid)
+# ------------------------------------------------------------------------------------------------
+# pictures
+
+
+def write_picture(prepared: Prepared, path: str | Path, max_tiles: int | None = None) -> dict[str, Any]:
+    """Draw what compression kept (show.py) and write it as a PNG; returns what was written."""
+    from . import show
+
+    if prepared.compressed is None:
+        raise ValueError("a picture of the kept tokens needs method ottvid")
+    extra = {} if max_tiles is None else {"max_tiles": max_tiles}
+    return show.write_picture(prepared.clip, prepared.compressed, prepared.visual.grid,
+                              prepared.backbone.frames_per_group, path, **extra).to_dict()
 
 
 def inspect(backbone, video: str | Path, frames: int | None = None, fps: float | None = None,
             max_frames: int | None = None, ratio: float = 0.1, config: OTTVidConfig | None = None,
             on_step: Callable[[str], None] | None = None) -> tuple[Video, Any, Compressed]:
-    """Decode, encode and compress without generating: (clip, visual tokens, compression result)."""
-    step = on_step or (lambda name: None)
-    step("decode")
-    clip = sample_fps(video, fps, max_frames) if fps is not None else sample_frames(video, frames or backbone.default_frames)
-    step("preprocess")
-    inputs = backbone.preprocess(clip.frames, clip.timestamps, clip.duration, "Describe the video.")
-    step("vision")
-    visual = backbone.encode(inputs, saliency=True)
-    step("compression")
-    compressed = compress(visual.features, visual.saliency, visual.grid, _config(ratio, config))
-    return clip, visual, compressed
+    """(clip, visual tokens, compression result) without generating: `prepare` with the old arguments."""
+    sampling = Sampling(frames=frames, fps=fps, max_frames=max_frames)
+    p = prepare(backbone, video, sampling, "ottvid", make_config(ratio, backbone=backbone, config=config),
+                on_step=on_step)
+    return p.clip, p.visual, p.compressed

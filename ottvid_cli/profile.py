@@ -13,12 +13,14 @@ import statistics
 import threading
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Callable
 
 import numpy as np
 import torch
 
-from .compression import OTTVidConfig, compress
+from .compression import OTTVidConfig
+from .pipeline import Sampling, make_config, prepare
 from .timing import Stopwatch, synchronize
 from .video import Timeline, Video, _even, _frames_at
 
@@ -62,15 +64,22 @@ def summary(values: list[float]) -> dict[str, float]:
     return {"median": float(statistics.median(values)), "min": float(min(values)), "max": float(max(values))}
 
 
-def profile(backbone, video: Video, prompt: str, ratios: list[float], repeats: int = 5, warmup: int = 1,
-            decode: Callable[[], Video] | None = None, config: OTTVidConfig | None = None,
+def profile(backbone, video: str | Path | Video, prompt: str, ratios: list[float], repeats: int = 5,
+            warmup: int = 1, decode: Callable[[], Video] | None = None, config: OTTVidConfig | None = None,
+            sampling: Sampling | None = None, preset: str = "paper",
             on_step: Callable[[str], None] | None = None) -> ProfileResult:
-    """Profile vanilla and every ratio on `video`'s frames. `decode`, if given, is re-run to time decoding."""
+    """Profile vanilla and every ratio on the same frames. video: a file (sampled per `sampling`, and
+    its decoding timed), or a decoded Video (then `decode`, if given, is re-run to time decoding)."""
     if repeats < 1 or warmup < 0:
         raise ValueError("repeats must be >= 1 and warmup >= 0")
     for ratio in ratios:
         if not 0.0 < ratio <= 1.0:
             raise ValueError(f"every ratio must be in (0, 1], got {ratio:g}")
+    sampling = sampling or Sampling.default_for(video)
+    if not isinstance(video, Video):
+        path = video
+        decode = lambda: sampling.decode(path, backbone.default_frames)  # noqa: E731
+        video = decode()
     step = on_step or (lambda name: None)
     device = backbone.device
     decode_ms: list[float] = []
@@ -81,18 +90,17 @@ def profile(backbone, video: Video, prompt: str, ratios: list[float], repeats: i
             decode()
             decode_ms.append((time.perf_counter() - start) * 1e3)
     result = ProfileResult(model=backbone.name, device=_device_name(device), repeats=repeats, warmup=warmup,
-                           frames={"count": len(video.indices), "duration": video.duration,
-                                   "timestamps": [round(t, 4) for t in video.timestamps]})
+                           frames=sampling.describe(video, backbone.default_frames))
     plans = [("none", 1.0)] + [("ottvid", r) for r in ratios]
     for method, ratio in plans:
         step(f"{'vanilla' if method == 'none' else f'ratio {ratio:g}'}")
-        cfg = _with_ratio(config, ratio)
+        cfg = make_config(ratio, preset, backbone, config)
         for _ in range(warmup):
-            _once(backbone, video, prompt, method, cfg)
+            _once(backbone, video, sampling, prompt, method, cfg)
         runs = []
         with _PeakMemory(device) as memory:
             for _ in range(repeats):
-                runs.append(_once(backbone, video, prompt, method, cfg))
+                runs.append(_once(backbone, video, sampling, prompt, method, cfg))
         timings: dict[str, dict[str, float]] = {}
         for stage in ROW_STAGES[1:]:
             values = [r["ms"].get(stage) for r in runs]
@@ -117,31 +125,19 @@ def profile(backbone, video: Video, prompt: str, ratios: list[float], repeats: i
     return result
 
 
-def _with_ratio(config: OTTVidConfig | None, ratio: float) -> OTTVidConfig:
-    from dataclasses import replace
-
-    return OTTVidConfig(ratio=ratio) if config is None else replace(config, ratio=ratio)
-
-
-def _once(backbone, video: Video, prompt: str, method: str, config: OTTVidConfig) -> dict[str, Any]:
-    """One timed pass: the same calls `ask` makes, up to the first token."""
+def _once(backbone, video: Video, sampling: Sampling, prompt: str, method: str,
+          config: OTTVidConfig) -> dict[str, Any]:
+    """One timed pass: `prepare` as `ask` runs it (every compression stage timed), then the prefill."""
+    prepared = prepare(backbone, video, sampling, method, config, prompt=prompt, timer=True)
     watch = Stopwatch(backbone.device)
-    with watch("preprocess"):
-        inputs = backbone.preprocess(video.frames, video.timestamps, video.duration, prompt)
-    visual = backbone.encode(inputs, saliency=method == "ottvid", watch=watch)
-    report = None
-    if method == "ottvid":
-        with watch("compression"):
-            compressed = compress(visual.features, visual.saliency, visual.grid, config)
-        features, kept, report = compressed.features, compressed.index, compressed.report.to_dict()
-    else:
-        features = visual.features.reshape(visual.count, -1)
-        kept = torch.arange(visual.count, device=features.device)
     with watch("prefill"):
-        llm_tokens = backbone.prefill(inputs, features, kept)
-    ms = dict(watch.ms)
+        llm_tokens = backbone.prefill(prepared.inputs, prepared.features, prepared.kept, prepared.assignment)
+    ms = {k: v for k, v in prepared.timings_ms.items() if v is not None}
+    ms["prefill"] = watch.ms["prefill"]
     ms["ttft"] = sum(ms.get(k, 0.0) for k in ("vision", "saliency", "compression", "prefill"))
-    return {"ms": ms, "report": report, "inputs": inputs, "llm_tokens": llm_tokens, "visual_tokens": int(kept.numel())}
+    report = prepared.compressed.report.to_dict() if prepared.compressed is not None else None
+    return {"ms": ms, "report": report, "inputs": prepared.inputs, "llm_tokens": llm_tokens,
+            "visual_tokens": int(prepared.kept.numel())}
 
 
 def _device_name(device: torch.device) -> str:
@@ -196,16 +192,26 @@ def _rss_mb() -> float:
         return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
+def synthetic_clip(seconds: float, width: int, height: int, sampling: Sampling, default_frames: int) -> Video:
+    """`synthetic_video` sampled as `sampling` says (the model's frame count by default)."""
+    if sampling.fps is not None:
+        return synthetic_video(seconds, width=width, height=height, sample_fps=sampling.fps,
+                               max_frames=sampling.max_frames)
+    return synthetic_video(seconds, width=width, height=height, frames=sampling.frames or default_frames)
+
+
 def synthetic_video(seconds: float = 10.0, fps: float = 30.0, width: int = 640, height: int = 360,
-                    frames: int | None = None, sample_fps: float | None = None, seed: int = 0) -> Video:
+                    frames: int | None = None, sample_fps: float | None = None, seed: int = 0,
+                    max_frames: int | None = None) -> Video:
     """A clip made in memory (moving coloured squares on a drifting gradient, with noise), sampled
-    like a real file: `frames` uniformly in time, or `sample_fps` per second."""
+    like a real file: `frames` uniformly in time, or `sample_fps` per second (at most `max_frames`)."""
     if seconds <= 0 or width < 28 or height < 28:
         raise ValueError("a synthetic clip needs seconds > 0 and a size of at least 28 x 28")
     rng = np.random.default_rng(seed)
     total = max(2, int(round(seconds * fps)))
     starts = np.arange(total) / fps
-    count = _even(min(frames, total) if frames is not None else int(seconds * (sample_fps or 2.0)))
+    count = min(frames, total) if frames is not None else int(seconds * (sample_fps or 2.0))
+    count = _even(min(count, max_frames) if max_frames is not None and frames is None else count)
     indices = _frames_at(Timeline(starts=starts, duration=float(seconds), average_fps=float(fps)), count)
     yy, xx = np.mgrid[0:height, 0:width].astype(np.float32)
     boxes = rng.uniform(0, 1, size=(6, 5))  # x, y, vx, vy, hue

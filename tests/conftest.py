@@ -25,3 +25,19 @@ def tiny_llava_ov(tmp_path_factory: pytest.TempPathFactory) -> pathlib.Path:
     from tiny_models import build_tiny_llava_onevision
 
     return build_tiny_llava_onevision(tmp_path_factory.mktemp("tiny-llava-onevision"))
+
+
+@pytest.fixture(scope="session")
+def tiny_qwen3_vl(tmp_path_factory: pytest.TempPathFactory) -> pathlib.Path:
+    """Folder holding a tiny random Qwen3-VL checkpoint (model, tokenizer, Qwen3VLProcessor), built once per session."""
+    from tiny_models import build_tiny_qwen3_vl
+
+    return build_tiny_qwen3_vl(tmp_path_factory.mktemp("tiny-qwen3-vl"))
+
+
+@pytest.fixture(scope="session")
+def tiny_qwen3_vl_moe(tmp_path_factory: pytest.TempPathFactory) -> pathlib.Path:
+    """Folder holding a tiny random Qwen3-VL-MoE checkpoint, built once per session."""
+    from tiny_models import build_tiny_qwen3_vl
+
+    return build_tiny_qwen3_vl(tmp_path_factory.mktemp("tiny-qwen3-vl-moe"), moe=True)

@@ -17,15 +17,15 @@ from ottvid_cli.cli import app
 DATA = Path(__file__).parent / "data"
 runner = CliRunner()
 JSON_KEYS = {"answer", "letter", "span", "frames", "tokens", "compression", "timings_ms", "model", "ratio", "method"}
-TIMING_KEYS = {"decode", "preprocess", "vision", "saliency", "compression", "prefill", "generate"}
+TIMING_KEYS = {"load", "decode", "preprocess", "vision", "saliency", "compression", "prefill", "generate"}
 
 
 def invoke(*args):
     return runner.invoke(app, [str(a) for a in args])
 
 
-def as_json(result):
-    assert result.exit_code == 0, result.output
+def as_json(result, codes=(0,)):
+    assert result.exit_code in codes, result.output
     return json.loads(result.stdout)
 
 
@@ -82,16 +82,16 @@ def test_ratio_one_answer_equals_the_stock_model(tiny_qwen):
 
 def test_ground_json_and_human(tiny_qwen):
     data = as_json(invoke("ground", DATA / "bikes.mp4", "a bike passes", "--model", tiny_qwen, "--json",
-                          "--max-new-tokens", "8"))
+                          "--max-new-tokens", "8"), codes=(0, 3))
     assert JSON_KEYS <= set(data)
     assert data["frames"]["count"] == 20  # 2 fps over 10 s
     assert data["span"] is None or (0 <= data["span"][0] <= data["span"][1] <= data["frames"]["duration"])
     assert "start and end time in seconds" in data["prompt"]
     capped = as_json(invoke("ground", DATA / "bikes.mp4", "a bike passes", "--model", tiny_qwen, "--json",
-                            "--max-frames", "8", "--max-new-tokens", "2"))
+                            "--max-frames", "8", "--max-new-tokens", "2"), codes=(0, 3))
     assert capped["frames"]["count"] == 8
     human = invoke("ground", DATA / "fire2.mp4", "fire", "--model", tiny_qwen, "--max-new-tokens", "4")
-    assert human.exit_code == 0 and "when" in human.stdout
+    assert human.exit_code in (0, 3) and "when" in human.stdout  # 3: the random model's reply holds no time
 
 
 def test_ground_span_comes_from_the_reply(tiny_qwen, monkeypatch):

@@ -54,17 +54,8 @@ _QWEN_ADDED_TOKENS: list[tuple[str, bool]] = [
     ("<|file_sep|>", False),
 ]
 
-# Chat template of Qwen2.5-VL-*-Instruct (chat_template.json of the hub checkpoints).
-QWEN2_5_VL_CHAT_TEMPLATE = (
-    "{% set image_count = namespace(value=0) %}{% set video_count = namespace(value=0) %}"
-    "{% for message in messages %}"
-    "{% if loop.first and message['role'] != 'system' %}"
-    "<|im_start|>system\nYou are a helpful assistant.<|im_end|>\n"
-    "{% endif %}"
-    "<|im_start|>{{ message['role'] }}\n"
-    "{% if message['content'] is string %}"
-    "{{ message['content'] }}<|im_end|>\n"
-    "{% else %}"
+# The content items of a user turn, as Qwen2.5-VL's and Qwen3-VL's chat templates render them.
+_QWEN_VL_CONTENT = (
     "{% for content in message['content'] %}"
     "{% if content['type'] == 'image' or 'image' in content or 'image_url' in content %}"
     "{% set image_count.value = image_count.value + 1 %}"
@@ -78,7 +69,21 @@ QWEN2_5_VL_CHAT_TEMPLATE = (
     "{{ content['text'] }}"
     "{% endif %}"
     "{% endfor %}"
-    "<|im_end|>\n"
+)
+
+# Chat template of Qwen2.5-VL-*-Instruct (chat_template.json of the hub checkpoints).
+QWEN2_5_VL_CHAT_TEMPLATE = (
+    "{% set image_count = namespace(value=0) %}{% set video_count = namespace(value=0) %}"
+    "{% for message in messages %}"
+    "{% if loop.first and message['role'] != 'system' %}"
+    "<|im_start|>system\nYou are a helpful assistant.<|im_end|>\n"
+    "{% endif %}"
+    "<|im_start|>{{ message['role'] }}\n"
+    "{% if message['content'] is string %}"
+    "{{ message['content'] }}<|im_end|>\n"
+    "{% else %}"
+    + _QWEN_VL_CONTENT
+    + "<|im_end|>\n"
     "{% endif %}"
     "{% endfor %}"
     "{% if add_generation_prompt %}"
@@ -490,10 +495,153 @@ def build_tiny_llava_onevision(
     return path
 
 
+# --------------------------------------------------------------------------------------------
+# Qwen3-VL and Qwen3-VL-MoE (Qwen/Qwen3-VL-*-Instruct layout)
+# --------------------------------------------------------------------------------------------
+
+# Qwen3-VL's added tokens: Qwen2.5's, then Qwen3's tool-response and thinking tags (real ids
+# 151665..151668), in their real order.
+_QWEN3_ADDED_TOKENS: list[tuple[str, bool]] = _QWEN_ADDED_TOKENS + [
+    ("<tool_response>", False),
+    ("</tool_response>", False),
+    ("<think>", False),
+    ("</think>", False),
+]
+
+# The part of Qwen3-VL-*-Instruct's chat template (chat_template.json) that a user turn with a video
+# and text uses: no default system prompt (unlike Qwen2.5-VL), a video as
+# <|vision_start|><|video_pad|><|vision_end|>, which the processor expands to one timestamp and
+# one vision_start / tokens / vision_end block per temporal group. Tools and thinking are left out.
+QWEN3_VL_CHAT_TEMPLATE = (
+    "{% set image_count = namespace(value=0) %}{% set video_count = namespace(value=0) %}"
+    "{% for message in messages %}"
+    "<|im_start|>{{ message['role'] }}\n"
+    "{% if message['content'] is string %}"
+    "{{ message['content'] }}"
+    "{% else %}"
+    + _QWEN_VL_CONTENT
+    + "{% endif %}"
+    "<|im_end|>\n"
+    "{% endfor %}"
+    "{% if add_generation_prompt %}"
+    "<|im_start|>assistant\n"
+    "{% endif %}"
+)
+
+# Qwen3-VL: patch 16, merge 2, so a merged token covers 32 x 32 pixels. The tiny processor caps a
+# frame at 16 merged tokens (max_video_tokens) and floors it at 4.
+QWEN3_VL_FACTOR = 32
+QWEN3_VL_MAX_TOKENS_PER_FRAME = 16
+
+
+def _build_qwen3_tokenizer():
+    """The Qwen3-VL tokenizer (Qwen2.5's added tokens plus Qwen3's, the Qwen3-VL chat template)."""
+    return _build_qwen2_tokenizer(
+        _QWEN3_ADDED_TOKENS,
+        QWEN3_VL_CHAT_TEMPLATE,
+        extra_special_tokens=[t for t, special in _QWEN3_ADDED_TOKENS if special and t != "<|endoftext|>"],
+    )
+
+
+def build_tiny_qwen3_vl(
+    path: pathlib.Path,
+    moe: bool = False,
+    vision: dict | None = None,
+    text: dict | None = None,
+) -> pathlib.Path:
+    """Write a tiny random Qwen3-VL checkpoint (``moe``: Qwen3-VL-MoE) with its tokenizer and the real
+    ``Qwen3VLProcessor`` / ``Qwen3VLVideoProcessor`` into ``path``. Loads like
+    ``Qwen/Qwen3-VL-8B-Instruct`` (``Qwen3VLForConditionalGeneration`` / ``Qwen3VLMoeForConditionalGeneration``
+    and ``AutoProcessor``). Three vision blocks, DeepStack taken after blocks 0 and 1 and added to
+    the first two of three LLM layers; interleaved M-RoPE. Deterministic (seeded), float32.
+    """
+    from transformers import Qwen2VLImageProcessor, Qwen3VLProcessor, Qwen3VLVideoProcessor
+
+    if moe:
+        from transformers import Qwen3VLMoeConfig as Config
+        from transformers import Qwen3VLMoeForConditionalGeneration as Model
+    else:
+        from transformers import Qwen3VLConfig as Config
+        from transformers import Qwen3VLForConditionalGeneration as Model
+
+    path = pathlib.Path(path)
+    path.mkdir(parents=True, exist_ok=True)
+    tokenizer = _build_qwen3_tokenizer()
+    tid = tokenizer.convert_tokens_to_ids
+    endoftext_id, im_end_id = tid("<|endoftext|>"), tid("<|im_end|>")
+    text_config = {
+        "vocab_size": len(tokenizer),
+        "hidden_size": 64,
+        "intermediate_size": 128,
+        "num_hidden_layers": 3,
+        "num_attention_heads": 4,
+        "num_key_value_heads": 2,
+        "head_dim": 16,
+        "hidden_act": "silu",
+        "max_position_embeddings": 4096,
+        "rms_norm_eps": 1e-6,
+        "attention_dropout": 0.0,
+        "initializer_range": 0.02,
+        # Qwen3-VL: [24, 20, 20] of head_dim / 2 = 64, interleaved; here 8 = 2 + 3 + 3
+        "rope_parameters": {"rope_type": "default", "rope_theta": 5000000.0, "mrope_section": [2, 3, 3],
+                            "mrope_interleaved": True},
+        "bos_token_id": endoftext_id,
+        "eos_token_id": im_end_id,
+        "pad_token_id": endoftext_id,
+    }
+    if moe:
+        text_config.update({"num_experts": 4, "num_experts_per_tok": 2, "moe_intermediate_size": 32,
+                            "decoder_sparse_step": 1, "mlp_only_layers": []})
+    config = Config(
+        vision_config={
+            "depth": 3,
+            "hidden_size": 32,
+            "hidden_act": "gelu_pytorch_tanh",
+            "intermediate_size": 64,
+            "num_heads": 2,
+            "in_channels": 3,
+            "patch_size": 16,
+            "spatial_merge_size": 2,
+            "temporal_patch_size": 2,
+            "out_hidden_size": 64,
+            "num_position_embeddings": 64,  # an 8 x 8 learned grid, interpolated to each frame's grid
+            "deepstack_visual_indexes": [0, 1],
+            "initializer_range": 0.02,
+            **(vision or {}),
+        },
+        text_config={**text_config, **(text or {})},
+        image_token_id=tid("<|image_pad|>"),
+        video_token_id=tid("<|video_pad|>"),
+        vision_start_token_id=tid("<|vision_start|>"),
+        vision_end_token_id=tid("<|vision_end|>"),
+        tie_word_embeddings=False,
+    )
+    _save_seeded_model(Model, config, tokenizer, path)
+
+    unit = QWEN3_VL_FACTOR * QWEN3_VL_FACTOR
+    image_processor = Qwen2VLImageProcessor(
+        size={"shortest_edge": 4 * unit, "longest_edge": QWEN3_VL_MAX_TOKENS_PER_FRAME * unit},
+        patch_size=16, temporal_patch_size=2, merge_size=2,
+        image_mean=[0.5, 0.5, 0.5], image_std=[0.5, 0.5, 0.5],
+    )
+    video_processor = Qwen3VLVideoProcessor(
+        size={"shortest_edge": 4 * unit, "longest_edge": QWEN3_VL_MAX_TOKENS_PER_FRAME * unit * 768},
+        patch_size=16, temporal_patch_size=2, merge_size=2,
+        image_mean=[0.5, 0.5, 0.5], image_std=[0.5, 0.5, 0.5],
+        max_video_tokens=QWEN3_VL_MAX_TOKENS_PER_FRAME, cap_pixels_per_frame=True,
+    )
+    processor = Qwen3VLProcessor(image_processor=image_processor, tokenizer=tokenizer,
+                                 video_processor=video_processor, chat_template=QWEN3_VL_CHAT_TEMPLATE)
+    processor.save_pretrained(path)
+    return path
+
+
 __all__ = [
     "build_tiny_qwen2_5_vl",
     "build_tiny_llava_onevision",
+    "build_tiny_qwen3_vl",
     "QWEN2_5_VL_CHAT_TEMPLATE",
+    "QWEN3_VL_CHAT_TEMPLATE",
     "LLAVA_ONEVISION_CHAT_TEMPLATE",
     "MIN_PIXELS",
     "MAX_PIXELS",

@@ -2,45 +2,57 @@
 
 from __future__ import annotations
 
-from .base import Backbone, Generated, ModelError, VisualTokens, is_local, missing_weights_message
-
-DEFAULT_MODEL = "Qwen/Qwen2.5-VL-7B-Instruct"
+from ..settings import DEFAULT_MODEL, ModelError, missing_weights_message, model_source
+from .base import (Backbone, Generated, VisualTokens, attention_implementation, is_local, resolve_device,
+                   resolve_dtype)
 
 
 def load_backbone(model_id: str, device: str = "auto", dtype: str = "auto", attention: str = "auto",
                   max_pixels: int | None = None):
     """Load a supported checkpoint (a Hugging Face id or a local folder) with its adapter.
 
-    Raises ModelError with a one-line explanation when the weights are missing, the folder is not
-    a checkpoint, or the architecture is not supported.
+    Raises ModelError with a one-line explanation when the device, dtype or attention is unusable
+    (checked first, before anything is read), the folder is missing or is not a checkpoint, the
+    weights are not available (offline and not in the Hugging Face cache), or the architecture is
+    not supported. When the hub cannot be reached (or HF_HUB_OFFLINE is set), a hub id is loaded from
+    the local cache without network attempts. The backbone's `load_ms` is the time this took.
     """
-    import os
+    import time
 
     from transformers import AutoConfig
 
-    model_id = os.path.expanduser(model_id)
+    start = time.perf_counter()
+    resolve_dtype(dtype, resolve_device(device))
+    attention_implementation(attention)
+    name = model_id
+    model_id = model_source(model_id)
     _refuse_llava_next(model_id)
     try:
         config = AutoConfig.from_pretrained(model_id)
     except (OSError, ValueError) as exc:
         if is_local(model_id):
             reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-            raise ModelError(f"{model_id} is not a loadable checkpoint folder ({reason[:160]})") from None
-        raise ModelError(missing_weights_message(model_id)) from None
+            raise ModelError(f"{name} is not a loadable checkpoint folder ({reason[:160]})") from None
+        raise ModelError(missing_weights_message(name)) from None
     if config.model_type == "qwen2_5_vl":
         from .qwen2_5_vl import Qwen25VL as adapter
     elif config.model_type == "llava_onevision":
         from .llava_onevision import LlavaOneVision as adapter
+    elif config.model_type in ("qwen3_vl", "qwen3_vl_moe"):
+        from .qwen3_vl import Qwen3VL as adapter
     else:
-        raise ModelError(f"unsupported model type {config.model_type!r} in {model_id} "
-                         f"(supported: qwen2_5_vl, llava_onevision)")
+        raise ModelError(f"unsupported model type {config.model_type!r} in {name} "
+                         f"(supported: qwen2_5_vl, qwen3_vl, qwen3_vl_moe, llava_onevision)")
     try:
-        return adapter.load(model_id, device=device, dtype=dtype, attention=attention, max_pixels=max_pixels)
+        backbone = adapter.load(model_id, device=device, dtype=dtype, attention=attention, max_pixels=max_pixels)
     except OSError as exc:
         if not is_local(model_id):
-            raise ModelError(missing_weights_message(model_id)) from None
+            raise ModelError(missing_weights_message(name)) from None
         reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise ModelError(f"cannot load {model_id}: {reason[:200]}") from None
+        raise ModelError(f"cannot load {name}: {reason[:200]}") from None
+    backbone.name = name if not is_local(name) else model_id
+    backbone.load_ms = (time.perf_counter() - start) * 1e3
+    return backbone
 
 
 def _refuse_llava_next(model_id: str) -> None:

@@ -177,7 +177,8 @@ class LlavaOneVision(KeptTokenGeneration):
         maps = received.reshape(t, 1, *self.patch_grid)
         return self._pool(maps).reshape(t, -1).clamp_min(0.0)  # pooled like the features
 
-    def llm_inputs(self, inputs: Any, features: torch.Tensor, kept: torch.Tensor) -> dict[str, Any]:
+    def llm_inputs(self, inputs: Any, features: torch.Tensor, kept: torch.Tensor,
+                   assignment: torch.Tensor | None = None) -> dict[str, Any]:
         """Inputs for generate() with only the kept visual tokens, each in its own slot of the model's
         layout, and every newline token where the model puts it. Positions stay 1-D and contiguous."""
         from transformers.modeling_outputs import BaseModelOutputWithPooling

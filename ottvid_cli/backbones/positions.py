@@ -142,3 +142,37 @@ def _interleave(types: torch.Tensor, images: Iterator, videos: Iterator) -> Iter
                 raise ValueError("the sequence holds more video tokens than video grids") from None
             yield grid, seconds
         i += grid[0] * grid[1] * grid[2]
+
+
+# ------------------------------------------------------------------------------------------------
+# Qwen3-VL
+
+
+def qwen3_vl_positions(
+    mm_token_type_ids: torch.Tensor,
+    spatial_merge_size: int,
+    video_grid_thw: torch.Tensor | None = None,
+    image_grid_thw: torch.Tensor | None = None,
+    attention_mask: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """Qwen3-VL's M-RoPE positions (3, B, L).
+
+    Qwen3-VL has no time axis in M-RoPE: the processor writes each temporal group of a video as its
+    own block (`<t seconds><|vision_start|>` tokens `<|vision_end|>`), and each block is a vision
+    segment of grid (1, H', W'): the group starting at `s` puts its token (row, col) at
+    (s, s + row, s + col), and whatever follows (the next timestamp's text, the question) starts at
+    the largest position so far + 1 = s + max(H', W'). Text is 1-D as for Qwen2.5-VL. This is
+    Qwen2.5-VL's rule (`qwen2_5_vl_positions`) with every video split into T' segments of one group
+    and no time interval, so it is computed by that function. The interleaving of the
+    (time, row, column) frequencies (`mrope_interleaved`) is in the rotary embedding, not in the
+    positions. docs/qwen3_vl.md has a worked example.
+    """
+    groups = seconds = None
+    if video_grid_thw is not None:
+        grids = torch.as_tensor(video_grid_thw).reshape(-1, 3).cpu()
+        groups = grids.repeat_interleave(grids[:, 0], dim=0)
+        groups[:, 0] = 1
+        seconds = [0.0] * groups.shape[0]
+    return qwen2_5_vl_positions(mm_token_type_ids, spatial_merge_size, tokens_per_second=0.0,
+                                video_grid_thw=groups, second_per_grid_ts=seconds, image_grid_thw=image_grid_thw,
+                                attention_mask=attention_mask)

@@ -30,6 +30,7 @@ class Qwen25VL(KeptTokenGeneration):
     frames_per_group = 2  # temporal_patch_size
     default_frames = 32
     grounds = True
+    default_max_pixels = DEFAULT_MAX_PIXELS
     official_overrides: dict = {}  # `--preset official`: the authors' Qwen2.5-VL path is official()'s default
 
     def __init__(self, model, processor, name: str, max_pixels: int = DEFAULT_MAX_PIXELS):
@@ -47,15 +48,22 @@ class Qwen25VL(KeptTokenGeneration):
     @classmethod
     def load(cls, model_id: str, device: str = "auto", dtype: str = "auto", attention: str = "auto",
              max_pixels: int | None = None) -> "Qwen25VL":
-        from transformers import AutoProcessor, Qwen2_5_VLForConditionalGeneration
+        from transformers import AutoProcessor
 
         dev = resolve_device(device)
         torch_dtype = resolve_dtype(dtype, dev)
-        model = Qwen2_5_VLForConditionalGeneration.from_pretrained(
+        model = cls.model_class(model_id).from_pretrained(
             model_id, dtype=torch_dtype, attn_implementation=attention_implementation(attention)
         ).to(dev).eval()
         processor = AutoProcessor.from_pretrained(model_id)
-        return cls(model, processor, name=model_id, max_pixels=max_pixels or DEFAULT_MAX_PIXELS)
+        return cls(model, processor, name=model_id, max_pixels=max_pixels or cls.default_max_pixels)
+
+    @classmethod
+    def model_class(cls, model_id: str):
+        """The transformers class that loads this checkpoint."""
+        from transformers import Qwen2_5_VLForConditionalGeneration
+
+        return Qwen2_5_VLForConditionalGeneration
 
     def newline_tokens(self, groups: int) -> int:
         """Qwen2.5-VL puts no separator tokens among the visual tokens."""
@@ -94,14 +102,17 @@ class Qwen25VL(KeptTokenGeneration):
         height, width = self.frame_size(video.shape[2], video.shape[3], video.shape[0])
         video = TF.resize(video, [height, width], interpolation=InterpolationMode.BICUBIC, antialias=True)
         video = video.clamp(0, 255).round().to(torch.uint8)
-        fps = len(timestamps) / duration if duration > 0 else 1.0
-        metadata = {"fps": fps, "frames_indices": list(range(video.shape[0])), "total_num_frames": video.shape[0],
-                    "duration": duration}
+        metadata = self.video_metadata(timestamps, duration, video.shape[0])
         messages = [{"role": "user", "content": [{"type": "video"}, {"type": "text", "text": prompt}]}]
         text = self.processor.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
         inputs = self.processor(text=[text], videos=[video], video_metadata=[metadata], do_sample_frames=False,
                                 do_resize=False, cap_pixels_per_frame=True, return_tensors="pt")
         return inputs.to(self.device)
+
+    def video_metadata(self, timestamps: list[float], duration: float, frames: int) -> dict[str, Any]:
+        """The metadata the processor reads: the average sampling rate (for second_per_grid_ts)."""
+        fps = len(timestamps) / duration if duration > 0 else 1.0
+        return {"fps": fps, "frames_indices": list(range(frames)), "total_num_frames": frames, "duration": duration}
 
     # ----------------------------------------------------------------------------------------
     # vision
@@ -146,7 +157,11 @@ class Qwen25VL(KeptTokenGeneration):
         if saliency:
             with watch("saliency"):
                 sal = self._saliency(capture, grid_thw).reshape(t, -1)
-        return VisualTokens(features=tokens, saliency=sal, grid=grid)
+        return VisualTokens(features=tokens, saliency=sal, grid=grid, extra=self.extra_outputs(out, tokens.shape[:2]))
+
+    def extra_outputs(self, out: Any, shape: tuple[int, int]) -> dict[str, Any]:
+        """Encoder outputs besides the main tokens that the LLM needs (none for Qwen2.5-VL)."""
+        return {}
 
     def _saliency(self, capture: dict[str, Any], grid_thw: torch.Tensor) -> torch.Tensor:
         """Mean attention each merged token receives in the last vision block, in raster order.
@@ -156,18 +171,23 @@ class Qwen25VL(KeptTokenGeneration):
         for a full-attention block) in chunks of queries, averaged over heads and queries, summed
         over each 2 x 2 merge group, and the window ordering of the vision tower is undone.
         """
-        from transformers.models.qwen2_5_vl.modeling_qwen2_5_vl import apply_rotary_pos_emb_vision
-
         attn = self.model.model.visual.blocks[-1].attn
         seq = capture["qkv"].shape[0]
         qkv = capture["qkv"].reshape(seq, 3, attn.num_heads, -1).permute(1, 0, 2, 3)
         cos, sin = capture["rotary"]
-        query, key = apply_rotary_pos_emb_vision(qkv[0], qkv[1], cos, sin)
+        query, key = self.apply_rotary(qkv[0], qkv[1], cos, sin)
         boundaries = [int(v) for v in capture["cu_seqlens"].tolist()]
         received = mean_attention_received(query, key, boundaries, attn.scaling)  # (seq,) window order
         unit = self.merge * self.merge
         per_token = received.reshape(seq // unit, unit).sum(-1)  # one value per merged token
         return self.window_to_raster(per_token, grid_thw)
+
+    @staticmethod
+    def apply_rotary(query: torch.Tensor, key: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor):
+        """The vision tower's own rotary embedding of q and k."""
+        from transformers.models.qwen2_5_vl.modeling_qwen2_5_vl import apply_rotary_pos_emb_vision
+
+        return apply_rotary_pos_emb_vision(query, key, cos, sin)
 
     def window_to_raster(self, values: torch.Tensor, grid_thw: torch.Tensor) -> torch.Tensor:
         """Reorder per-merged-token values from the vision tower's window order to raster order,
@@ -193,7 +213,8 @@ class Qwen25VL(KeptTokenGeneration):
             image_grid_thw=inputs.get("image_grid_thw"), attention_mask=inputs.get("attention_mask"),
         )
 
-    def llm_inputs(self, inputs: Any, features: torch.Tensor, kept: torch.Tensor) -> dict[str, Any]:
+    def llm_inputs(self, inputs: Any, features: torch.Tensor, kept: torch.Tensor,
+                   assignment: torch.Tensor | None = None) -> dict[str, Any]:
         """Inputs for generate() with only the kept visual tokens, each at its original position.
 
         features: (M, D) the tokens to place, in the order of `kept`; kept: (M,) ascending flat
@@ -206,6 +227,12 @@ class Qwen25VL(KeptTokenGeneration):
         """
         from transformers.modeling_outputs import BaseModelOutputWithPooling
 
+        encoded = BaseModelOutputWithPooling(pooler_output=(features.to(self.model.dtype),))
+        return {**self.kept_sequence(inputs, kept), "mm_encoder_outputs": {"video": encoded}}
+
+    def kept_sequence(self, inputs: Any, kept: torch.Tensor) -> dict[str, torch.Tensor]:
+        """input_ids, attention_mask and position_ids (4, B, L') of the prompt with only the video
+        tokens at flat indices `kept` left, every token at its uncompressed position."""
         ids, mask = inputs["input_ids"], inputs["attention_mask"]
         positions = self.positions(inputs)  # (3, B, L)
         video = ids == self.video_token_id
@@ -219,9 +246,7 @@ class Qwen25VL(KeptTokenGeneration):
         kept_positions = positions.permute(1, 2, 0)[keep].view(batch, -1, 3).permute(2, 0, 1)
         sequence = torch.arange(new_ids.shape[1], device=ids.device).view(1, 1, -1).expand(1, batch, -1)
         position_ids = torch.cat([sequence, kept_positions.to(ids.device)], 0)
-        encoded = BaseModelOutputWithPooling(pooler_output=(features.to(self.model.dtype),))
-        return {"input_ids": new_ids, "attention_mask": new_mask, "position_ids": position_ids,
-                "mm_encoder_outputs": {"video": encoded}}
+        return {"input_ids": new_ids, "attention_mask": new_mask, "position_ids": position_ids}
 
     def flops(self, inputs: Any, llm_tokens: int) -> tuple[float, float]:
         """(LLM prefill FLOPs for `llm_tokens` tokens, vision encoder FLOPs for this video)."""

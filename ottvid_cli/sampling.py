@@ -1,0 +1,82 @@
+"""Which frames of a video to take, and the report of what was taken (no torch: the command line
+builds a `Sampling` before the slow imports)."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from .settings import DEFAULT_MAX_FRAMES
+
+
+@dataclass(frozen=True)
+class Sampling:
+    """Which frames to take: `frames` uniformly in time (None: the model's default), or `fps` per
+    second capped at `max_frames` (subsampled uniformly beyond); `max_pixels` per frame (None: the
+    backbone's own); `decoder` "auto" | "decord" | "pyav"."""
+
+    frames: int | None = None
+    fps: float | None = None
+    max_frames: int | None = None
+    max_pixels: int | None = None
+    decoder: str = "auto"
+
+    def __post_init__(self) -> None:
+        if self.frames is not None and self.fps is not None:
+            raise ValueError("give frames or fps, not both")
+        if self.frames is not None and (isinstance(self.frames, bool) or self.frames < 1):
+            raise ValueError(f"frames must be >= 1, got {self.frames}")
+        if self.fps is not None and not (self.fps > 0 and math.isfinite(self.fps)):
+            raise ValueError(f"fps must be > 0, got {self.fps}")
+        if self.max_frames is not None:
+            if self.fps is None:
+                raise ValueError("max_frames caps sampling by fps: give fps too (or a frame count alone)")
+            if self.max_frames < 1:
+                raise ValueError(f"max_frames must be >= 1, got {self.max_frames}")
+        if self.max_pixels is not None and self.max_pixels < 1:
+            raise ValueError(f"max_pixels must be >= 1, got {self.max_pixels}")
+
+    @classmethod
+    def grounding(cls, fps: float = 2.0, max_frames: int | None = DEFAULT_MAX_FRAMES, **kwargs) -> "Sampling":
+        """`ground`'s default: 2 frames a second, at most 768."""
+        return cls(fps=fps, max_frames=max_frames, **kwargs)
+
+    @classmethod
+    def default_for(cls, video: Any) -> "Sampling":
+        """A decoded clip (video.Video) is taken as asked for, its own frame count; a file gets the
+        model's default count."""
+        return cls(frames=len(video.indices)) if hasattr(video, "indices") else cls()
+
+    def decode(self, path: str | Path, default_frames: int):
+        """Sample the file (a video.Video); raises video.VideoError for an unusable file."""
+        from .video import sample_fps, sample_frames
+
+        if self.fps is not None:
+            cap = None if self.max_frames is None else max(2, self.max_frames)
+            return sample_fps(path, self.fps, cap, decoder=self.decoder)
+        return sample_frames(path, self.frames or default_frames, decoder=self.decoder)
+
+    def describe(self, clip, default_frames: int) -> dict[str, Any]:
+        """The frames report: what was asked for, what was sampled, and why they differ."""
+        count, total = len(clip.indices), clip.total_frames
+        notes: list[str] = []
+        if self.fps is None:
+            requested = target = self.frames or default_frames
+        else:
+            requested = target = int(math.floor(clip.duration * self.fps + 1e-9))
+        subsampled = self.max_frames is not None and requested > self.max_frames
+        if subsampled:
+            target = self.max_frames
+            notes.append(f"{self.fps:g} fps over {clip.duration:.1f} s is {requested} frames: subsampled "
+                         f"uniformly to at most {self.max_frames} (max frames)")
+        if target > total:
+            target = total
+            notes.append(f"{requested} frames asked for, the video has only {total}")
+        if count != target:
+            notes.append(f"{target} frames asked for, {count} taken: the sample is an even number, at least 2")
+        return {"requested": requested, "count": count, "fps": self.fps, "max_frames": self.max_frames,
+                "subsampled": subsampled, "notes": notes, "total": total,
+                "timestamps": [round(t, 4) for t in clip.timestamps], "indices": list(clip.indices),
+                "duration": clip.duration}

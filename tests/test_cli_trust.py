@@ -1,0 +1,353 @@
+"""A command line a user can trust: one-line errors refused before the slow imports, no lost answers,
+config defaults, quiet runs, streamed answers, exit codes, and the frames report."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from ottvid_cli import settings
+from ottvid_cli.cli import app
+
+DATA = Path(__file__).parent / "data"
+VIDEO = str(DATA / "bikes.mp4")
+runner = CliRunner()
+
+
+def invoke(*args, **kwargs):
+    return runner.invoke(app, [str(a) for a in args], **kwargs)
+
+
+@pytest.fixture(autouse=True)
+def no_user_config(tmp_path, monkeypatch):
+    """No test reads the real ~/.config/ottvid/config.toml or OTTVID_MODEL."""
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "xdg"))
+    monkeypatch.delenv("OTTVID_CONFIG", raising=False)
+    monkeypatch.delenv("OTTVID_MODEL", raising=False)
+
+
+# ------------------------------------------------------------------------------------------------
+# bad input: one line on stderr, no traceback, refused before torch / transformers are imported
+
+
+def _bad_inputs(tmp_path):
+    afile = tmp_path / "afile"
+    afile.write_text("x")
+    bad_config = tmp_path / "bad.toml"
+    bad_config.write_text("ratio = 2.0\n")
+    return [
+        (["ask", DATA / "missing.mp4", "q"], "video not found", {}),
+        (["ask", VIDEO, "q", "--ratio", "abc"], "--ratio", {}),
+        (["ask", VIDEO, "q", "--ratio", "-0.1"], "--ratio must be in (0, 1]", {}),
+        (["ground", VIDEO, "q", "-r", "1.5"], "--ratio must be in (0, 1]", {}),
+        (["ask", VIDEO, "q", "--device", "foo"], "unknown --device 'foo'", {}),
+        (["ask", VIDEO, "q", "--dtype", "foo"], "--dtype must be one of", {}),
+        (["ask", VIDEO, "q", "--frames", "0"], "--frames must be an integer >= 1", {}),
+        (["ground", VIDEO, "q", "--max-frames", "0"], "--max-frames must be an integer >= 1", {}),
+        (["ground", VIDEO, "q", "--fps", "0"], "--fps must be > 0", {}),
+        (["ask", VIDEO, "q", "--model", "./no-such-model"], "model folder not found: ./no-such-model", {}),
+        (["ask", VIDEO, "q", "--show", "/nonexistent-dir/x.png"], "does not exist", {}),
+        (["ask", VIDEO, "q", "-o", afile / "x.png"], "is not a folder", {}),
+        (["show", VIDEO, "-o", "other.mp4"], "must be a .png file", {}),
+        (["show", VIDEO, "-o", "pic.jpg"], "must be a .png file", {}),
+        (["ask", VIDEO], "Missing", {}),
+        (["ask", VIDEO, "q", "--bogus"], "No such option: --bogus", {}),
+        (["ask", VIDEO, "q", "--method", "fast"], "--method must be one of", {}),
+        (["ask", VIDEO, "q", "--preset", "fast"], "--preset must be one of", {}),
+        (["ask", VIDEO, "q", "--frames", "8", "--fps", "2"], "not both", {}),
+        (["ask", VIDEO, "   "], "the question is empty", {}),
+        (["ask", VIDEO, "q"], f"config file {bad_config}: ratio must be in (0, 1]", {"OTTVID_CONFIG": str(bad_config)}),
+    ]
+
+
+def test_bad_input_subprocess_one_line_no_traceback(tmp_path):
+    """The real entry point: each bad input exits 2 with one `error:` line and nothing on stdout; the
+    default model is a hub id that is not available offline, so reaching a model load would exit 1."""
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "XDG_CONFIG_HOME": str(tmp_path / "xdg")}
+    env.pop("OTTVID_MODEL", None)
+    env.pop("OTTVID_CONFIG", None)
+    for args, message, extra in _bad_inputs(tmp_path):
+        proc = subprocess.run([sys.executable, "-m", "ottvid_cli", *map(str, args)], capture_output=True, text=True,
+                              env={**env, **extra}, timeout=120)
+        where = f"{args}: {proc.stderr!r}"
+        assert proc.returncode == 2, where
+        assert proc.stderr.startswith("error: ") and proc.stderr.count("\n") == 1, where
+        assert message in proc.stderr and "Traceback" not in proc.stderr, where
+        assert proc.stdout == "", where
+
+
+def test_refusals_import_neither_torch_nor_transformers(tmp_path):
+    code = ("import sys\nfrom ottvid_cli.cli import app\n"
+            "try:\n    app(['ask', sys.argv[1], 'q', '--ratio', '0.5', '--device', 'foo'])\n"
+            "except SystemExit as e:\n    print(e.code, 'torch' in sys.modules, 'transformers' in sys.modules)\n")
+    for video in (str(DATA / "missing.mp4"), VIDEO):
+        proc = subprocess.run([sys.executable, "-c", code, video], capture_output=True, text=True, timeout=60)
+        assert proc.stdout.split() == ["2", "False", "False"], proc.stderr
+
+
+def test_picture_path_refused_before_loading(monkeypatch):
+    import ottvid_cli.backbones as backbones
+
+    def never(*args, **kwargs):
+        raise AssertionError("the model was loaded")
+
+    monkeypatch.setattr(backbones, "load_backbone", never)
+    result = invoke("ask", VIDEO, "q", "--show", "/nonexistent-dir/x.png")
+    assert result.exit_code == 2 and "does not exist" in result.stderr
+
+
+def test_device_without_gpu_is_refused_before_reading_the_model(tmp_path):
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("this machine has a GPU")
+    result = invoke("ask", VIDEO, "q", "--model", tmp_path, "--device", "cuda")
+    assert result.exit_code == 1 and "no CUDA GPU" in result.stderr
+
+
+# ------------------------------------------------------------------------------------------------
+# never lose a finished answer
+
+
+@pytest.mark.parametrize("as_json", [True, False])
+def test_unwritable_picture_prints_the_answer_then_fails(tiny_qwen, tmp_path, monkeypatch, as_json):
+    """The path passes the check, then becomes a folder while the model runs: the answer is printed,
+    then one error line, exit 4."""
+    from ottvid_cli.backbones.qwen2_5_vl import Qwen25VL
+
+    out = tmp_path / "kept.png"
+    real = Qwen25VL.generate
+
+    def generate(self, *args, **kwargs):
+        out.mkdir()
+        return real(self, *args, **kwargs)
+
+    monkeypatch.setattr(Qwen25VL, "generate", generate)
+    result = invoke("ask", VIDEO, "What?", "--model", tiny_qwen, "--frames", "4", "--max-new-tokens", "3",
+                    "-o", out, *(["--json"] if as_json else []))
+    assert result.exit_code == 4
+    assert result.stderr.splitlines()[-1].startswith("error: cannot write the picture")
+    if as_json:
+        data = json.loads(result.stdout)
+        assert data["answer"] is not None and "picture" not in data
+    else:
+        assert "answer:" in result.stdout and "visual tokens" in result.stdout
+
+
+def test_show_writes_only_png(tiny_qwen, tmp_path):
+    out = tmp_path / "kept.PNG"
+    result = invoke("show", VIDEO, "-o", out, "--model", tiny_qwen, "--frames", "4", "--json")
+    assert result.exit_code == 0, result.output
+    assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert json.loads(result.stdout)["frames"] == {"requested": 4, "count": 4, "notes": []}
+
+
+# ------------------------------------------------------------------------------------------------
+# defaults: flag > OTTVID_MODEL > config file > built-in
+
+
+def test_defaults_precedence(tmp_path):
+    config = tmp_path / "ottvid" / "config.toml"
+    config.parent.mkdir()
+    config.write_text('model = "org/from-config"\ndevice = "cpu"\nratio = 0.25\nframes = 6\n')
+    env = {"XDG_CONFIG_HOME": str(tmp_path)}
+    d = settings.load_defaults(env)
+    assert (d.model, d.device, d.dtype, d.ratio, d.frames) == ("org/from-config", "cpu", "auto", 0.25, 6)
+    assert d.source["ratio"] == str(config) and d.source["dtype"] == "built-in"
+    d = settings.load_defaults({**env, "OTTVID_MODEL": "org/from-env"})
+    assert d.model == "org/from-env" and d.source["model"] == "OTTVID_MODEL"
+    assert d.pick("model", "org/flag") == "org/flag" and d.pick("model", None) == "org/from-env"
+    other = tmp_path / "other.toml"
+    other.write_text("ratio = 0.5\n")
+    assert settings.load_defaults({**env, "OTTVID_CONFIG": str(other)}).ratio == 0.5
+    assert settings.config_path({"XDG_CONFIG_HOME": "/x"}) == Path("/x/ottvid/config.toml")
+    assert settings.config_path({"XDG_CONFIG_HOME": "/x", "OTTVID_CONFIG": "/y.toml"}) == Path("/y.toml")
+    assert settings.config_path({}).parts[-3:] == (".config", "ottvid", "config.toml")
+    assert settings.load_defaults({"XDG_CONFIG_HOME": str(tmp_path / "none")}).model == settings.DEFAULT_MODEL
+
+
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        ("ratio = 'x'\n", "ratio must be in (0, 1]"),
+        ("frames = 0\n", "frames must be an integer >= 1"),
+        ("colour = 'red'\n", "unknown key 'colour'"),
+        ("device = 'gpu'\n", "unknown device 'gpu'"),
+        ("ratio = \n", "is not valid TOML"),
+    ],
+)
+def test_malformed_config_is_one_line_naming_file_and_key(tmp_path, text, message):
+    path = tmp_path / "c.toml"
+    path.write_text(text)
+    with pytest.raises(settings.SettingsError) as caught:
+        settings.load_defaults({"OTTVID_CONFIG": str(path)})
+    assert str(path) in str(caught.value) and message in str(caught.value) and "\n" not in str(caught.value)
+
+
+def test_config_and_env_drive_the_cli(tiny_qwen, tmp_path, monkeypatch):
+    config = tmp_path / "xdg" / "ottvid" / "config.toml"
+    config.parent.mkdir(parents=True)
+    config.write_text('model = "org/not-used"\nratio = 0.25\nframes = 4\ndevice = "cpu"\n')
+    monkeypatch.setenv("OTTVID_MODEL", str(tiny_qwen))  # beats the config file's model
+    data = json.loads(invoke("ask", VIDEO, "q", "--json", "--max-new-tokens", "2").stdout)
+    assert data["model"] == str(tiny_qwen) and data["ratio"] == 0.25 and data["frames"]["count"] == 4
+    flagged = invoke("ask", VIDEO, "q", "--json", "--max-new-tokens", "2", "--ratio", "0.5", "--frames", "6")
+    data = json.loads(flagged.stdout)
+    assert data["ratio"] == 0.5 and data["frames"]["count"] == 6  # flags win
+
+
+# ------------------------------------------------------------------------------------------------
+# say what happened
+
+
+def test_ground_without_a_span_exits_3(tiny_qwen, monkeypatch):
+    from ottvid_cli.backbones.qwen2_5_vl import Qwen25VL
+
+    real = Qwen25VL.generate
+
+    def reply(self, *args, **kwargs):
+        out = real(self, *args, **kwargs)
+        out.text = "I cannot tell."
+        return out
+
+    monkeypatch.setattr(Qwen25VL, "generate", reply)
+    result = invoke("ground", VIDEO, "a bike", "--model", tiny_qwen, "--json", "--max-new-tokens", "1")
+    assert result.exit_code == 3 and "no time span" in result.stderr
+    assert json.loads(result.stdout)["span"] is None
+
+
+def test_frame_adjustments_are_reported(tiny_qwen):
+    data = json.loads(invoke("ask", VIDEO, "q", "--model", tiny_qwen, "--frames", "3", "--json",
+                             "--max-new-tokens", "1").stdout)
+    assert (data["frames"]["requested"], data["frames"]["count"]) == (3, 2) and data["frames"]["notes"]
+    short = invoke("ask", DATA / "realshort.mp4", "q", "--model", tiny_qwen, "--frames", "100000",
+                   "--max-new-tokens", "1")
+    assert short.exit_code == 0, short.output
+    assert "100000 frames asked for, the video has only 36" in short.stdout
+    capped = json.loads(invoke("ground", VIDEO, "q", "--model", tiny_qwen, "--max-frames", "8", "--json",
+                               "--max-new-tokens", "1").stdout)
+    f = capped["frames"]
+    assert (f["requested"], f["count"], f["fps"], f["max_frames"], f["subsampled"]) == (20, 8, 2.0, 8, True)
+    assert "subsampled" in f["notes"][0]
+
+
+def test_help_states_defaults():
+    ask = invoke("ask", "--help", env={"COLUMNS": "200"}).stdout
+    assert "the model's: 32, or 64 for LLaVA-Video" in ask and "--choice" in ask and "--output" in ask
+    ground = invoke("ground", "--help", env={"COLUMNS": "200"}).stdout
+    assert "768" in ground
+
+
+# ------------------------------------------------------------------------------------------------
+# quiet, progress, streaming
+
+
+def test_quiet_success_prints_nothing_on_stderr(tiny_qwen, tmp_path):
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "XDG_CONFIG_HOME": str(tmp_path)}
+    proc = subprocess.run([sys.executable, "-m", "ottvid_cli", "ask", VIDEO, "What?", "--model", str(tiny_qwen),
+                           "--frames", "4", "--max-new-tokens", "3", "--quiet"], capture_output=True, text=True,
+                          env=env, timeout=300)
+    assert proc.returncode == 0 and proc.stderr == ""
+    assert proc.stdout.startswith("answer: ") and "visual tokens" in proc.stdout
+
+
+def test_progress_lines_without_a_terminal(tiny_qwen):
+    result = invoke("ask", VIDEO, "q", "--model", tiny_qwen, "--frames", "4", "--max-new-tokens", "1", "--json")
+    lines = result.stderr.splitlines()
+    assert any("loading" in line for line in lines) and any("generating" in line for line in lines)
+    json.loads(result.stdout)  # progress never reaches stdout
+
+
+def test_answer_is_streamed_and_the_library_returns_the_full_text(tiny_qwen):
+    from ottvid_cli import pipeline
+    from ottvid_cli.backbones import load_backbone
+
+    backbone = load_backbone(str(tiny_qwen))
+    pieces = []
+    result = pipeline.ask(backbone, VIDEO, "What happens?", sampling=pipeline.Sampling(frames=4),
+                          max_new_tokens=8, on_token=pieces.append)
+    assert len(pieces) >= 1 and "".join(pieces).strip() == result.answer
+    quiet = pipeline.ask(backbone, VIDEO, "What happens?", sampling=pipeline.Sampling(frames=4), max_new_tokens=8)
+    assert quiet.answer == result.answer
+    assert quiet.to_dict()["timings_ms"]["load"] == backbone.load_ms > 0 and "load" not in quiet.timings_ms
+
+
+# ------------------------------------------------------------------------------------------------
+# one flag, one meaning
+
+
+def test_choice_flag_and_old_spellings(tiny_qwen, tmp_path):
+    out = tmp_path / "k.png"
+    data = json.loads(invoke("ask", VIDEO, "Who?", "-c", "cyclists", "--options", "nobody", "--show", out,
+                             "--model", tiny_qwen, "--frames", "4", "--json", "--max-new-tokens", "1").stdout)
+    assert "A. cyclists\nB. nobody" in data["prompt"] and data["picture"]["path"] == str(out) and out.exists()
+
+
+def test_preset_official(tiny_qwen):
+    result = invoke("ask", VIDEO, "q", "--model", tiny_qwen, "--frames", "4", "--preset", "official", "--json",
+                    "--max-new-tokens", "1")
+    assert result.exit_code == 0, result.output
+    config = json.loads(result.stdout)["compression"]["config"]
+    assert config.get("k_rounding", "floor") == "floor"
+
+
+# ------------------------------------------------------------------------------------------------
+# the hub: no retries when it cannot be reached; the local cache still works
+
+
+def test_unreachable_hub_uses_the_cache_without_network(tiny_qwen, tmp_path, monkeypatch):
+    import shutil
+
+    from huggingface_hub import constants
+
+    from ottvid_cli.backbones import load_backbone
+
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)
+    monkeypatch.setattr(settings, "hub_reachable", lambda: False)
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(tmp_path / "hub"))
+    with pytest.raises(settings.ModelError, match="hf download org/tiny"):
+        settings.model_source("org/tiny")
+    snapshot = tmp_path / "hub" / "models--org--tiny" / "snapshots" / "abc123"
+    shutil.copytree(tiny_qwen, snapshot)
+    (tmp_path / "hub" / "models--org--tiny" / "refs").mkdir()
+    (tmp_path / "hub" / "models--org--tiny" / "refs" / "main").write_text("abc123")
+    assert settings.model_source("org/tiny") == str(snapshot)
+    backbone = load_backbone("org/tiny")
+    assert backbone.name == "org/tiny" and backbone.load_ms > 0
+
+
+def test_path_like_model_that_does_not_exist():
+    for model in ("./x-missing", "/x-missing", "~/x-missing"):
+        with pytest.raises(settings.SettingsError, match="model folder not found"):
+            settings.check_model(model)
+    with pytest.raises(settings.ModelError, match="model folder not found"):
+        settings.model_source("~/x-missing")
+
+
+def test_llava_streams_and_takes_its_official_overrides(tiny_llava_ov):
+    result = invoke("ask", VIDEO, "What?", "--model", tiny_llava_ov, "--frames", "4", "--max-new-tokens", "4",
+                    "--preset", "official")
+    assert result.exit_code == 0, result.output
+    assert result.stdout.startswith("answer: ") and "visual tokens" in result.stdout
+    data = json.loads(invoke("ask", VIDEO, "What?", "--model", tiny_llava_ov, "--frames", "4", "--json",
+                             "--max-new-tokens", "1", "--preset", "official").stdout)
+    assert data["compression"]["config"].get("k_rounding", "round") == "round"
+
+
+def test_show_that_cannot_write_exits_4(tiny_qwen, tmp_path, monkeypatch):
+    from ottvid_cli import pipeline
+
+    out = tmp_path / "kept.png"
+    real = pipeline.prepare
+
+    def prepare(*args, **kwargs):
+        out.mkdir()
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(pipeline, "prepare", prepare)
+    result = invoke("show", VIDEO, "-o", out, "--model", tiny_qwen, "--frames", "4")
+    assert result.exit_code == 4 and result.stderr.splitlines()[-1].startswith("error: cannot write the picture")
