@@ -25,25 +25,30 @@ def _times(stamps: list[float], limit: int = 12) -> str:
     return ", ".join(shown) + more
 
 
-def render_run(result: dict[str, Any], console: Console) -> None:
-    """The answer (or span) first, then what was sampled, how many tokens each stage kept, and timings."""
+def render_run(result: dict[str, Any], console: Console, streamed: bool = False) -> None:
+    """The answer (or span) first, then what was sampled, how many tokens each stage kept, and timings.
+    streamed: the reply's text was already printed as it was generated (then it is not repeated)."""
     if result["task"] == "ground":
         span = result["span"]
         headline = (f"{span[0]:.2f} s - {span[1]:.2f} s" if span is not None
                     else "no time span could be read from the model's reply")
-        body = Group(Text(headline, style="bold"), Text(f"model said: {result['answer']}", style="dim"))
+        lines = [Text(headline, style="bold")]
+        if not streamed:
+            lines.append(Text(f"model said: {result['answer']}", style="dim"))
     else:
-        lines = [Text(result["answer"] or "(empty reply)", style="bold")]
+        lines = [] if streamed else [Text(result["answer"] or "(empty reply)", style="bold")]
         if result.get("letter") is not None:
             lines.insert(0, Text(f"choice: {result['letter']}", style="bold green"))
-        body = Group(*lines)
-    console.print(Panel(body, title="answer" if result["task"] == "ask" else "when", expand=False))
+    if lines:
+        console.print(Panel(Group(*lines), title="answer" if result["task"] == "ask" else "when", expand=False))
 
     frames = result["frames"]
     sampled = Table(title="video", show_header=False, box=None, pad_edge=False)
     sampled.add_row("file", result["video"])
     sampled.add_row("duration", f"{frames['duration']:.2f} s")
     sampled.add_row("frames", f"{frames['count']} ({frames['frames_per_group']} per temporal group)")
+    for note in frames.get("notes", []):
+        sampled.add_row("", Text(note, style="yellow"))
     sampled.add_row("times (s)", _times(frames["timestamps"]))
     console.print(sampled)
 
@@ -68,37 +73,83 @@ def render_run(result: dict[str, Any], console: Console) -> None:
     console.print(table)
 
     timings = Table(title=f"time (ms) on {result['device']}")
-    names = ["decode", "preprocess", "vision", "saliency", "compression", "prefill", "generate"]
+    names = ["load", "decode", "preprocess", "vision", "saliency", "compression", "prefill", "generate"]
     for name in names:
         timings.add_column(name, justify="right")
     timings.add_row(*(_ms(result["timings_ms"].get(n)) for n in names))
     console.print(timings)
+    if result.get("picture"):
+        p = result["picture"]
+        console.print(f"picture: {p['path']} ({p['width']}x{p['height']}, {p['tiles']} tiles)", highlight=False,
+                      markup=False)
+
+
+def render_show(data: dict[str, Any], console: Console) -> None:
+    """`ottvid show`: what was written."""
+    note = f", 1 group in {data['every']} shown" if data["every"] > 1 else ""
+    console.print(f"wrote {data['path']}: {data['width']}x{data['height']}, {data['tiles']} tiles{note}; "
+                  f"kept {data['kept']} of {data['total']} tokens", highlight=False, markup=False)
+    for line in data.get("frames", {}).get("notes", []):
+        console.print(f"frames: {line}", style="yellow", highlight=False, markup=False)
+
+
+def _ms_short(value: float) -> str:
+    """A time in ms: whole numbers from 1,000 up (the decimals would only widen the column)."""
+    return f"{value:,.0f}" if abs(value) >= 1000 else f"{value:,.1f}"
 
 
 def _cell(stat: dict[str, float] | None) -> str:
     if stat is None:
         return "-"
-    return f"{stat['median']:,.1f}\n[dim]{stat['min']:,.1f}-{stat['max']:,.1f}[/]"
+    return f"{_ms_short(stat['median'])}\n[dim]{_ms_short(stat['min'])}-{_ms_short(stat['max'])}[/]"
+
+
+def _timing(key: str):
+    return lambda row: _cell(row["timings_ms"].get(key))
+
+
+# The profile table's rows: (label, the cell of one run).
+_PROFILE_MEASURES = (
+    ("visual tokens", lambda row: f"{row['visual_tokens']:,}"),
+    ("LLM input", lambda row: f"{row['llm_input_tokens']:,}"),
+    *((label, _timing(key)) for label, key in (("decode", "decode"), ("preprocess", "preprocess"),
+                                               ("vision", "vision"), ("saliency", "saliency"),
+                                               ("compression", "compression"), ("prefill", "prefill"),
+                                               ("TTFT", "ttft"))),
+    ("speed-up", lambda row: f"{row['ttft_speedup']:.2f}x"),
+    ("peak MB", lambda row: f"{row['peak_memory_mb']:,.0f}"),
+    ("prefill TFLOPs", lambda row: f"{row['prefill_tflops']:.3g}"),
+    ("vision TFLOPs", lambda row: f"{row['vision_tflops']:.3g}"),
+)
 
 
 def render_profile(data: dict[str, Any], console: Console) -> None:
-    """One row per method / ratio: median (min-max) ms of each step, tokens, memory, FLOPs, speed-up."""
+    """One column per run (vanilla, then each ratio), one row per measure: tokens, median and min-max
+    ms of each step, speed-up, memory, FLOPs. Runs that do not fit the console's width side by side
+    continue in a further table, so no number is cut."""
     rows = data["rows"]
-    table = Table(title=f"{data['model']} on {data['device']}: {data['frames']['count']} frames, "
-                        f"{data['frames']['duration']:.1f} s")
-    columns = ["run", "visual tokens", "LLM input", "decode", "preprocess", "vision", "saliency", "compression",
-               "prefill", "TTFT", "speed-up", "peak MB", "prefill TFLOPs", "vision TFLOPs"]
-    for name in columns:
-        table.add_column(name, justify="left" if name == "run" else "right")
-    for row in rows:
-        t = row["timings_ms"]
-        label = "vanilla" if row["method"] == "none" else f"OTT-Vid {row['ratio']:g}"
-        table.add_row(label, f"{row['visual_tokens']:,}", f"{row['llm_input_tokens']:,}",
-                      *(_cell(t.get(k)) for k in ("decode", "preprocess", "vision", "saliency", "compression",
-                                                  "prefill", "ttft")),
-                      f"{row['ttft_speedup']:.2f}x", f"{row['peak_memory_mb']:,.0f}",
-                      f"{row['prefill_tflops']:.3g}", f"{row['vision_tflops']:.3g}")
-    console.print(table)
+    title = f"{data['model']} on {data['device']}: {data['frames']['count']} frames, {data['frames']['duration']:.1f} s"
+    runs = [("vanilla" if row["method"] == "none" else f"OTT-Vid {row['ratio']:g}",
+             [cell(row) for _, cell in _PROFILE_MEASURES]) for row in rows]
+
+    def table_of(chunk: list, titled: bool) -> Table:
+        table = Table(title=title if titled else None)
+        table.add_column("")
+        for label, _ in chunk:
+            table.add_column(label, justify="right")
+        for m, (name, _) in enumerate(_PROFILE_MEASURES):
+            table.add_row(name, *(cells[m] for _, cells in chunk))
+        return table
+
+    wide = console.options.update_width(1 << 16)  # to measure a table's natural width
+    chunk: list = []
+    printed = 0
+    for run in runs:
+        if chunk and console.measure(table_of(chunk + [run], not printed), options=wide).maximum > console.width:
+            console.print(table_of(chunk, not printed))
+            chunk, printed = [], printed + 1
+        chunk.append(run)
+    console.print(table_of(chunk, not printed))
     compressed = [r for r in rows if r["method"] == "ottvid"]
     if compressed:
         stages = Table(title="compression stages (median ms)")

@@ -22,7 +22,8 @@ MAX_TILES = 48
 @dataclass
 class Layout:
     """Where things were drawn: the tiles (group index, box in pixels), the token cell size, the
-    bars of the budget panel (pair index, value, top and bottom pixel) and the pixels per unit."""
+    bars of the budget panel (pair index, value, top and bottom pixel) and the pixels per unit; the
+    text size in pixels and the words (header, legend entries, budget caption; not the tile times)."""
 
     tiles: list[tuple[int, tuple[int, int, int, int]]] = field(default_factory=list)
     cell: tuple[float, float] = (0.0, 0.0)
@@ -30,6 +31,8 @@ class Layout:
     bar_unit: float = 0.0
     step: int = 1
     panel_top: int = 0
+    text_px: int = 0
+    words: list[str] = field(default_factory=list)
 
 
 def token_classes(assignment: np.ndarray, index: np.ndarray, selected: np.ndarray, tokens: int) -> np.ndarray:
@@ -53,12 +56,68 @@ def component_colour(row: int) -> tuple[int, int, int]:
     return int(r * 255), int(g * 255), int(b * 255)
 
 
+def _font(size: int):
+    """Pillow's built-in font at `size` pixels (the fixed bitmap font where Pillow cannot scale it)."""
+    from PIL import ImageFont
+
+    try:
+        return ImageFont.load_default(size=size)
+    except (TypeError, OSError, ImportError):  # Pillow < 10.1, or no FreeType
+        return ImageFont.load_default()
+
+
+def text_size(width: int) -> int:
+    """Font size in pixels for a picture `width` pixels wide: 1/90 of the width, at least 13."""
+    return max(13, round(width / 90))
+
+
+def _wrap(pen, font, text: str, width: float) -> list[str]:
+    """`text` broken at spaces into lines no wider than `width` pixels (a longer word stays whole)."""
+    lines: list[str] = []
+    for word in text.split(" "):
+        if lines and pen.textlength(f"{lines[-1]} {word}", font=font) <= width:
+            lines[-1] = f"{lines[-1]} {word}"
+        else:
+            lines.append(word)
+    return lines
+
+
+def captions(classes: np.ndarray, assignment: np.ndarray, groups: int, grid: tuple[int, int], selected_count: int,
+             report: dict[str, Any], step: int, shown: int) -> tuple[str, list[tuple[str, int]], list[str]]:
+    """The words of the picture, from the same counts it draws: (header line, legend entries as
+    (text, class; -1 for the legend's heading), the budget panel's caption lines). Every number is a
+    count of input tokens or of tokens given to the LLM, and says which: the LLM gets the tokens kept
+    as they are plus one per merged chain."""
+    gh, gw = grid
+    total = groups * gh * gw
+    alive = assignment[assignment >= 0]
+    members = np.bincount(alive) if alive.size else np.zeros(0, dtype=np.int64)
+    alone, chains = int((members == 1).sum()), int((members > 1).sum())
+    n = {k: int((classes == k).sum()) for k in range(4)}
+    header = (f"T={groups} groups of {gh}x{gw} tokens; the LLM gets {alone + chains} of {total} tokens: "
+              f"{alone} kept as they are + {chains} merged, each from a chain of tokens across frames"
+              + (f"; showing 1 group in {step} ({shown} of {groups})" if step > 1 else ""))
+    legend = [(f"all {total} input tokens:", -1), (f"kept as they are {n[0]}", 0),
+              (f"merged {n[1]} -> {chains} (one colour per chain)", 1),
+              (f"pruned spatially {n[2]}", 2), (f"pruned temporally {n[3]}", 3)]
+    budgets = list(report.get("B", []))
+    removed = int(report.get("B_tot", sum(budgets)))
+    pairs = max(len(budgets), 1)
+    arithmetic = (f", so {selected_count} after the spatial stage - {removed} = {alone + chains} to the LLM"
+                  if selected_count - removed == alone + chains else "")
+    budget = [f"temporal stage (bars): B_t tokens merged or pruned between frame pairs t, t+1; {removed} in all"
+              + arithmetic,
+              f"green line: transport difficulty W_t; dashed line: uniform budget {removed / pairs:.1f} per pair"]
+    return header, legend, budget
+
+
 def draw(frames: list[np.ndarray], timestamps: list[float], grid: tuple[int, int], assignment, index, selected,
          report: dict[str, Any], title: str = "", cell_px: int | None = None,
          max_tiles: int = MAX_TILES) -> tuple["Image.Image", Layout]:  # noqa: F821
     """The contact sheet (one tile per temporal group: its first frame, resized to the model's grid)
-    above the budget panel. frames / timestamps: one per group. Returns the image and its layout."""
-    from PIL import Image, ImageDraw, ImageFont
+    above the budget panel. frames / timestamps: one per group. Returns the image and its layout.
+    Text is sized to the picture's width (`text_size`)."""
+    from PIL import Image, ImageDraw
 
     groups, (gh, gw) = len(frames), grid
     tokens = gh * gw
@@ -72,21 +131,43 @@ def draw(frames: list[np.ndarray], timestamps: list[float], grid: tuple[int, int
     rows = math.ceil(len(shown) / columns)
     cell = cell_px or max(6, min(24, 1400 // max(1, columns * gw)))
     tile_w, tile_h = cell * gw, cell * gh
-    pad, label_h, header_h = 6, 16, 42
+    pad = 6
     sheet_w = max(columns * (tile_w + pad) + pad, 640)
-    panel_h = 230 if groups > 1 else 0
-    height = header_h + rows * (tile_h + label_h + pad) + pad + panel_h + 64
+    size = text_size(sheet_w)
+    font, title_font = _font(size), _font(round(size * 1.25))
+    line = round(size * 1.35)
+    measure = ImageDraw.Draw(Image.new("RGB", (1, 1)))
+    header, legend, budget = captions(classes, assignment, groups, grid, selected.size, report, step, len(shown))
+    header_lines = _wrap(measure, font, header, sheet_w - 2 * pad)
+    budget_lines = [part for text in budget for part in _wrap(measure, font, text, sheet_w - 2 * pad)]
+    budget_lines = budget_lines if groups > 1 else []
+    swatch = round(size * 0.8)
+    legend_rows: list[list[tuple[str, int, int]]] = [[]]  # (text, class, x) per row
+    x = pad
+    for text, kind in legend:
+        advance = (swatch + size // 2 if kind >= 0 else 0) + int(measure.textlength(text, font=font)) + size
+        if legend_rows[-1] and x + advance - size > sheet_w - pad:
+            legend_rows.append([])
+            x = pad
+        legend_rows[-1].append((text, kind, x))
+        x += advance
+
+    header_h = pad + round(size * 1.25 * 1.35) + len(header_lines) * line + pad
+    label_h = line + 2
+    legend_h = len(legend_rows) * line + pad
+    chart_h = max(180, round(sheet_w * 0.13))
+    panel_h = len(budget_lines) * line + chart_h + line + pad if groups > 1 else 0
+    height = header_h + rows * (tile_h + label_h + pad) + pad + legend_h + panel_h + pad
     image = Image.new("RGB", (sheet_w, height), (18, 18, 22))
     pen = ImageDraw.Draw(image)
-    font = ImageFont.load_default()
-    layout = Layout(cell=(float(cell), float(cell)), step=step)
+    layout = Layout(cell=(float(cell), float(cell)), step=step, text_px=size,
+                    words=[header, *(text for text, _ in legend), *(budget if groups > 1 else [])])
 
-    counts = {name: int((classes == k).sum()) for k, name in enumerate((KEPT, MERGED, SPATIAL, TEMPORAL))}
-    headline = title or "OTT-Vid token decisions"
-    pen.text((pad, 4), headline, fill=(235, 235, 235), font=font)
-    note = (f"T={groups} groups of {gh}x{gw} tokens; kept {report.get('kept', len(index))} of {groups * tokens}"
-            + (f"; showing 1 group in {step} ({len(shown)} of {groups})" if step > 1 else ""))
-    pen.text((pad, 20), note, fill=(170, 170, 170), font=font)
+    pen.text((pad, pad), title or "OTT-Vid token decisions", fill=(235, 235, 235), font=title_font)
+    y = pad + round(size * 1.25 * 1.35)
+    for text in header_lines:
+        pen.text((pad, y), text, fill=(190, 190, 190), font=font)
+        y += line
 
     for slot, t in enumerate(shown):
         r, c = divmod(slot, columns)
@@ -106,24 +187,28 @@ def draw(frames: list[np.ndarray], timestamps: list[float], grid: tuple[int, int
         pen.text((x0, y0 + tile_h + 2), f"{timestamps[t]:.2f} s", fill=(200, 200, 200), font=font)
         layout.tiles.append((t, (x0, y0, x0 + tile_w, y0 + tile_h)))
 
-    legend_y = header_h + rows * (tile_h + label_h + pad) + 2
-    swatches = [(KEPT, (235, 235, 235)), (MERGED, component_colour(3)), (SPATIAL, (70, 70, 70)),
-                (TEMPORAL, (120, 40, 40))]
-    x = pad
-    for name, colour in swatches:
-        pen.rectangle([x, legend_y + 2, x + 12, legend_y + 14], fill=colour if name != MERGED else None,
-                      outline=colour, width=2)
-        text = f"{name} ({counts[name]})"
-        pen.text((x + 18, legend_y + 2), text, fill=(220, 220, 220), font=font)
-        x += 18 + int(pen.textlength(text, font=font)) + 18
+    legend_y = header_h + rows * (tile_h + label_h + pad) + pad
+    colours = {0: (235, 235, 235), 1: component_colour(3), 2: (70, 70, 70), 3: (120, 40, 40)}
+    for row_index, entries in enumerate(legend_rows):
+        y = legend_y + row_index * line
+        for text, kind, x in entries:
+            if kind >= 0:
+                top = y + (line - swatch) // 2
+                pen.rectangle([x, top, x + swatch, top + swatch], fill=colours[kind] if kind != 1 else None,
+                              outline=colours[kind], width=2)
+                x += swatch + size // 2
+            pen.text((x, y), text, fill=(220, 220, 220), font=font)
     if groups > 1:
-        _budget_panel(pen, font, report, (pad, legend_y + 30, sheet_w - pad, legend_y + 30 + panel_h - 20), layout)
+        top = legend_y + legend_h
+        _budget_panel(pen, font, report, budget_lines, line, (pad, top, sheet_w - pad, top + panel_h), layout)
     return image, layout
 
 
-def _budget_panel(pen, font, report: dict[str, Any], box: tuple[int, int, int, int], layout: Layout) -> None:
+def _budget_panel(pen, font, report: dict[str, Any], caption: list[str], line: int,
+                  box: tuple[int, int, int, int], layout: Layout) -> None:
     """Per pair: budget B_t as bars (overflow pairs, those at the cap K after redistribution, in
-    orange), transport difficulty W_t as a line, the uniform budget B_tot/(T-1) dashed."""
+    orange), transport difficulty W_t as a line, the uniform budget B_tot/(T-1) dashed. `caption`:
+    the lines above it; `line`: the height of a line of text."""
     left, top, right, bottom = box
     layout.panel_top = top
     budgets, difficulty = list(report.get("B", [])), list(report.get("W", []))
@@ -131,10 +216,12 @@ def _budget_panel(pen, font, report: dict[str, Any], box: tuple[int, int, int, i
     if pairs == 0:
         return
     cap, total = int(report.get("K", max(budgets) or 1)), int(report.get("B_tot", sum(budgets)))
-    pen.text((left, top), f"budget B_t per frame pair (bars; sum {total}), transport difficulty W_t (line), "
-                          f"uniform budget {total / pairs:.1f} (dashed)", fill=(220, 220, 220), font=font)
-    top += 16
-    chart_h = bottom - top - 14
+    for text in caption:
+        pen.text((left, top), text, fill=(220, 220, 220), font=font)
+        top += line
+    axis = line + 2  # room under the bars for the pair labels
+    base = bottom - axis  # the bars stand on this row of pixels
+    chart_h = base - top - line  # the top line is for the W_t range
     unit = chart_h / max(cap, 1)  # pixels per operation: the cap K is the top of the chart
     layout.bar_unit = unit
     width = (right - left) / pairs
@@ -143,26 +230,28 @@ def _budget_panel(pen, font, report: dict[str, Any], box: tuple[int, int, int, i
         x0 = left + p * width
         height = int(round(b * unit))
         colour = (240, 150, 40) if overflow and b >= cap else (90, 140, 230)
-        y_top = bottom - 14 - height
+        y_top = base - height
         if height > 0:
             pen.rectangle([int(x0 + width * 0.15), y_top, max(int(x0 + width * 0.85) - 1, int(x0 + width * 0.15)),
-                           bottom - 15], fill=colour)
-        layout.bars.append((p, b, y_top, bottom - 15))
-    uniform_y = bottom - 14 - total / pairs * unit
+                           base - 1], fill=colour)
+        layout.bars.append((p, b, y_top, base - 1))
+    uniform_y = base - total / pairs * unit
     for x in range(left, right, 10):
         pen.line([x, uniform_y, min(x + 5, right), uniform_y], fill=(200, 200, 200), width=1)
     if difficulty:
         low, high = min(difficulty), max(difficulty)
         span = (high - low) or 1.0
-        points = [(left + (p + 0.5) * width, bottom - 14 - (0.1 + 0.8 * (w - low) / span) * chart_h)
+        points = [(left + (p + 0.5) * width, base - (0.1 + 0.8 * (w - low) / span) * chart_h)
                   for p, w in enumerate(difficulty)]
         if len(points) > 1:
             pen.line(points, fill=(120, 230, 140), width=2)
         for x, y in points:
-            pen.ellipse([x - 2, y - 2, x + 2, y + 2], fill=(120, 230, 140))
-        pen.text((right - 170, top), f"W_t in [{low:.3f}, {high:.3f}]", fill=(120, 230, 140), font=font)
-    pen.text((left, bottom - 12), "pair 1", fill=(160, 160, 160), font=font)
-    pen.text((right - 50, bottom - 12), f"pair {pairs}", fill=(160, 160, 160), font=font)
+            pen.ellipse([x - 3, y - 3, x + 3, y + 3], fill=(120, 230, 140))
+        label = f"W_t in [{low:.3f}, {high:.3f}]"
+        pen.text((right - pen.textlength(label, font=font), top), label, fill=(120, 230, 140), font=font)
+    pen.text((left, base + 2), "pair 1", fill=(160, 160, 160), font=font)
+    label = f"pair {pairs}"
+    pen.text((right - pen.textlength(label, font=font), base + 2), label, fill=(160, 160, 160), font=font)
 
 
 def picture(video, compressed, grid: tuple[int, int], frames_per_group: int, title: str = "",

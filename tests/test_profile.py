@@ -126,7 +126,7 @@ def test_synthetic_clip_moves():
     [
         (["--ratio", "0"], "--ratio must be in (0, 1]"),
         (["--frames", "8", "--fps", "2"], "not both"),
-        (["--repeats", "0"], "--repeats must be >= 1"),
+        (["--repeats", "0"], "--repeats must be an integer >= 1"),
         (["--size", "big"], "--size must look like"),
         ([DATA / "missing.mp4"], "video not found"),
     ],
@@ -134,3 +134,54 @@ def test_synthetic_clip_moves():
 def test_bad_arguments(tiny_qwen, args, message):
     result = invoke("profile", *args, "--model", tiny_qwen)
     assert result.exit_code == 2 and message in result.stderr and result.stdout == ""
+
+
+def profile_data(ratios):
+    """What `profile --json` returns, with times in the thousands of ms (a 7B model on a long clip)."""
+    def stat(median, low, high):
+        return {"median": median, "min": low, "max": high}
+
+    rows = [{"method": "none", "ratio": 1.0, "visual_tokens": 16384, "llm_input_tokens": 16441,
+             "timings_ms": {"decode": stat(1234.4, 1200.2, 1300.9), "preprocess": stat(412.3, 400.1, 430.2),
+                            "vision": stat(10234.4, 10001.2, 10999.1), "prefill": stat(23456.7, 23000.1, 24000.4),
+                            "ttft": stat(33691.1, 33300.2, 34400.3)},
+             "ttft_ms": 33691.1, "ttft_speedup": 1.0, "peak_memory_mb": 63456.0, "memory_kind": "cuda max allocated",
+             "prefill_tflops": 261.0, "vision_tflops": 98.7}]
+    for i, ratio in enumerate(ratios):
+        t = {"decode": stat(1234.4, 1200.2, 1300.9), "preprocess": stat(412.3, 400.1, 430.2),
+             "vision": stat(10234.4, 10001.2, 10999.1), "saliency": stat(12.3, 11.9, 14.0),
+             "compression": stat(45.6 + i, 40.1, 50.2), "prefill": stat(2345.6 + i, 2300.0, 2400.4),
+             "ttft": stat(12637.9 + i, 12400.0, 13300.3)}
+        t.update({f"compression.{s}": stat(1.5 + k + i, 1.0, 9.0) for k, s in enumerate(
+            ("similarity", "selection", "mass", "cost", "sinkhorn", "budget", "merge"))})
+        rows.append({"method": "ottvid", "ratio": ratio, "visual_tokens": round(16384 * ratio),
+                     "llm_input_tokens": round(16384 * ratio) + 57, "timings_ms": t, "ttft_ms": t["ttft"]["median"],
+                     "ttft_speedup": 33691.1 / t["ttft"]["median"], "peak_memory_mb": 40456.0 + i,
+                     "memory_kind": "cuda max allocated", "prefill_tflops": 261.0 * ratio, "vision_tflops": 98.7})
+    return {"model": "Qwen/Qwen2.5-VL-7B-Instruct", "device": "NVIDIA H100 80GB HBM3",
+            "frames": {"count": 768, "duration": 384.0}, "repeats": 5, "warmup": 1, "rows": rows}
+
+
+@pytest.mark.parametrize("width, ratios", [(100, (0.1, 0.25)), (100, (0.1, 0.15, 0.2, 0.25, 0.3, 0.5)),
+                                           (80, (0.1, 0.25))])
+def test_human_table_fits_the_terminal_and_cuts_no_number(width, ratios):
+    from rich.console import Console
+
+    from ottvid_cli.report import render_profile
+
+    console = Console(width=width, record=True, force_terminal=False)
+    render_profile(profile_data(ratios), console)
+    text = console.export_text()
+    assert "…" not in text and "..." not in text
+    assert max(len(line) for line in text.splitlines()) <= width
+    expected = ["16,384", "16,441", "1,234", "1,200-1,301", "412.3", "400.1-430.2", "10,234", "10,001-10,999",
+                "23,457", "23,000-24,000", "33,691", "33,300-34,400", "63,456", "261", "98.7", "12.3",
+                "11.9-14.0", "1.00x", "vanilla"]
+    for i, ratio in enumerate(ratios):
+        tokens = round(16384 * ratio)
+        expected += [f"OTT-Vid {ratio:g}", f"{tokens:,}", f"{tokens + 57:,}", f"{45.6 + i:.1f}", "40.1-50.2",
+                     f"{2345.6 + i:,.0f}", "2,300-2,400", f"{12637.9 + i:,.0f}", "12,400-13,300",
+                     f"{33691.1 / (12637.9 + i):.2f}x", f"{40456 + i:,}", f"{261.0 * ratio:.3g}",
+                     *(f"{1.5 + k + i:.1f}" for k in range(7))]
+    for value in expected:
+        assert value in text, value

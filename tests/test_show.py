@@ -122,7 +122,7 @@ def test_ask_show_writes_the_picture_of_that_run(tiny_qwen, tmp_path):
     "args, message",
     [
         (["ask", DATA / "yoga.mp4", "q", "--method", "none", "--show", "x.png"], "needs --method ottvid"),
-        (["show", DATA / "yoga.mp4", "-o", DATA / "yoga.mp4"], "overwrite the input video"),
+        (["show", DATA / "yoga.mp4", "-o", DATA / "yoga.mp4"], "must be a .png file"),
         (["show", DATA / "yoga.mp4", "-o", "/nonexistent/folder/x.png"], "does not exist"),
         (["show", DATA / "yoga.mp4", "--frames", "8", "--fps", "2"], "not both"),
     ],
@@ -130,3 +130,53 @@ def test_ask_show_writes_the_picture_of_that_run(tiny_qwen, tmp_path):
 def test_bad_arguments(tiny_qwen, args, message):
     result = invoke(*args, "--model", tiny_qwen)
     assert result.exit_code == 2 and message in result.stderr
+
+
+def demo_picture(groups=4, grid=(8, 8), cell_px=None, seed=0):
+    """A picture of compress() on video-like random tokens (no model): slowly drifting features."""
+    import torch
+
+    from ottvid_cli.compression import OTTVidConfig, compress
+
+    g = torch.Generator().manual_seed(seed)
+    n = grid[0] * grid[1]
+    base = torch.randn(n, 32, generator=g)
+    x = torch.stack([base + 0.3 * t + 0.4 * torch.randn(n, 32, generator=g) for t in range(groups)])
+    compressed = compress(x, torch.rand(groups, n, generator=g), grid, OTTVidConfig(ratio=0.25))
+    frames = [np.full((grid[0] * 14, grid[1] * 14, 3), 60 + 30 * t, np.uint8) for t in range(groups)]
+    image, layout = show.draw(frames, [2.0 * t for t in range(groups)], grid, compressed.assignment,
+                              compressed.index, compressed.selected, compressed.report.to_dict(),
+                              title="demo.mp4: OTT-Vid at ratio 0.25", cell_px=cell_px)
+    return compressed, image, layout
+
+
+def test_the_words_count_what_the_picture_counts():
+    import re
+
+    compressed, _, layout = demo_picture()
+    header, legend, budget = layout.words[0], layout.words[1:6], layout.words[6]
+    total, kept = compressed.assignment.numel(), len(compressed.index)
+    m = re.search(r"the LLM gets (\d+) of (\d+) tokens: (\d+) kept as they are \+ (\d+) merged", header)
+    assert m and (int(m[1]), int(m[2])) == (kept, total) and int(m[3]) + int(m[4]) == kept
+    assert kept == compressed.report.kept
+    assert legend[0] == f"all {total} input tokens:"
+    counts = [int(re.search(r"(\d+)", text)[1]) for text in legend[1:]]
+    assert sum(counts) == total  # every input token in exactly one legend class
+    assert legend[1] == f"kept as they are {m[3]}"
+    assert re.fullmatch(rf"merged {counts[1]} -> {m[4]} \(one colour per chain\)", legend[2])
+    r = compressed.report
+    assert f"{r.B_tot} in all, so {compressed.selected.numel()} after the spatial stage - {r.B_tot} = {kept} " \
+           "to the LLM" in budget
+    assert not any(re.search(r"\bkept \(?\d", w) for w in layout.words)  # no bare "kept N" beside other counts
+
+
+def test_text_grows_with_the_picture():
+    assert show.text_size(640) == 13 and show.text_size(1800) == 20 and show.text_size(100) == 13
+    heights = []
+    for cell in (8, 80):  # 640 and 1944 pixels wide
+        _, image, layout = demo_picture(groups=6, grid=(8, 8), cell_px=cell)
+        assert layout.text_px == show.text_size(image.width)
+        pixels = np.asarray(image)[: layout.tiles[0][1][1]]  # the header, above the first tile
+        ink = np.flatnonzero((pixels > 220).any(-1).any(-1))  # the title is drawn brightest
+        heights.append(ink.max() - ink.min() + 1)
+    assert heights[0] >= 9 and heights[1] > heights[0] * 1.4

@@ -102,31 +102,34 @@ def _greedy_coverage(sim: torch.Tensor, w: torch.Tensor, k: int, candidate_weigh
 
     Coverage (Eq. 1): gain(j) = sum_i w_i max(0, sim_ij - mu_i).
     SCOPE (App. B.1): gain(j) = w_j sum_i max(0, sim_ij - mu_i).
-    mu_i = max_{v in S} sim(x_i, v), initialised to 0. Since max(0, s - mu) = max(s, mu) - mu, the
-    gain is read off `covered = max(sim, mu)`, which is updated in place (one pass a step).
+    mu_i = max_{v in S} sim(x_i, v), initialised to 0. Candidates are ranked on the gain itself,
+    not on sum_i w_i max(sim_ij, mu_i), which equals it plus a constant per group: late in the
+    greedy that sum is near 1 while the gains are ~1e-4, and float32 rounding of the sum would
+    reorder close candidates.
+
+    The loop keeps gap_ij = r_i max(0, sim_ij - mu_i), with r_i = w_i for coverage and 1 for SCOPE,
+    so that a gain is one column sum. Choosing j raises mu_i by gap_ij / r_i, so the update
+    is gap <- max(0, gap - gap[:, j]) in place (neither sim nor mu is needed in the loop).
     Already chosen tokens are excluded; ties go to the lowest index (argmax's first maximum).
     """
     t, n, _ = sim.shape
     rows = torch.arange(t, device=sim.device)
-    mu = torch.zeros(t, n, device=sim.device)
-    covered = sim.clamp_min(0.0)  # max(sim_ij, mu_i) with mu = 0
+    gap = sim.clamp_min(0.0)  # max(0, sim_ij - mu_i) with mu = 0
+    if not candidate_weighted:
+        gap.mul_(w.unsqueeze(-1))
     chosen = torch.zeros(t, n, dtype=torch.bool, device=sim.device)
     order = torch.empty(t, k, dtype=torch.long, device=sim.device)
-    row_weight = torch.ones_like(w) if candidate_weighted else w
     for step in range(k):
-        # gain_j = sum_i row_weight_i * max(sim_ij, mu_i) - sum_i row_weight_i * mu_i. The subtracted
-        # sum is the same for every candidate of a group, so coverage ranks on the first term alone;
-        # SCOPE's candidate weight w_j needs the true gain.
-        gain = torch.bmm(row_weight.unsqueeze(1), covered).squeeze(1)
+        gain = gap.sum(1)
         if candidate_weighted:
-            gain = (gain - (row_weight * mu).sum(-1, keepdim=True)) * w
+            gain.mul_(w)
         gain.masked_fill_(chosen, float("-inf"))
         j = gain.argmax(-1)
         order[:, step] = j
         chosen[rows, j] = True
         if step + 1 < k:
-            torch.maximum(mu, sim[rows, :, j], out=mu)  # mu_i <- max(mu_i, sim(x_i, x_j))
-            torch.maximum(covered, mu.unsqueeze(-1), out=covered)
+            # r_i (mu_i' - mu_i) = r_i max(0, sim_ij - mu_i) = gap_ij
+            gap.sub_(gap[rows, :, j].unsqueeze(-1)).clamp_min_(0.0)
     return order
 
 

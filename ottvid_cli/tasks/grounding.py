@@ -9,8 +9,15 @@ PROMPT = (
     "Answer with its start and end time in seconds, in the form 'start - end seconds'."
 )
 
-_CLOCK = re.compile(r"(?<![\d.])(?:(\d{1,2}):)?(\d{1,2}):(\d{1,2}(?:\.\d+)?)(?![\d.])")
-_NUMBER = re.compile(r"(?<![\w.])-?\d+(?:\.\d+)?(?![\w])")
+# One time: [h:]mm:ss, or a number; a unit glued or spaced after it ("12s", "20.3 seconds") is
+# part of it. Not inside a word, a decimal or a clock ("Qwen2.5", "2nd", "1.5.2"); a sentence's
+# full stop after it is not a decimal point.
+_TIME = re.compile(
+    r"(?<![\w.:])(?P<sign>-)?"
+    r"(?:(?:(?P<hours>\d{1,2}):)?(?P<minutes>\d{1,2}):(?P<seconds>\d{1,2}(?:\.\d+)?)|(?P<number>\d+(?:\.\d+)?))"
+    r"(?:\s?(?:seconds?|secs?|s)(?![A-Za-z]))?"
+    r"(?![\w:]|\.\d)"
+)
 
 
 def build_prompt(query: str) -> str:
@@ -23,20 +30,29 @@ def build_prompt(query: str) -> str:
 def parse_span(reply: str, duration: float) -> tuple[float, float] | None:
     """(start, end) seconds from a reply, or None if it holds no time.
 
-    Understands "12.5 - 20.3 seconds", "from 12 to 20", "00:12-00:20" (mm:ss or hh:mm:ss),
-    "[12.5, 20.3]" and a single number (a zero-length span). Times are clipped to [0, duration]
-    and ordered so that start <= end.
+    Reads the first two times of the reply: "12.5 - 20.3 seconds", "12.5s-20.3s", "from 12 to 20",
+    "00:12-00:20" (mm:ss, or hh:mm:ss such as "1:02:03"), "[12.5, 20.3]"; a single time is a
+    zero-length span. A "-" right before a number is a minus sign ("from -2 to 5"), except after
+    the previous time with only spaces between ("12 -20" is a range). Times are clipped to
+    [0, duration] and ordered so that start <= end.
     """
-    def clock(m: re.Match) -> str:
-        hours, minutes, seconds = m.group(1), m.group(2), m.group(3)
-        total = (int(hours) if hours else 0) * 3600 + int(minutes) * 60 + float(seconds)
-        return f" {total:g} "
-
-    text = _CLOCK.sub(clock, reply)
-    values = [abs(float(v)) for v in _NUMBER.findall(text)]
-    if not values:
+    times: list[float] = []
+    previous_end = None
+    for m in _TIME.finditer(reply):
+        if m.group("number") is not None:
+            value = float(m.group("number"))
+        else:
+            hours = int(m.group("hours")) if m.group("hours") else 0
+            value = hours * 3600 + int(m.group("minutes")) * 60 + float(m.group("seconds"))
+        separator = previous_end is not None and not reply[previous_end : m.start()].strip()
+        if m.group("sign") and not separator:
+            value = -value
+        times.append(value)
+        previous_end = m.end()
+        if len(times) == 2:
+            break
+    if not times:
         return None
-    start, end = (values[0], values[1]) if len(values) >= 2 else (values[0], values[0])
-    start, end = sorted((start, end))
-    clip = lambda v: min(max(v, 0.0), max(duration, 0.0))  # noqa: E731
-    return clip(start), clip(end)
+    start, end = sorted((times[0], times[-1]))
+    limit = max(float(duration), 0.0)
+    return min(max(start, 0.0), limit), min(max(end, 0.0), limit)
