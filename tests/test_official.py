@@ -92,13 +92,15 @@ def test_k_floor_differs_from_round_at_n_256():
 # 3. per-pair cap --------------------------------------------------------------------------------
 
 def test_cap_k_minus_one():
-    # gamma = 1: r_s = 1, K = N = 16; M = round(0.1 * 2 * 16) = 3, so T K - M = 29 removals are asked for
-    assert token_counts(2, 16, 0.1, 1.0).B_tot == 16  # one pair of at most K
-    assert token_counts(2, 16, 0.1, 1.0, budget_cap="K-1").B_tot == 15  # at most K - 1
+    # gamma = 1: r_s = 1, K = N = 16; M = round(0.1 * 2 * 16) = 3, so T K - M = 29 removals are asked for.
+    # The paper's cap K: K moves down to M = 3 so that exactly M come out (3 removals in one pair).
+    paper_counts = token_counts(2, 16, 0.1, 1.0)
+    assert (paper_counts.K, paper_counts.B_tot) == (3, 3)
+    assert token_counts(2, 16, 0.1, 1.0, budget_cap="K-1").B_tot == 15  # the authors': K stays 16, at most K - 1
     x, s, grid = video(t=2, h=4, w=4)
     paper = compress(x, s, grid, OTTVidConfig(ratio=0.1, gamma=1.0)).report
     capped = compress(x, s, grid, OTTVidConfig(ratio=0.1, gamma=1.0, budget_cap="K-1")).report
-    assert (paper.B, paper.kept) == ([16], 16)
+    assert (paper.B, paper.kept) == ([3], 3)
     assert (capped.B, capped.kept) == ([15], 17)
     budgets, _ = allocate_budget_rounds(torch.tensor([0.0, 9.0]), 6, 3, 0.3)
     assert budgets.tolist() == [3, 3]

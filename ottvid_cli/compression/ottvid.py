@@ -30,11 +30,12 @@ class TokenCounts:
 def token_counts(
     groups: int, tokens: int, ratio: float, gamma: float, k_rounding: str = "round", budget_cap: str = "K"
 ) -> TokenCounts:
-    """M = max(1, round(r T N)); K = clamp(round(N r_s), 1, N); B_tot = clamp(T K - M, 0, (T-1) cap).
+    """M = max(1, round(r T N)); K = clamp(round(N r_s), 1, N), then within [ceil(M/T), M];
+    B_tot = clamp(T K - M, 0, (T-1) cap), so exactly M tokens come out.
 
     k_rounding "floor" takes K = clamp(floor(N r_s), 1, N) instead; budget_cap "K-1" caps each pair
-    at K - 1 operations instead of K (the authors' code; see OTTVidConfig). The output then has
-    T K - B_tot tokens, which is M unless a clamp binds.
+    at K - 1 operations instead of K (the authors' code; see OTTVidConfig); K is then not moved into
+    [ceil(M/T), M] and the output has T K - B_tot tokens, which is M unless a clamp binds (as theirs).
     """
     _choice("k_rounding", k_rounding, K_ROUNDINGS)
     _choice("budget_cap", budget_cap, BUDGET_CAPS)
@@ -43,6 +44,11 @@ def token_counts(
     if groups == 1 or ratio >= 1.0:
         return TokenCounts(M=m, K=min(m, tokens), B_tot=0, r_s=r_s, r_t=r_t)
     k = min(max(math.floor(tokens * r_s) if k_rounding == "floor" else round(tokens * r_s), 1), tokens)
+    if budget_cap == "K":
+        # Exactly M out: T K >= M (enough tokens) and T K - M <= (T-1) K (removable), i.e.
+        # ceil(M / T) <= K <= M. Binds only for tiny T N (never at the paper's shapes); the authors'
+        # cap K - 1 keeps their own count instead.
+        k = min(max(k, -(-m // groups)), m)
     b_tot = min(max(groups * k - m, 0), (groups - 1) * pair_cap(k, budget_cap))
     return TokenCounts(M=m, K=k, B_tot=b_tot, r_s=r_s, r_t=r_t)
 

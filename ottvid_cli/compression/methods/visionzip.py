@@ -1,0 +1,132 @@
+"""`visionzip`: dominant tokens by saliency + contextual merging, per frame (VisionZip, Yang et al.,
+CVPR 2025; its video variant as run in the HoliTom repository).
+
+Steps per frame with a budget of k tokens (docs/methods.md): d = int(k * dominant_ratio) dominant
+tokens, the most salient; c = k - d contextual targets, taken from the list of the other tokens in
+ascending position at a floored stride (every max(1, (N - d) // c)-th entry, the first c of them);
+every remaining token joins its most similar target (cosine on the features); a contextual token is
+the average of its target and the tokens that joined it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from ..ottvid import Compressed
+from .common import assemble, begin, check_flags, check_ratio, descending, joined_mean, roots_of, uniform_average
+from .registry import register
+from .topk import frame_counts
+
+
+@dataclass(frozen=True)
+class VisionZipConfig:
+    """ratio: fraction of the T*N tokens kept, in (0, 1].
+    exact: keep exactly max(1, round(ratio T N)) tokens, split over frames as topk does; False keeps
+    the official tokens_per_frame (SPATIAL_TOKENS) in every frame.
+    dominant_ratio: share of a frame's budget kept as dominant tokens, d = int(k * dominant_ratio)
+    (official DOMINANT_RATIO, 54/64).
+    tokens_per_frame: the official SPATIAL_TOKENS (exact=False only); None takes round(ratio N), at
+    least 1 (the HoliTom LLaVA-OneVision scripts use 20/30/40/50 at ratio 0.10/0.15/0.20/0.25).
+    grid_newline: the LLaVA-Video layout (mm_newline_position "grid"), where the official re-sorts
+    the kept tokens by position; only bug_compatible changes anything with it.
+    bug_compatible: the official arithmetic (needs exact=False): a contextual token is its target
+    plus the mean of the joined tokens (not their average); with grid_newline, the dominant tokens'
+    features are placed at positions taken in saliency order, so they land on each other's positions."""
+
+    ratio: float = 0.1
+    exact: bool = True
+    dominant_ratio: float = 54 / 64
+    tokens_per_frame: int | None = None
+    grid_newline: bool = False
+    bug_compatible: bool = False
+
+    def __post_init__(self) -> None:
+        check_ratio(self.ratio)
+        check_flags(self.exact, self.bug_compatible)
+        if not 0.0 <= self.dominant_ratio <= 1.0:
+            raise ValueError(f"dominant_ratio must be in [0, 1], got {self.dominant_ratio!r}")
+        if self.tokens_per_frame is not None:
+            if isinstance(self.tokens_per_frame, bool) or not isinstance(self.tokens_per_frame, int) \
+                    or self.tokens_per_frame < 1:
+                raise ValueError(f"tokens_per_frame must be a positive int or None, got {self.tokens_per_frame!r}")
+            if self.exact:
+                raise ValueError("tokens_per_frame fixes the official per-frame count: set exact=False too")
+        if not isinstance(self.grid_newline, bool):
+            raise ValueError(f"grid_newline must be True or False, got {self.grid_newline!r}")
+
+
+def split_frame(k: int, n: int, dominant_ratio: float) -> tuple[int, int, int]:
+    """(dominant d, contextual c, stride) for a frame of n tokens keeping k."""
+    dominant = int(k * dominant_ratio)
+    contextual = k - dominant
+    stride = max(1, (n - dominant) // contextual) if contextual else 1
+    return dominant, contextual, stride
+
+
+def zip_frames(x: torch.Tensor, s: torch.Tensor, k: int, dominant_ratio: float,
+               scramble: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    """VisionZip on G frames that all keep k tokens: (owner (G, N) frame-local, -1 dropped;
+    source (G, N): for each kept position, the frame-local token whose own features it carries)."""
+    groups, n, _ = x.shape
+    node = torch.arange(n, device=x.device).expand(groups, n)
+    owner = torch.full((groups, n), -1, dtype=torch.long, device=x.device)
+    source = node.clone()
+    if k == 0:
+        return owner, source
+    dominant, contextual, stride = split_frame(k, n, dominant_ratio)
+    order = descending(s)
+    top = order[:, :dominant]  # saliency order
+    owner.scatter_(1, top, top)
+    if scramble and dominant:  # official grid mode: ascending features paired with saliency-ordered positions
+        source.scatter_(1, top, top.sort(-1).values)
+    rest = order[:, dominant:].sort(-1).values  # non-dominant tokens, ascending position
+    slots = torch.arange(rest.shape[1], device=x.device)
+    is_target = (slots % stride == 0) & (slots // stride < contextual)
+    targets, others = rest[:, is_target], rest[:, ~is_target]
+    owner.scatter_(1, targets, targets)
+    if others.shape[1]:
+        # most similar target by cosine; the joining token's own norm does not change its argmax,
+        # so every token is scored against the unit targets in one product and the others read off
+        aims = x.gather(1, targets.unsqueeze(-1).expand(-1, -1, x.shape[-1])).float()
+        aims = aims / aims.norm(dim=-1, keepdim=True).clamp_min(1e-12)
+        sims = torch.bmm(x.float(), aims.transpose(1, 2))  # (G, N, c)
+        best = sims.gather(1, others.unsqueeze(-1).expand(-1, -1, contextual)).argmax(-1)  # first maximum
+        owner.scatter_(1, others, targets.gather(1, best))
+    return owner, source
+
+
+@register("visionzip", VisionZipConfig, "VisionZip (video): dominant tokens by saliency + contextual merging per frame")
+def visionzip(features: torch.Tensor, saliency: torch.Tensor, grid: tuple[int, int],
+              config: VisionZipConfig) -> Compressed:
+    groups, tokens, s, report, done = begin("visionzip", features, saliency, grid, config)
+    if done is not None:
+        return done
+    if config.exact:
+        counts = frame_counts(s, descending(s), report.M)
+    else:
+        per_frame = config.tokens_per_frame or max(1, round(config.ratio * tokens))
+        counts = torch.full((groups,), min(per_frame, tokens), dtype=torch.long, device=s.device)
+    owner = torch.full((groups, tokens), -1, dtype=torch.long, device=s.device)
+    source = torch.arange(tokens, device=s.device).repeat(groups, 1)
+    scramble = config.bug_compatible and config.grid_newline
+    for k in counts.unique().tolist():  # at most two distinct budgets
+        frames = (counts == k).nonzero().squeeze(1)
+        part = features if frames.numel() == groups else features[frames]
+        owner[frames], source[frames] = zip_frames(part, s[frames], k, config.dominant_ratio, scramble)
+    offset = (torch.arange(groups, device=s.device) * tokens).unsqueeze(-1)
+    owner = torch.where(owner >= 0, owner + offset, owner).reshape(-1)
+    flat = features.reshape(groups * tokens, -1)
+    if config.bug_compatible:  # target + mean(joined)
+        mean, count = joined_mean(flat, owner)
+        index = roots_of(owner)
+        rows = torch.where(count.unsqueeze(-1) > 0, flat[index].float() + mean, flat[index].float())
+        if scramble:  # the dominant tokens (never merged) carry another dominant token's features
+            rows = torch.where(count.unsqueeze(-1) > 0, rows, flat[(source + offset).reshape(-1)[index]].float())
+    else:
+        rows = uniform_average(flat, owner)
+    report.details = {"per_frame": counts.tolist(),
+                      "dominant_contextual": {int(k): list(split_frame(int(k), tokens, config.dominant_ratio)[:2])
+                                              for k in counts.unique().tolist()}}
+    return assemble(flat, owner, report, features=rows)

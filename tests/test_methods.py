@@ -1,0 +1,137 @@
+"""The contract every registered method keeps (ottvid_cli/compression/methods/registry.py, docs/methods.md).
+
+Parametrised over methods.names(), so a newly registered method is covered by adding it to the
+registry. `none` only accepts ratio 1: it is checked at ratio 1 only.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib.util
+import pathlib
+
+import pytest
+import torch
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from ottvid_cli.compression import methods
+
+NAMES = methods.names()
+DTYPES = [torch.float32, torch.bfloat16, torch.float16]
+
+
+def official_or_skip(name: str):
+    """The official implementation of `name` run from its fetched checkout (benchmarks/methods.py), or skip."""
+    path = pathlib.Path(__file__).resolve().parents[1] / "benchmarks" / "methods.py"
+    spec = importlib.util.spec_from_file_location("benchmark_methods", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    run = module.official(name)
+    if run is None:
+        pytest.skip(f"the official {name} checkout is not available")
+    return run
+
+
+def ratio_for(name: str, ratio: float) -> float:
+    return 1.0 if name == "none" else ratio
+
+
+def tokens(t: int, h: int, w: int, d: int, seed: int, dtype=torch.float32, drift: float = 0.5):
+    """A scene plus per-frame noise, non-negative saliency."""
+    g = torch.Generator().manual_seed(seed)
+    base = torch.randn(1, h * w, d, generator=g)
+    x = (base + drift * torch.randn(t, h * w, d, generator=g)).to(dtype)
+    s = torch.rand(t, h * w, generator=g)
+    return x, s, (h, w)
+
+
+def expected_count(name: str, ratio: float, t: int, n: int) -> int:
+    """max(1, round(ratio T N)), for every method (ottvid included: token_counts keeps ceil(M/T) <= K <= M)."""
+    return methods.target_count(ratio, t, n)
+
+
+def check_contract(out, features, ratio, exact=True, name=None):
+    """Count, index, assignment, dtype and finiteness of one output."""
+    t, n, d = features.shape
+    m = out.features.shape[0]
+    if exact:
+        assert m == expected_count(name, ratio, t, n)
+    assert out.features.shape == (m, d) and out.features.dtype == features.dtype
+    assert out.index.shape == (m,) and out.index.dtype == torch.long
+    assert torch.all(out.index[1:] > out.index[:-1])  # ascending, unique
+    assert int(out.index.min()) >= 0 and int(out.index.max()) < t * n
+    assert out.assignment.shape == (t * n,)
+    assert torch.equal(out.assignment[out.index], torch.arange(m))  # each root represents itself
+    assert int(out.assignment.min()) >= -1 and int(out.assignment.max()) < m
+    assert bool(torch.isfinite(out.features.float()).all())
+    report = out.report.to_dict()
+    assert report["kept"] == m
+
+
+@pytest.mark.parametrize("name", NAMES)
+@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(t=st.integers(1, 5), h=st.integers(1, 4), w=st.integers(1, 4), d=st.integers(1, 6),
+       ratio=st.floats(0.01, 1.0), dtype=st.sampled_from(DTYPES), seed=st.integers(0, 2**16))
+def test_invariants(name, t, h, w, d, ratio, dtype, seed):
+    ratio = ratio_for(name, ratio)
+    x, s, grid = tokens(t, h, w, d, seed, dtype)
+    out = methods.compress_with(name, x, s, grid, ratio=ratio)
+    check_contract(out, x, ratio, name=name)
+    again = methods.compress_with(name, x, s, grid, ratio=ratio)  # deterministic
+    assert torch.equal(out.index, again.index) and torch.equal(out.assignment, again.assignment)
+    assert torch.equal(out.features, again.features)
+
+
+@pytest.mark.parametrize("name", NAMES)
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_identity_at_ratio_one(name, dtype):
+    x, s, grid = tokens(3, 2, 3, 5, seed=1, dtype=dtype)
+    out = methods.compress_with(name, x, s, grid, ratio=1.0)
+    assert torch.equal(out.index, torch.arange(18))
+    assert torch.equal(out.assignment, torch.arange(18))
+    assert torch.equal(out.features, x.reshape(18, 5))
+
+
+@pytest.mark.parametrize("name", NAMES)
+@pytest.mark.parametrize("case", ["one_frame", "one_token", "identical_frames", "zero_saliency", "constant_tokens"])
+def test_degenerate_inputs(name, case):
+    t, h, w = {"one_frame": (1, 4, 4), "one_token": (6, 1, 1)}.get(case, (5, 3, 4))
+    x, s, grid = tokens(t, h, w, 6, seed=3)
+    if case == "identical_frames":
+        x = x[:1].expand_as(x).contiguous()
+    if case == "zero_saliency":
+        s = torch.zeros_like(s)
+    if case == "constant_tokens":
+        x = torch.ones_like(x)
+    for ratio in ([1.0] if name == "none" else [0.05, 0.1, 0.25, 0.5]):
+        out = methods.compress_with(name, x, s, grid, ratio=ratio)
+        check_contract(out, x, ratio, name=name)
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_paper_shape_counts(name):
+    """16 x 256 at ratio 0.1 gives 410 tokens (not the 400 or 416 of per-frame rounding)."""
+    x, s, grid = tokens(16, 16, 16, 8, seed=5)
+    ratio = ratio_for(name, 0.1)
+    out = methods.compress_with(name, x, s, grid, ratio=ratio)
+    check_contract(out, x, ratio, name=name)
+    assert out.features.shape[0] == (4096 if name == "none" else 410)
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_config_is_frozen_and_documented(name):
+    method = methods.get(name)
+    fields = dataclasses.fields(method.config)
+    assert fields[0].name == "ratio"
+    config = method.config() if name != "none" else method.config(ratio=1.0)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        config.ratio = 0.5
+    assert method.config.__doc__ and method.summary
+
+
+@pytest.mark.parametrize("name", [n for n in NAMES if n != "none"])
+@pytest.mark.parametrize("ratio", [0.0, -0.1, 1.5, float("nan")])
+def test_bad_ratio_is_refused(name, ratio):
+    with pytest.raises(ValueError, match="ratio"):
+        methods.make_config(name, ratio=ratio)
