@@ -5,15 +5,8 @@
     out = methods.compress_with("fastvid", features, saliency, grid, ratio=0.1)
 """
 
-from . import builtin  # noqa: F401  (registers ottvid and none)
+# Each module registers its method on import; this order is the order `names()` shows.
+from . import builtin, topk, divprune, visionzip, fastvid, holitom, flashvid, unicomp  # noqa: F401,E401
 from .registry import Method, MethodReport, compress_with, get, make_config, names, register, target_count
-
-# Each method module registers itself on import; keep this list in the order `names()` should show.
-for _module in ("topk", "divprune", "visionzip", "fastvid", "holitom", "flashvid", "unicomp"):
-    try:
-        __import__(f"{__name__}.{_module}")
-    except ModuleNotFoundError as _exc:  # a method module not written yet
-        if _exc.name != f"{__name__}.{_module}":
-            raise
 
 __all__ = ["Method", "MethodReport", "compress_with", "get", "make_config", "names", "register", "target_count"]
