@@ -1,0 +1,89 @@
+"""The body of `ottvid serve`: check the flags, bind the port, load the model once, run uvicorn.
+
+The port is bound before the model loads, so a busy port is a one-line error at once. SIGTERM (and
+Ctrl-C) is uvicorn's graceful shutdown: no new connections, the requests in flight finish, then the
+worker thread ends and the process exits 0.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import os
+import signal
+import socket
+
+
+def serve(model, host: str, port: int, api_key: str | None, allowed_media_dir: str | None, max_upload_mb: float,
+          max_queue: int, timeout: float, cache_dir: str | None, device, dtype, attention, max_pixels, decoder,
+          quiet: bool) -> None:
+    from ..cli import EXIT_RUN, _engine, _fail, _load, _Progress, _settle, err
+
+    model, device, dtype, _, _ = _settle(model, device, dtype, None, None, None, False)
+    if port > 65535:
+        _fail(f"--port must be at most 65535, got {port}")
+    if api_key is not None and not api_key.strip():
+        _fail("--api-key (or OTTVID_API_KEY) is empty")
+    if allowed_media_dir is not None:
+        if not os.path.isdir(allowed_media_dir):
+            _fail(f"--allowed-media-dir must be an existing folder, got {allowed_media_dir}")
+        allowed_media_dir = os.path.realpath(allowed_media_dir)
+    try:
+        import fastapi  # noqa: F401
+        import uvicorn
+    except ImportError:
+        _fail("ottvid serve needs FastAPI and uvicorn: pip install 'ottvid-cli[serve]'", code=EXIT_RUN)
+    try:
+        sock = _bind(host, port)
+    except OSError as exc:
+        _fail(f"cannot listen on {host}:{port}: {exc.strerror or exc}")
+    progress = _Progress(quiet)
+    backbone = _load(model, device, dtype, attention, max_pixels, progress)
+    progress.stop()
+
+    from .app import ServeSettings, create_app
+
+    settings = ServeSettings(model_id=model, api_key=api_key or None, allowed_media_dir=allowed_media_dir,
+                             max_upload_mb=max_upload_mb, max_queue=max_queue, timeout=timeout,
+                             max_pixels=max_pixels, decoder=decoder)
+    app = create_app(_engine(backbone, cache_dir), settings)
+    bound_host, bound_port = sock.getsockname()[:2]
+    shown = f"[{bound_host}]" if ":" in bound_host else bound_host
+    err.print(f"ottvid serve: {model} on http://{shown}:{bound_port}/v1 ("
+              f"{'API key required' if api_key else 'no API key'}; local videos: "
+              f"{allowed_media_dir or 'none'}; uploads up to {max_upload_mb:g} MB)", highlight=False, markup=False,
+              soft_wrap=True)
+    if not _loopback(host) and not api_key:
+        err.print(f"warning: listening on {host} without --api-key: anyone who reaches this port can use the model",
+                  style="yellow", highlight=False, markup=False)
+    config = uvicorn.Config(app, log_level="warning" if quiet else "info", lifespan="on",
+                            timeout_graceful_shutdown=None)
+    server = uvicorn.Server(config)
+    # uvicorn re-raises the signal that stopped it once it has shut down gracefully; a handler that
+    # does nothing makes that an ordinary return, and so exit code 0
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda *_: None)
+    server.run(sockets=[sock])
+    if not server.started:
+        _fail("the server could not start (see the log above)", code=EXIT_RUN)
+
+
+def _bind(host: str, port: int) -> socket.socket:
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, port))
+    except OSError:
+        sock.close()
+        raise
+    sock.set_inheritable(True)
+    return sock
+
+
+def _loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False

@@ -1,0 +1,171 @@
+"""The request and response bodies of `ottvid serve`, OpenAI's chat-completions shape plus our
+`ottvid` field. Checks on our settings reuse the command line's (`settings.check_*`), so a bad
+ratio reads the same from the server as from `ottvid ask`."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from ..settings import DEFAULT_MAX_FRAMES, METHODS, PRESETS, check_choice, check_count, check_positive, check_ratio
+
+TASKS = ("ask", "ground")
+MAX_NEW_TOKENS = 4096  # a request asking for more is refused (each token is a forward pass)
+
+
+# ------------------------------------------------------------------------------------------------
+# requests
+
+
+class VideoURL(BaseModel):
+    url: str
+
+
+class ContentPart(BaseModel):
+    """One part of a message's content: `text`, or `video_url` (what vLLM and SGLang accept). Other
+    types (`image_url`, `input_audio`) are refused by the app with a clear message."""
+
+    model_config = ConfigDict(extra="allow")
+    type: str
+    text: str | None = None
+    video_url: VideoURL | None = None
+
+
+class Message(BaseModel):
+    model_config = ConfigDict(extra="allow")
+    role: Literal["system", "developer", "user", "assistant", "tool"]
+    content: str | list[ContentPart] | None = None
+
+
+class OttvidOptions(BaseModel):
+    """The `ottvid` extra body field: what `ottvid ask` / `ground` take as flags."""
+
+    model_config = ConfigDict(extra="forbid")
+    task: Literal["ask", "ground"] = "ask"
+    ratio: float | None = None
+    method: str = "ottvid"
+    preset: str = "paper"
+    frames: int | None = None
+    fps: float | None = None
+    max_frames: int | None = None
+    choices: list[str] | None = Field(default=None, description="Multiple-choice options ('A. a dog'), ask only.")
+
+    @field_validator("ratio")
+    @classmethod
+    def _ratio(cls, v):
+        return v if v is None else check_ratio(v, "ratio")
+
+    @field_validator("method")
+    @classmethod
+    def _method(cls, v):
+        return check_choice(v, "method", METHODS)
+
+    @field_validator("preset")
+    @classmethod
+    def _preset(cls, v):
+        return check_choice(v, "preset", PRESETS)
+
+    @field_validator("frames", "max_frames")
+    @classmethod
+    def _count(cls, v, info):
+        return v if v is None else check_count(v, info.field_name)
+
+    @field_validator("fps")
+    @classmethod
+    def _fps(cls, v):
+        return v if v is None else check_positive(v, "fps")
+
+    def sampling(self, max_pixels: int | None = None, decoder: str = "auto"):
+        """The frames to take, as the command line picks them: `frames`, or `fps` capped at
+        `max_frames` (768 by default); ground samples at 2 fps when neither is given. ValueError
+        for `frames` with `fps`, or `max_frames` without `fps`."""
+        from ..sampling import Sampling
+
+        fps = self.fps if self.frames is not None or self.fps is not None or self.task == "ask" else 2.0
+        max_frames = self.max_frames if self.max_frames is not None or fps is None else DEFAULT_MAX_FRAMES
+        return Sampling(frames=self.frames, fps=fps, max_frames=max_frames, max_pixels=max_pixels, decoder=decoder)
+
+
+class StreamOptions(BaseModel):
+    include_usage: bool = False
+
+
+class ChatRequest(BaseModel):
+    """POST /v1/chat/completions. OpenAI fields we do not use (temperature, top_p, seed, ...) are
+    accepted and ignored: decoding is greedy."""
+
+    model_config = ConfigDict(extra="allow")
+    model: str
+    messages: list[Message] = Field(min_length=1)
+    stream: bool = False
+    stream_options: StreamOptions | None = None
+    max_tokens: int | None = Field(default=None, ge=1, le=MAX_NEW_TOKENS)
+    max_completion_tokens: int | None = Field(default=None, ge=1, le=MAX_NEW_TOKENS)
+    n: int = Field(default=1, ge=1, le=1)
+    ottvid: OttvidOptions = Field(default_factory=OttvidOptions)
+
+
+# ------------------------------------------------------------------------------------------------
+# responses
+
+
+class Usage(BaseModel):
+    prompt_tokens: int
+    completion_tokens: int
+    total_tokens: int
+
+
+class AssistantMessage(BaseModel):
+    role: Literal["assistant"] = "assistant"
+    content: str
+
+
+class Choice(BaseModel):
+    index: int = 0
+    message: AssistantMessage
+    finish_reason: Literal["stop", "length"]
+    logprobs: None = None
+
+
+class ChatCompletion(BaseModel):
+    """The reply; `ottvid` is `ask --json`'s object (`RunResult.to_dict()`: `cache_hit`, `tokens`,
+    `timings_ms`, `span`, `frames`, `compression`, ...)."""
+
+    id: str
+    object: Literal["chat.completion"] = "chat.completion"
+    created: int
+    model: str
+    choices: list[Choice]
+    usage: Usage
+    ottvid: dict[str, Any]
+
+
+class ModelCard(BaseModel):
+    id: str
+    object: Literal["model"] = "model"
+    created: int
+    owned_by: str = "ottvid"
+
+
+class ModelList(BaseModel):
+    object: Literal["list"] = "list"
+    data: list[ModelCard]
+
+
+class ErrorBody(BaseModel):
+    message: str
+    type: str
+    param: str | None = None
+    code: str | None = None
+
+
+class ErrorResponse(BaseModel):
+    error: ErrorBody
+
+
+def usage_of(run: dict[str, Any]) -> Usage:
+    """OpenAI's usage from a run: the LLM's input (kept visual + text tokens) and the generated ones."""
+    tokens = run.get("tokens") or {}
+    prompt, completion = int(tokens.get("llm_input", 0)), int(tokens.get("generated", 0))
+    return Usage(prompt_tokens=prompt, completion_tokens=completion, total_tokens=prompt + completion)

@@ -1,0 +1,154 @@
+"""Who may call the server and which videos it may read.
+
+- API key: with one set (`--api-key` or OTTVID_API_KEY), every /v1 request needs
+  `Authorization: Bearer KEY`; the comparison is constant-time (`secrets.compare_digest`).
+- Local files (`file://` URLs or absolute paths) are read only from under `--allowed-media-dir`,
+  after resolving symlinks and `..` (`os.path.realpath`); the resolved path is what gets decoded.
+  Without the flag no local file is served.
+- `data:` URLs (base64) up to `--max-upload-mb` are written to a private temporary file (mode 0600
+  in a 0700 folder) and deleted when the request ends.
+- `http(s)` and every other scheme are refused: the server downloads nothing.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import os
+import secrets
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from urllib.parse import unquote, urlparse
+
+from fastapi import Depends, Request
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+
+
+class ApiError(Exception):
+    """An error answered as OpenAI's `{"error": {"message", "type", "param", "code"}}`."""
+
+    TYPES = {400: "invalid_request_error", 401: "authentication_error", 403: "permission_error",
+             404: "not_found_error", 413: "invalid_request_error", 422: "invalid_request_error",
+             503: "overloaded_error", 504: "timeout_error"}
+
+    def __init__(self, status: int, message: str, code: str | None = None, param: str | None = None,
+                 headers: dict[str, str] | None = None, type: str | None = None):
+        super().__init__(message)
+        self.status, self.message, self.code, self.param = status, message, code, param
+        self.headers = headers or {}
+        self.type = type or self.TYPES.get(status, "server_error")
+
+    def body(self) -> dict:
+        return {"error": {"message": self.message, "type": self.type, "param": self.param, "code": self.code}}
+
+
+# ------------------------------------------------------------------------------------------------
+# the API key
+
+_bearer = HTTPBearer(auto_error=False, description="The server's --api-key, when it has one.")
+
+
+def require_key(request: Request, credentials: HTTPAuthorizationCredentials | None = Depends(_bearer)) -> None:
+    """A FastAPI dependency: the Bearer token must equal the server's key (when it has one)."""
+    key: str | None = request.app.state.settings.api_key
+    if not key:
+        return
+    given = credentials.credentials if credentials is not None else ""
+    if not secrets.compare_digest(given.encode("utf-8"), key.encode("utf-8")):
+        raise ApiError(401, "missing or wrong API key: send `Authorization: Bearer KEY`" if given == ""
+                       else "wrong API key", code="invalid_api_key", headers={"WWW-Authenticate": "Bearer"})
+
+
+# ------------------------------------------------------------------------------------------------
+# media
+
+
+@dataclass
+class Media:
+    """A video the worker may decode: `path`, and whether it is an upload to delete afterwards."""
+
+    path: str
+    temporary: bool = False
+
+    def cleanup(self) -> None:
+        if self.temporary:
+            try:
+                os.unlink(self.path)
+            except FileNotFoundError:
+                pass
+            self.temporary = False
+
+
+_SUFFIXES = {"video/mp4": ".mp4", "video/webm": ".webm", "video/quicktime": ".mov", "video/x-matroska": ".mkv",
+             "video/x-msvideo": ".avi", "video/mpeg": ".mpg"}
+
+
+class MediaPolicy:
+    """Turns a `video_url` into a readable local file, or refuses it (ApiError 400/403/413)."""
+
+    def __init__(self, allowed_dir: str | Path | None, max_upload_bytes: int, upload_dir: str | Path):
+        self.allowed = os.path.realpath(allowed_dir) if allowed_dir is not None else None
+        self.max_upload_bytes = max_upload_bytes
+        self.upload_dir = str(upload_dir)
+
+    def resolve(self, url: str, param: str = "messages") -> Media:
+        if url.startswith("data:"):
+            return self._upload(url, param)
+        parsed = urlparse(url)
+        if parsed.scheme in ("http", "https"):
+            raise ApiError(400, "the server downloads nothing: send the video as a data: URL (base64), or a "
+                                "file:// URL under the server's --allowed-media-dir", code="url_not_allowed",
+                           param=param)
+        if parsed.scheme == "file":
+            if parsed.netloc not in ("", "localhost"):
+                raise ApiError(400, f"file URL with a host ({parsed.netloc!r}): only local files are served",
+                               code="url_not_allowed", param=param)
+            path = unquote(parsed.path)
+        elif parsed.scheme == "" or (len(parsed.scheme) == 1 and os.name == "nt"):  # C:\ on Windows
+            path = url
+        else:
+            raise ApiError(400, f"unsupported video URL scheme {parsed.scheme!r}: use data: or file://",
+                           code="url_not_allowed", param=param)
+        return Media(self._local(path, param))
+
+    def _local(self, path: str, param: str) -> str:
+        if not os.path.isabs(path):
+            raise ApiError(400, "a local video must be an absolute path or a file:// URL", code="invalid_video",
+                           param=param)
+        if self.allowed is None:
+            raise ApiError(403, "this server serves no local files (start it with --allowed-media-dir DIR)",
+                           code="media_not_allowed", param=param)
+        real = os.path.realpath(path)  # symlinks and `..` resolved before the check
+        try:
+            inside = os.path.commonpath([real, self.allowed]) == self.allowed
+        except ValueError:  # another drive (Windows)
+            inside = False
+        if not inside:
+            raise ApiError(403, "the video is outside the server's --allowed-media-dir", code="media_not_allowed",
+                           param=param)
+        if not os.path.isfile(real):
+            raise ApiError(400, f"video not found: {path}", code="invalid_video", param=param)
+        return real
+
+    def _upload(self, url: str, param: str) -> Media:
+        header, sep, payload = url[5:].partition(",")
+        if not sep or not header.endswith(";base64"):
+            raise ApiError(400, "a data: URL must be base64 (data:video/mp4;base64,...)", code="invalid_video",
+                           param=param)
+        limit_mb = self.max_upload_bytes / (1 << 20)
+        if len(payload) // 4 * 3 > self.max_upload_bytes + 2:
+            raise ApiError(413, f"the uploaded video is larger than the server's limit ({limit_mb:g} MB)",
+                           code="upload_too_large", param=param)
+        try:
+            data = base64.b64decode(payload, validate=True)
+        except (binascii.Error, ValueError):
+            raise ApiError(400, "the data: URL is not valid base64", code="invalid_video", param=param) from None
+        if len(data) > self.max_upload_bytes:
+            raise ApiError(413, f"the uploaded video is larger than the server's limit ({limit_mb:g} MB)",
+                           code="upload_too_large", param=param)
+        mime = header[: -len(";base64")].split(";")[0].strip().lower()
+        fd, path = tempfile.mkstemp(prefix="upload-", suffix=_SUFFIXES.get(mime, ".bin"), dir=self.upload_dir)
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        return Media(path, temporary=True)
