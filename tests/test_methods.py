@@ -135,3 +135,79 @@ def test_config_is_frozen_and_documented(name):
 def test_bad_ratio_is_refused(name, ratio):
     with pytest.raises(ValueError, match="ratio"):
         methods.make_config(name, ratio=ratio)
+
+
+# ------------------------------------------------------------------------------------------------
+# The merge map: `Compressed.apply` (and `mixing`, where a method sets it) gives the features back
+
+
+def modes(name: str) -> list[dict]:
+    """Default; exact=False; bug_compatible=True where the method has them."""
+    fields = {f.name for f in dataclasses.fields(methods.get(name).config)}
+    out = [{}]
+    if "exact" in fields:
+        out.append({"exact": False})
+    if "bug_compatible" in fields:
+        out.append({"exact": False, "bug_compatible": True})
+    return out
+
+
+MODES = [(name, options) for name in NAMES for options in modes(name)]
+MODE_IDS = [name + "".join(f"-{k}={v}" for k, v in options.items()) for name, options in MODES]
+# float32: each mixed row is a weighted sum of at most T*N rows, taken in another order than the method's
+RTOL, ATOL = 1e-5, 1e-5
+
+
+def check_apply(out, x: torch.Tensor, seed: int) -> None:
+    """apply(flat input) == features (bit for bit without a mixing: the uniform path), kept-alone rows
+    bit-identical, and apply linear on another per-token tensor of another width."""
+    t, n, d = x.shape
+    flat = x.reshape(t * n, d)
+    m = out.features.shape[0]
+    got = out.apply(flat)
+    assert got.dtype == torch.float32 and got.shape == (m, d)
+    if out.mixing is None:
+        assert torch.equal(got.to(x.dtype), out.features)
+    else:
+        assert out.mixing.layout in (torch.sparse_coo, torch.sparse_csr)
+        assert out.mixing.shape == (m, t * n) and out.mixing.dtype == torch.float32
+        assert out.mixing.device == out.features.device
+        if x.dtype == torch.float32:
+            torch.testing.assert_close(got, out.features, rtol=RTOL, atol=ATOL)
+        else:  # both rounded once to the input dtype from float32
+            torch.testing.assert_close(got.to(x.dtype), out.features)
+        dense = out.mixing.to_dense()
+        alone = (dense != 0).sum(-1) == 1
+        alone &= dense[torch.arange(m), out.index] == 1.0
+        assert torch.equal(got[alone], flat[out.index[alone]].float())  # a token kept alone: its own row
+    g = torch.Generator().manual_seed(seed + 1)
+    a, b = torch.randn(t * n, 3, generator=g), torch.randn(t * n, 3, generator=g)
+    torch.testing.assert_close(out.apply(0.7 * a - 1.3 * b), 0.7 * out.apply(a) - 1.3 * out.apply(b),
+                               rtol=RTOL, atol=ATOL)
+
+
+@pytest.mark.parametrize("name,options", MODES, ids=MODE_IDS)
+@pytest.mark.parametrize("ratio", [0.05, 0.1, 0.25, 0.5])
+def test_apply_reproduces_the_features(name, options, ratio):
+    for seed, drift in ((0, 0.1), (1, 0.5)):  # near-static frames merge a lot; drifting ones little
+        x, s, grid = tokens(8, 4, 4, 8, seed=seed, drift=drift)
+        out = methods.compress_with(name, x, s, grid, ratio=ratio_for(name, ratio), **options)
+        check_apply(out, x, seed)
+
+
+@pytest.mark.parametrize("name,options", MODES, ids=MODE_IDS)
+@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(t=st.integers(1, 6), h=st.integers(1, 4), w=st.integers(1, 4), d=st.integers(1, 6),
+       ratio=st.floats(0.01, 1.0), dtype=st.sampled_from(DTYPES), drift=st.sampled_from([0.05, 0.5]),
+       seed=st.integers(0, 2**16))
+def test_apply_reproduces_the_features_on_drawn_shapes(name, options, t, h, w, d, ratio, dtype, drift, seed):
+    x, s, grid = tokens(t, h, w, d, seed, dtype, drift=drift)
+    out = methods.compress_with(name, x, s, grid, ratio=ratio_for(name, ratio), **options)
+    check_apply(out, x, seed)
+
+
+def test_apply_checks_its_rows():
+    x, s, grid = tokens(2, 2, 2, 4, seed=0)
+    out = methods.compress_with("holitom", x, s, grid, ratio=0.5)
+    with pytest.raises(ValueError, match=r"\(8, D'\)"):
+        out.apply(torch.zeros(7, 4))

@@ -11,7 +11,7 @@ import torch
 from ..timing import Stopwatch
 from .budget import allocate_budget_rounds, uniform_budget
 from .config import BUDGET_CAPS, K_ROUNDINGS, OTTVidConfig, _choice
-from .merge import average_components, collapse, match_pairs
+from .merge import Collapse, average_components, collapse, match_pairs
 from .spatial import gram_cosine, inverse_norms, mass_from_similarity, normalize_saliency, select_from_similarity
 from .transport import grid_positions, mixing_weight, sinkhorn_log, transport_cost, transport_difficulty
 
@@ -95,13 +95,36 @@ class Compressed:
     """features (M, D) in the input dtype; index (M,) flat original index t*N + n of each output
     token's root, ascending; assignment (T*N,) output row representing each input token, -1 if
     dropped; report: CompressionReport; selected (T, K) the tokens the spatial stage kept per group,
-    ascending (what tells spatially from temporally pruned tokens apart)."""
+    ascending (what tells spatially from temporally pruned tokens apart).
+
+    mixing: the exact merge map, a sparse (M, T*N) float32 matrix (COO or CSR, on the features'
+    device) with features == mixing @ flat input (up to float rounding), for methods whose outputs
+    are weighted combinations; None means each output row is the uniform average of its
+    `assignment` members (OTT-Vid, pure pruning). `apply` merges any other per-token tensor with
+    the same decisions (Qwen3-VL's DeepStack features)."""
 
     features: torch.Tensor
     index: torch.Tensor
     assignment: torch.Tensor
     report: CompressionReport
     selected: torch.Tensor | None = None  # (T, K) tokens the spatial stage kept in each group
+    mixing: torch.Tensor | None = None  # sparse (M, T*N) float32, None: uniform over `assignment`
+
+    def apply(self, rows: torch.Tensor) -> torch.Tensor:
+        """The same merge applied to another per-token tensor: rows (T*N, D') in the input's flat
+        order -> (M, D') float32 on rows' device. Without `mixing`: each output the uniform average
+        of its assignment members by compression's own `average_components` (a token kept alone
+        comes out bit-identical; ottvid's main features are reproduced bit for bit); with it, the
+        sparse product mixing @ rows (a token kept alone has the single weight 1: bit-identical)."""
+        tokens = self.assignment.numel()
+        if rows.dim() != 2 or rows.shape[0] != tokens:
+            raise ValueError(f"rows must be (T*N, D') = ({tokens}, D'), got shape {tuple(rows.shape)}")
+        if self.mixing is not None:
+            return self.mixing.to(rows.device) @ rows.float()
+        assignment, roots = self.assignment.to(rows.device), self.index.to(rows.device)
+        count = torch.zeros(roots.numel(), dtype=torch.long, device=rows.device)
+        count.index_add_(0, assignment.clamp_min(0), (assignment >= 0).long())
+        return average_components(rows, Collapse(row=assignment, roots=roots, count=count))
 
 
 def compress(

@@ -13,6 +13,7 @@ from typing import Any
 
 import torch
 
+from ..merge import Collapse, average_components
 from ..ottvid import Compressed, _validate
 from .registry import MethodReport, target_count
 
@@ -132,30 +133,78 @@ def rows_of(owner: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
 
 
 def assemble(flat: torch.Tensor, owner: torch.Tensor, report: MethodReport,
-             features: torch.Tensor | None = None) -> Compressed:
+             features: torch.Tensor | None = None, mixing: torch.Tensor | None = None) -> Compressed:
     """The `Compressed` of a decision.
 
     flat: (T*N, D) input features; owner: (T*N,) flat index of the root representing each token
     (roots own themselves), -1 if dropped; features: (M, D) output rows in root order (ascending
     position; any float dtype), None for each root's own features, bit-identical. Output in flat's dtype.
+    mixing: the sparse (M, T*N) map the features were computed by (`sparse_mixing`), None when each
+    row is the uniform average of the tokens its root owns (pure pruning, `uniform_average`).
     """
     index = roots_of(owner)
     out = flat[index] if features is None else features.to(flat.dtype)
     report.kept = int(index.numel())
-    return Compressed(features=out, index=index, assignment=rows_of(owner, index), report=report)
+    return Compressed(features=out, index=index, assignment=rows_of(owner, index), report=report, mixing=mixing)
 
 
 def uniform_average(flat: torch.Tensor, owner: torch.Tensor) -> torch.Tensor:
-    """(M, D) float32 in root order: each root's plain mean of itself and every token it owns; a root
-    that owns nothing comes out bit-identical (0 + x, divided by 1). One pass over `flat`, no gather."""
+    """(M, D) float32 in root order: each root's plain mean of itself and every token it owns, by
+    compression's `average_components` (what `Compressed.apply` does without a mixing, bit for bit);
+    a root that owns nothing comes out bit-identical."""
     index = roots_of(owner)
     row = rows_of(owner, index)
-    slot = torch.where(row >= 0, row, torch.full_like(row, index.numel()))  # dropped tokens: a spare row
-    total = torch.zeros(index.numel() + 1, flat.shape[1], dtype=torch.float32, device=flat.device)
-    total.index_add_(0, slot, flat.float())
-    count = torch.zeros(index.numel() + 1, dtype=torch.float32, device=flat.device)
-    count.index_add_(0, slot, torch.ones_like(slot, dtype=torch.float32))
-    return total[:-1] / count[:-1].unsqueeze(-1)
+    count = torch.zeros(index.numel(), dtype=torch.long, device=owner.device)
+    count.index_add_(0, row.clamp_min(0), (row >= 0).long())
+    return average_components(flat, Collapse(row=row, roots=index, count=count))
+
+
+Terms = tuple[torch.Tensor, torch.Tensor, torch.Tensor]  # (output row, input token, weight), one entry each
+
+
+def own_terms(where: torch.Tensor) -> Terms:
+    """Terms of outputs that are tokens `where` (k,) themselves: row i = token where[i], weight 1."""
+    rows = torch.arange(where.numel(), device=where.device)
+    return rows, where, torch.ones(where.numel(), device=where.device)
+
+
+def sparse_mixing(terms: Terms, outputs: int, inputs: int) -> torch.Tensor:
+    """`Compressed.mixing` from its entries: the (outputs, inputs) float32 sparse COO matrix (coalesced,
+    on the terms' device) with weight[i] at (row[i], token[i]), repeated entries summed."""
+    row, token, weight = terms
+    indices = torch.stack((row.long(), token.long()))
+    return torch.sparse_coo_tensor(indices, weight.float(), (outputs, inputs), check_invariants=False).coalesce()
+
+
+def placed_mixing(index: torch.Tensor, parts: list[tuple[torch.Tensor, Terms]], inputs: int) -> torch.Tensor:
+    """`sparse_mixing` of outputs written part by part at root positions, as features are placed:
+    index (M,) the roots, ascending; each part (where (k,) root positions, terms whose rows count
+    0..k-1 within the part); a later part overwrites the rows it shares with earlier ones."""
+    writer = torch.full((index.numel(),), -1, dtype=torch.long, device=index.device)
+    rows = [torch.searchsorted(index, where) for where, _ in parts]
+    for p, at in enumerate(rows):
+        writer[at] = p
+    entries = []
+    for p, (at, (_, (row, token, weight))) in enumerate(zip(rows, parts)):
+        out_row = at[row]
+        last = writer[out_row] == p
+        entries.append((out_row[last], token[last], weight.float()[last]))
+    return sparse_mixing(tuple(torch.cat(e) for e in zip(*entries)), index.numel(), inputs)
+
+
+def spread_frames(terms: Terms, first: torch.Tensor, length: torch.Tensor, tokens: int) -> Terms:
+    """Terms on window means -> terms on tokens: an entry (row, position n, weight) of window w (whose
+    mean is over frames first[w] .. first[w] + length[w] - 1) becomes weight / length[w] on token
+    t*N + n of each of those frames. terms' token entries here are (window, position) pairs given as
+    window * N + position."""
+    row, token, weight = terms
+    window, position = token // tokens, token % tokens
+    span = length[window]
+    start = torch.cumsum(span, 0) - span
+    step = torch.arange(int(span.sum()), device=row.device) - start.repeat_interleave(span)
+    frame = first[window].repeat_interleave(span) + step
+    return (row.repeat_interleave(span), frame * tokens + position.repeat_interleave(span),
+            (weight.float() / span.float()).repeat_interleave(span))
 
 
 def joined_mean(flat: torch.Tensor, owner: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

@@ -26,7 +26,8 @@ from dataclasses import dataclass
 import torch
 
 from ..ottvid import Compressed
-from .common import assemble, begin, check_flags, check_ratio, descending, largest_remainder
+from .common import (Terms, assemble, begin, check_flags, check_ratio, descending, largest_remainder, own_terms,
+                     placed_mixing)
 from .registry import register
 
 _NEIGHBOURS = 4
@@ -215,26 +216,29 @@ def fastvid(features: torch.Tensor, saliency: torch.Tensor, grid: tuple[int, int
     node = torch.arange(frames * tokens, device=device)
     owner = torch.where(kept.reshape(-1), node, torch.full_like(node, -1))
     merged_at, merged_rows, start = [], [], 0
+    index = kept.reshape(-1).nonzero().squeeze(1)
+    parts = [(index, own_terms(index))]
     for length in lengths:
         found = _merge_segment(x, salient, anchor, start, length, config.beta, owner)
         if found is not None:
             merged_at.append(found[0])
             merged_rows.append(found[1])
+            parts.append((found[0], found[2]))
         start += length
-    index = kept.reshape(-1).nonzero().squeeze(1)
     out = flat[index].float()
     if merged_at:
         at = torch.cat(merged_at)
         out[torch.searchsorted(index, at)] = torch.cat(merged_rows)
     report.details = {"segments": lengths, "per_frame": counts.tolist()}
-    return assemble(flat, owner, report, features=out)
+    return assemble(flat, owner, report, features=out, mixing=placed_mixing(index, parts, frames * tokens))
 
 
 def _merge_segment(x: torch.Tensor, salient: torch.Tensor, anchor: torch.Tensor, start: int, length: int,
-                   beta: float, owner: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor] | None:
+                   beta: float, owner: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, Terms] | None:
     """DTM of one segment (frames start .. start+length-1): (flat indices of its anchors that absorbed
-    tokens, their new features float32), or None; sets `owner` of its unkept tokens to the anchor they
-    join in the anchor frame nearest in time (the later one on ties)."""
+    tokens, their new features float32, their merge map as terms over those anchors), or None; sets
+    `owner` of its unkept tokens to the anchor they join in the anchor frame nearest in time (the
+    later one on ties)."""
     tokens, dim = x.shape[1], x.shape[2]
     seg_anchor = anchor[start : start + length]
     frames_with = seg_anchor.any(-1).nonzero().squeeze(1)  # anchor frames, segment-local
@@ -266,8 +270,13 @@ def _merge_segment(x: torch.Tensor, salient: torch.Tensor, anchor: torch.Tensor,
     weight = (1.0 / (count[hit] + 1.0)).clamp_min(beta).unsqueeze(-1)
     target = pool[local.reshape(-1)[hit]]
     rows = weight * target + (1.0 - weight) * total[hit] / count[hit].unsqueeze(-1)
-    # owner of the unkept tokens: the anchor frame nearest in time, the later one on ties
+    # the same map as terms: w on the anchor, (1 - w) / joined on each token that joined it
     offset = start * tokens
+    member, slot = joined[:, hit].nonzero().unbind(1)
+    anchors = torch.arange(weight.shape[0], device=x.device)
+    terms = (torch.cat((anchors, slot)), torch.cat((local.reshape(-1)[hit], member)) + offset,
+             torch.cat((weight.squeeze(1), ((1.0 - weight.squeeze(1)) / count[hit])[slot])))
+    # owner of the unkept tokens: the anchor frame nearest in time, the later one on ties
     frame_of = torch.arange(length, device=x.device).repeat_interleave(tokens).unsqueeze(1)
     gap = (frames_with - frame_of).abs() * 2 - (frames_with >= frame_of).long()
     nearest = gap.argmin(-1, keepdim=True)
@@ -275,4 +284,4 @@ def _merge_segment(x: torch.Tensor, salient: torch.Tensor, anchor: torch.Tensor,
     seg_owner = owner[offset : offset + length * tokens]
     unkept = seg_owner < 0
     seg_owner[unkept] = choice[unkept]
-    return local.reshape(-1)[hit] + offset, rows
+    return local.reshape(-1)[hit] + offset, rows, terms

@@ -14,9 +14,9 @@ import torch
 
 from ..ottvid import Compressed
 from ..spatial import gram_cosine
-from .common import (assemble, check_flags, check_inputs, check_ratio, identity, largest_remainder, new_report,
-                     split_evenly)
-from .holitom import Timer, cluster_sums, dpc_knn, pairwise_distances, place
+from .common import (Terms, assemble, check_flags, check_inputs, check_ratio, identity, largest_remainder,
+                     new_report, own_terms, split_evenly)
+from .holitom import Timer, cluster_index, cluster_sums, dpc_knn, pairwise_distances, place
 from .registry import register
 
 SELECTIONS = ("attn_div_v2", "attn_div")
@@ -164,6 +164,24 @@ def tstm(x: torch.Tensor, inv_norm: torch.Tensor, adts_mask: torch.Tensor, first
     return torch.where(merge.view(-1), parent.view(-1), node)
 
 
+def cluster_terms(centre: torch.Tensor, own: torch.Tensor, rows: torch.Tensor, target: torch.Tensor,
+                  size: torch.Tensor, width: int, groups: int) -> Terms:
+    """The merge map of the cluster means as terms over the clusters (centre.nonzero() order): a
+    token of a tree (target (T*N,): its tree's packed slot g * width + s, -1 if none) weighs
+    1 / its tree's size (size (T*width,)) / its cluster's tree count, as the tree values and then their
+    plain cluster means are computed. centre / own (R, width): `dpc_knn` over the trees of frames `rows`."""
+    device = own.device
+    cluster_of = cluster_index(centre, own)  # per tree
+    trees = torch.zeros(int(centre.sum()), device=device).index_add_(
+        0, cluster_of[own >= 0], torch.ones(int((own >= 0).sum()), device=device))
+    slot_cluster = torch.full((groups, width), -1, dtype=torch.long, device=device)
+    slot_cluster[rows] = cluster_of
+    token = (target >= 0).nonzero().squeeze(1)
+    cluster = slot_cluster.view(-1)[target[token]]
+    token, cluster = token[cluster >= 0], cluster[cluster >= 0]
+    return cluster, token, 1.0 / size.clamp_min(1)[target[token]] / trees[cluster]
+
+
 @register("flashvid", FlashVIDConfig,
           "FlashVID (outer stage): DySeg segments, ADTS selection, tree-based temporal merging, DPC-kNN")
 def flashvid(features: torch.Tensor, saliency: torch.Tensor | None, grid: tuple[int, int],
@@ -277,17 +295,19 @@ def flashvid(features: torch.Tensor, saliency: torch.Tensor | None, grid: tuple[
         tree_owner[pos[members]] = pos.gather(1, own.clamp_min(0))[members]
         owner = tree_owner[root_of]
         duplicates = int((centre & adts_mask.view(-1)[pos]).sum())
-        outputs.append((pos[centre], means))
+        outputs.append((pos[centre], means, cluster_terms(centre, own, rows, target, size, width, groups)))
     adts_flat = flat[adts_mask]
     owner[adts_flat] = adts_flat
-    outputs.append((adts_flat, flat_x[adts_flat]))  # ADTS tokens keep their own features (last: wins)
+    # ADTS tokens keep their own features (last: wins)
+    outputs.append((adts_flat, flat_x[adts_flat], own_terms(adts_flat)))
     timer.lap("cluster")
 
     official = sum(n_adts) + sum(clusters)
     report.details = {"segments": lengths, "budget": budget, "adts": n_adts, "clusters": clusters,
                       "merged": int((parent != node).sum()), "duplicates": duplicates,
                       "repicks": int(repeats.sum()), "official_count": official if not config.exact else None}
-    out = assemble(features.reshape(total, dim), owner, report, place(owner, outputs, dim))
+    values, mixing = place(owner, outputs, dim)
+    out = assemble(features.reshape(total, dim), owner, report, values, mixing)
     timer.lap("assemble")
     report.timings_ms = timer.done()
     return out

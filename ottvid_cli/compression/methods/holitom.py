@@ -17,8 +17,8 @@ from dataclasses import dataclass
 import torch
 
 from ..ottvid import Compressed
-from .common import (assemble, check_flags, check_inputs, check_ratio, identity, largest_remainder, new_report,
-                     roots_of)
+from .common import (Terms, assemble, check_flags, check_inputs, check_ratio, identity, largest_remainder,
+                     new_report, own_terms, placed_mixing, roots_of, spread_frames)
 from .registry import register
 
 # ----------------------------------------------------------------------------------------------
@@ -83,19 +83,26 @@ def dpc_knn(dist: torch.Tensor, valid: torch.Tensor, clusters: torch.Tensor, knn
     return centre, torch.where(valid & (clusters.view(-1, 1) > 0), owner, torch.full_like(owner, -1))
 
 
+def cluster_index(centre: torch.Tensor, owner: torch.Tensor) -> torch.Tensor:
+    """(B, L) the cluster each token of `dpc_knn` joined, numbered in the order of centre.nonzero(),
+    -1 for the tokens that joined none."""
+    rows, length = centre.shape
+    cluster = torch.cumsum(centre.reshape(-1).long(), 0) - 1  # cluster number of each centre
+    at = owner.clamp_min(0) + torch.arange(rows, device=owner.device).view(-1, 1) * length
+    return torch.where(owner >= 0, cluster[at], torch.full_like(owner, -1))
+
+
 def cluster_sums(x: torch.Tensor, centre: torch.Tensor, owner: torch.Tensor, with_centre: bool
                  ) -> tuple[torch.Tensor, torch.Tensor]:
     """(sum of each cluster's member features (C, D), member counts (C,)) for the C centres of
     `dpc_knn`, in the order of centre.nonzero(); with_centre: whether the centre counts as a member.
     x (B, L, D)."""
-    rows, length, dim = x.shape
+    dim = x.shape[-1]
     centre_flat = centre.reshape(-1)
     member = (owner >= 0).reshape(-1)
     if not with_centre:
         member &= ~centre_flat
-    cluster = torch.cumsum(centre_flat.long(), 0) - 1  # cluster number of each centre
-    target = cluster[(owner.clamp_min(0) + torch.arange(rows, device=x.device).view(-1, 1) * length).reshape(-1)]
-    target = target[member]
+    target = cluster_index(centre, owner).reshape(-1)[member]
     sums = torch.zeros(int(centre_flat.sum()), dim, device=x.device).index_add_(0, target, x.reshape(-1, dim)[member])
     counts = torch.zeros(sums.shape[0], device=x.device).index_add_(0, target, member[member].float())
     return sums, counts
@@ -111,14 +118,29 @@ def beta_merge(x: torch.Tensor, centre: torch.Tensor, owner: torch.Tensor, beta:
     return torch.where(counts.unsqueeze(-1) > 0, beta * own + (1 - beta) * mean, own)
 
 
-def place(owner: torch.Tensor, parts: list[tuple[torch.Tensor, torch.Tensor]], dim: int) -> torch.Tensor:
-    """(M, D) float32 output rows in root order (for common.assemble) from (root positions (k,),
-    features (k, D)) parts that together cover every root; later parts overwrite earlier ones."""
+def beta_terms(centre: torch.Tensor, owner: torch.Tensor, beta: float) -> Terms:
+    """`beta_merge`'s map as terms: rows in the order of centre.nonzero(), tokens as flat indices
+    b * L + l of x (B, L, D); beta on the centre and (1 - beta) / joined on each other member, or 1 on
+    the centre alone when nothing joined it."""
+    joined = ((owner >= 0) & ~centre).reshape(-1).nonzero().squeeze(1)
+    of = cluster_index(centre, owner).reshape(-1)[joined]
+    centres = centre.reshape(-1).nonzero().squeeze(1)
+    count = torch.zeros(centres.numel(), device=of.device).index_add_(0, of, torch.ones(of.numel(), device=of.device))
+    own = torch.where(count > 0, torch.full_like(count, beta), torch.ones_like(count))
+    return (torch.cat((torch.arange(centres.numel(), device=owner.device), of)), torch.cat((centres, joined)),
+            torch.cat((own, ((1 - beta) / count.clamp_min(1))[of])))
+
+
+def place(owner: torch.Tensor, parts: list[tuple[torch.Tensor, torch.Tensor, Terms]],
+          dim: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """(M, D) float32 output rows in root order (for common.assemble) and their sparse merge map
+    (`Compressed.mixing`) from (root positions (k,), features (k, D), their terms over rows 0..k-1)
+    parts that together cover every root; later parts overwrite earlier ones."""
     index = roots_of(owner)
     out = torch.zeros(index.numel(), dim, device=owner.device)
-    for where, values in parts:
+    for where, values, _ in parts:
         out[torch.searchsorted(index, where)] = values.float()
-    return out
+    return out, placed_mixing(index, [(where, terms) for where, _, terms in parts], owner.numel())
 
 
 class Timer:
@@ -302,7 +324,7 @@ def holitom(features: torch.Tensor, saliency: torch.Tensor | None, grid: tuple[i
     rank = torch.empty_like(order).scatter_(1, order, torch.arange(tokens, device=device).expand(groups, -1))
     chosen = (rank < dominant.unsqueeze(-1)) & dynamic
     owner[flat[chosen]] = flat[chosen]
-    outputs.append((flat[chosen], x_flat[flat[chosen]]))
+    outputs.append((flat[chosen], x_flat[flat[chosen]], own_terms(flat[chosen])))
     if bool((contextual > 0).any()):
         rows = (contextual > 0).nonzero().squeeze(-1)
         valid = (dynamic & ~chosen)[rows]
@@ -311,7 +333,8 @@ def holitom(features: torch.Tensor, saliency: torch.Tensor | None, grid: tuple[i
         merged = beta_merge(x[rows], centre, own, config.beta)
         member = own >= 0
         owner[flat[rows][member]] = flat[rows].gather(1, own.clamp_min(0))[member]
-        outputs.append((flat[rows][centre], merged))
+        row, token, weight = beta_terms(centre, own, config.beta)
+        outputs.append((flat[rows][centre], merged, (row, flat[rows].reshape(-1)[token], weight)))
     timer.lap("dynamic")
 
     # 5. Static tokens: the window mean of each static position, DPC-kNN merged per segment.
@@ -329,7 +352,9 @@ def holitom(features: torch.Tensor, saliency: torch.Tensor | None, grid: tuple[i
                               static_keep[multi].clamp_max(config.k), order="index")
         merged = beta_merge(mean, centre, own, config.beta)
         start_flat = flat[starts[multi]]  # (S', N) flat index of the segment's first frame
-        outputs.append((start_flat[centre], merged))
+        # window means: each term spread over its segment's frames
+        terms = spread_frames(beta_terms(centre, own, config.beta), starts[multi], lengths[multi], tokens)
+        outputs.append((start_flat[centre], merged, terms))
         # every frame of the window, at a static position, goes to its position's centre
         frame_owner = torch.full((len(segments), tokens), -1, dtype=torch.long, device=device)
         frame_owner[multi] = torch.where(own >= 0, start_flat.gather(1, own.clamp_min(0)), torch.full_like(own, -1))
@@ -343,13 +368,14 @@ def holitom(features: torch.Tensor, saliency: torch.Tensor | None, grid: tuple[i
         pick = torch.where(later, prev_cos, torch.full_like(prev_cos, float("inf"))).view(-1)
         back = torch.sort(pick, stable=True).indices[:unmerge]
         owner[back] = back
-        outputs.append((back, x_flat[back]))
+        outputs.append((back, x_flat[back], own_terms(back)))
     timer.lap("static")
 
     report.details = {"segments": [list(s) for s in segments], "reduced": int(reduced),
                       "retain_ratio": official_ratio, "static": static_counts,
                       "official_count": int(sum(official)), "unmerged": unmerge}
-    out = assemble(features.reshape(total, dim), owner, report, place(owner, outputs, dim))
+    values, mixing = place(owner, outputs, dim)
+    out = assemble(features.reshape(total, dim), owner, report, values, mixing)
     timer.lap("assemble")
     report.timings_ms = timer.done()
     return out

@@ -4,7 +4,9 @@
 
 `Compressed.features` (M, D) in the input dtype; `index` (M,) ascending unique flat indices t*N + n
 of each output token's position (its root's); `assignment` (T*N,) output row representing each
-input token, -1 if dropped; `report` any object with `to_dict()`. Each method has a frozen config
+input token, -1 if dropped; `report` any object with `to_dict()`; `mixing` the sparse (M, T*N)
+merge map with features == mixing @ flat input, or None when each output is the uniform average of
+its assignment members (`Compressed.apply` follows either). Each method has a frozen config
 dataclass whose first field is `ratio` and whose defaults are the official ones.
 """
 

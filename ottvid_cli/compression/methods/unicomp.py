@@ -12,7 +12,8 @@ import torch
 
 from ..ottvid import Compressed
 from ..spatial import gram_cosine
-from .common import assemble, check_flags, check_inputs, check_ratio, identity, new_report
+from .common import (assemble, check_flags, check_inputs, check_ratio, identity, new_report, sparse_mixing,
+                     spread_frames)
 from .holitom import Timer
 from .registry import register
 
@@ -242,9 +243,20 @@ def unicomp(features: torch.Tensor, saliency: torch.Tensor | None, grid: tuple[i
     owner_fused = torch.where(kept | (best < tokens), root_pos.gather(1, by), torch.full_like(by, -1))
     owner = owner_fused[group_of].reshape(-1)
     values = blended[live]  # frame by frame, positions ascending: the root order
+    # the same map as terms on the fused tokens (fused frame f, position n as f * N + n), then on
+    # the frames each fused token averages
+    row = (torch.cumsum(live.reshape(-1).long(), 0) - 1).view(fused_n, width)
+    f, k = live.nonzero().unbind(1)
+    sf, sk, sj = (rows > 0).nonzero().unbind(1)
+    similar_row = live[sf, sk]
+    sf, sk, sj = sf[similar_row], sk[similar_row], sj[similar_row]
+    share = 0.5 / rows.sum(-1).clamp_min(1)
+    terms = (torch.cat((row[f, k], row[sf, sk])), torch.cat((f * tokens + slot[f, k], sf * tokens + sj)),
+             torch.cat((torch.full((f.numel(),), 0.5, device=device), share[sf, sk])))
+    mixing = sparse_mixing(spread_frames(terms, first, lengths, tokens), int(live.sum()), total)
     report.details = {**details, "allocation": [int(v) for v in quota.tolist()],
                       "selected": [int(v) for v in picked.tolist()], "kept": [int(v) for v in count.tolist()]}
-    out = assemble(features.reshape(total, dim), owner, report, values)
+    out = assemble(features.reshape(total, dim), owner, report, values, mixing)
     timer.lap("assemble")
     report.timings_ms = timer.done()
     return out

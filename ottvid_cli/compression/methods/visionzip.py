@@ -15,7 +15,8 @@ from dataclasses import dataclass
 import torch
 
 from ..ottvid import Compressed
-from .common import assemble, begin, check_flags, check_ratio, descending, joined_mean, roots_of, uniform_average
+from .common import (assemble, begin, check_flags, check_ratio, descending, joined_mean, roots_of, rows_of,
+                     sparse_mixing, uniform_average)
 from .registry import register
 from .topk import frame_counts
 
@@ -97,6 +98,17 @@ def zip_frames(x: torch.Tensor, s: torch.Tensor, k: int, dominant_ratio: float,
     return owner, source
 
 
+def bug_mixing(owner: torch.Tensor, index: torch.Tensor, own: torch.Tensor, count: torch.Tensor) -> torch.Tensor:
+    """The official arithmetic's merge map: row m = token own[m] (its root, or under the grid
+    scramble the token whose features it carries) + the mean of the count[m] tokens that joined it."""
+    row = rows_of(owner, index)
+    joined = (row >= 0) & (owner != torch.arange(owner.numel(), device=owner.device))
+    member = joined.nonzero().squeeze(1)
+    rows = torch.cat((torch.arange(index.numel(), device=owner.device), row[member]))
+    weight = torch.cat((torch.ones(index.numel(), device=owner.device), 1.0 / count[row[member]].float()))
+    return sparse_mixing((rows, torch.cat((own, member)), weight), index.numel(), owner.numel())
+
+
 @register("visionzip", VisionZipConfig, "VisionZip (video): dominant tokens by saliency + contextual merging per frame")
 def visionzip(features: torch.Tensor, saliency: torch.Tensor, grid: tuple[int, int],
               config: VisionZipConfig) -> Compressed:
@@ -118,15 +130,19 @@ def visionzip(features: torch.Tensor, saliency: torch.Tensor, grid: tuple[int, i
     offset = (torch.arange(groups, device=s.device) * tokens).unsqueeze(-1)
     owner = torch.where(owner >= 0, owner + offset, owner).reshape(-1)
     flat = features.reshape(groups * tokens, -1)
+    mixing = None
     if config.bug_compatible:  # target + mean(joined)
         mean, count = joined_mean(flat, owner)
         index = roots_of(owner)
         rows = torch.where(count.unsqueeze(-1) > 0, flat[index].float() + mean, flat[index].float())
+        own = index
         if scramble:  # the dominant tokens (never merged) carry another dominant token's features
             rows = torch.where(count.unsqueeze(-1) > 0, rows, flat[(source + offset).reshape(-1)[index]].float())
+            own = torch.where(count > 0, index, (source + offset).reshape(-1)[index])
+        mixing = bug_mixing(owner, index, own, count)
     else:
         rows = uniform_average(flat, owner)
     report.details = {"per_frame": counts.tolist(),
                       "dominant_contextual": {int(k): list(split_frame(int(k), tokens, config.dominant_ratio)[:2])
                                               for k in counts.unique().tolist()}}
-    return assemble(flat, owner, report, features=rows)
+    return assemble(flat, owner, report, features=rows, mixing=mixing)
