@@ -20,10 +20,13 @@ from typer.core import TyperGroup
 
 from . import __version__
 
-try:  # typer >= 0.20 carries its own copy of click
+try:  # typer >= 0.20 carries its own copy of click, without Abort (typer has its own)
     from typer._click import exceptions as click
+    from typer.exceptions import Abort as _Abort
 except ImportError:
     from click import exceptions as click
+
+    _Abort = click.Abort
 from .settings import (ATTENTIONS, DECODERS, DEFAULT_MAX_FRAMES, DTYPES, METHODS, PRESETS, SettingsError,
                        check_choice, check_count, check_device, check_model, check_positive, check_ratio)
 
@@ -53,7 +56,7 @@ class _OneLineErrors(TyperGroup):
                 raise
             _error(exc.format_message())
             code = exc.exit_code
-        except click.Abort:
+        except _Abort:
             if not standalone_mode:
                 raise
             _error("aborted")
@@ -156,7 +159,22 @@ RATIOS = typer.Option(None, "--ratio", "-r", show_default="0.1", callback=_check
 PRESET = typer.Option("paper", "--preset", callback=_checked(check_choice, "--preset", PRESETS),
                       help="Compression settings: paper (the paper's text) or official (the authors' code).")
 METHOD = typer.Option("ottvid", "--method", callback=_checked(check_choice, "--method", METHODS),
-                      help="ottvid, or none for the uncompressed model.")
+                      help="Compression method: ottvid, none (the uncompressed model) or a peer method "
+                           "(`ottvid methods` lists them).")
+METHOD_LIST = typer.Option(None, "--method", callback=_checked(check_choice, "--method", METHODS),
+                           show_default="ottvid", help="Compression method to profile (`ottvid methods` lists them); "
+                                                       "repeat to compare several side by side.")
+
+
+def _method_arg_form(value):
+    if "=" not in value or not value.split("=", 1)[0].strip() or not value.split("=", 1)[1].strip():
+        raise SettingsError(f"--method-arg must look like key=value, got {value!r}")
+    return value
+
+
+METHOD_ARGS = typer.Option(None, "--method-arg", metavar="KEY=VALUE", callback=_checked(_method_arg_form),
+                           help="A method option, e.g. exact=false (typed by the option; repeat for several; "
+                                "`ottvid methods` lists them). With several --method: METHOD.KEY=VALUE for one.")
 FRAMES = typer.Option(None, "--frames", "-f", callback=_checked(check_count, "--frames"),
                       show_default="the model's: 32, or 64 for LLaVA-Video; ground samples by --fps",
                       help="Frames sampled uniformly in time (made even, at most the video's).")
@@ -169,10 +187,15 @@ MAX_FRAMES = typer.Option(None, "--max-frames", callback=_checked(check_count, "
 DECODER = typer.Option("auto", "--decoder", callback=_checked(check_choice, "--decoder", DECODERS),
                        help="Video decoder: auto, decord or pyav.")
 OUTPUT = typer.Option(None, "--output", "-o", "--show", callback=_checked(_png),
-                      help="Also write a PNG of the tokens compression kept (needs --method ottvid).")
+                      help="Also write a PNG of the tokens compression kept (not with --method none).")
 JSON = typer.Option(False, "--json", help="Print one JSON object on stdout (see docs/cli.md) and nothing else there.")
 QUIET = typer.Option(False, "--quiet", "-q", help="No progress and no library warnings on stderr (errors still print).")
 TOKENS = "Longest reply, in tokens."
+SERVER = typer.Option(None, "--server", help="URL of a running `ottvid serve`: send the request there instead "
+                      "of loading the model here (docs/serve.md).")
+CACHE_DIR = typer.Option(None, "--cache-dir", show_default="memory only",
+                         help="Also keep prepared videos on disk in this folder, so a later run on the same video "
+                              "skips decoding and encoding; 'default' is $XDG_CACHE_HOME/ottvid (~/.cache/ottvid).")
 
 
 # ------------------------------------------------------------------------------------------------
@@ -255,8 +278,8 @@ def _check_output(path: str | None, video: str | None, method: str = "ottvid") -
     """The picture path must be writable and must not be the input video: checked before any work."""
     if path is None:
         return
-    if method != "ottvid":
-        _fail("--output draws what compression kept: it needs --method ottvid")
+    if method == "none":
+        _fail("--output draws what compression kept: --method none keeps every token")
     folder = os.path.dirname(os.path.abspath(path))
     if not os.path.exists(folder):
         _fail(f"cannot write {path}: folder {folder} does not exist")
@@ -268,6 +291,32 @@ def _check_output(path: str | None, video: str | None, method: str = "ottvid") -
         _fail(f"cannot write {path}: permission denied")
     if video is not None and os.path.exists(path) and os.path.exists(video) and os.path.samefile(path, video):
         _fail("the picture would overwrite the input video: choose another path")
+
+
+def _method_options(methods, ratios, preset: str, method_args) -> dict:
+    """--method, --ratio, --preset and --method-arg checked together: {method: its options}. The
+    method names were checked when parsed; the options need the method registry (it imports torch),
+    so this runs after the cheap checks and the video, before the model loads."""
+    if preset != "paper" and "ottvid" not in methods:
+        _fail(f"--preset {preset} is OTT-Vid's (the authors' code): it applies to --method ottvid only")
+    from .method_args import MethodArgError, check_config, parse_method_args
+
+    try:
+        options = parse_method_args(list(methods), method_args)
+        for method in methods:
+            for ratio in ratios:
+                check_config(method, ratio, options[method], preset if method == "ottvid" else "paper")
+    except MethodArgError as exc:
+        _fail(str(exc))
+    return options
+
+
+def _method_config(backbone, method: str, ratio: float, preset: str, options: dict):
+    """The full config of `method` at `ratio` (None for none) once the model is loaded (the official
+    preset takes the model's overrides)."""
+    from .pipeline import make_config
+
+    return make_config(ratio, preset if method == "ottvid" else "paper", backbone, method=method, options=options)
 
 
 def _sampling(frames, fps, max_frames, max_pixels, decoder, default_fps=None):
@@ -340,55 +389,109 @@ def _write_picture(prepared, path: str, max_tiles: int | None = None) -> tuple[d
         return None, f"cannot write the picture {path}: {reason}"
 
 
-def _answer(task: str, video: str, text: str, options, ratio, frames, fps, max_frames, model, method, preset,
-            as_json, device, dtype, attention, max_pixels, max_new_tokens, output, decoder, quiet) -> None:
-    """ask and ground: check everything, load, run, print the result, then report a failed picture."""
+def _answer(task: str, video: str, texts, options, ratio, frames, fps, max_frames, model, method, preset,
+            as_json, device, dtype, attention, max_pixels, max_new_tokens, output, decoder, quiet,
+            cache_dir=None, method_args=None) -> None:
+    """ask and ground: check everything, load, run each question (one preparation and one prefix for
+    all, session.Engine), print each result, then report a failed picture. With --json, one question
+    prints an object, several a list of them in order."""
     from .report import render_run, to_json
 
+    texts = [texts] if isinstance(texts, str) else list(texts)
     model, device, dtype, ratio, frames = _settle(model, device, dtype, ratio, frames, fps, task == "ask")
-    if not text.strip():
+    if not texts or any(not text.strip() for text in texts):
         _fail(f"the {'question' if task == 'ask' else 'query'} is empty")
     sampling = _sampling(frames, fps, max_frames, max_pixels, decoder, 2.0 if task == "ground" else None)
     _check_output(output, video, method)
     _check_video(video, decoder)
+    ratio = 1.0 if method == "none" else ratio
+    method_options = _method_options([method], [ratio], preset, method_args)[method]
     progress = _Progress(quiet)
     backbone = _load(model, device, dtype, attention, max_pixels, progress)
+    config = _method_config(backbone, method, ratio, preset, method_options)
     if task == "ground" and not getattr(backbone, "grounds", False):
         progress.stop()
         _fail(f"ground needs a Qwen2.5-VL model: {backbone.name} is not trained to give time spans "
               f"(the paper evaluates grounding on Qwen2.5-VL only)")
-    from . import pipeline
+    engine = _engine(backbone, cache_dir)
+    results, documents, failure = [], [], ""
+    for i, text in enumerate(texts):
+        if len(texts) > 1 and not as_json:
+            out.print(f"{'question' if task == 'ask' else 'query'} {i + 1}: {text}", highlight=False, markup=False)
+        stream = _Stream(progress, "answer: " if task == "ask" else "model said: ")
+        run = engine.ask if task == "ask" else engine.ground
+        extra = {"options": options or None} if task == "ask" else {}
+        result = _run(lambda: run(video, text, sampling=sampling, ratio=ratio, method=method, preset=preset,
+                                  config=config, max_new_tokens=max_new_tokens, on_step=progress.step,
+                                  on_token=None if as_json else stream, **extra), progress)
+        stream.close()
+        data = result.to_dict()
+        if i == 0 and output is not None:
+            picture, failure = _write_picture(result.prepared, output)
+            if picture is not None:
+                data["picture"] = picture
+        results.append(result)
+        documents.append(data)
+        if not as_json:
+            render_run(data, out, streamed=stream.started)
+    if as_json:
+        typer.echo(to_json(documents[0] if len(documents) == 1 else documents))
+    if failure:
+        _fail(failure, code=EXIT_WRITE)
+    if task == "ground" and any(result.span is None for result in results):
+        _fail("no time span could be read from the model's reply (exit 3)", code=EXIT_NO_SPAN)
 
-    streamed = []
 
-    def token(piece: str) -> None:
-        if not streamed:
-            progress.stop()
-            sys.stdout.write("answer: " if task == "ask" else "model said: ")
-        streamed.append(piece)
+class _Stream:
+    """on_token for a streamed reply: stops the progress display, writes the label, then the text."""
+
+    def __init__(self, progress: _Progress, label: str):
+        self.progress, self.label, self.started = progress, label, False
+
+    def __call__(self, piece: str) -> None:
+        if not self.started:
+            self.progress.stop()
+            sys.stdout.write(self.label)
+            self.started = True
         sys.stdout.write(piece)
         sys.stdout.flush()
 
-    run = pipeline.ask if task == "ask" else pipeline.ground
-    extra = {"options": options or None} if task == "ask" else {}
-    result = _run(lambda: run(backbone, video, text, sampling=sampling, ratio=ratio, method=method, preset=preset,
-                              max_new_tokens=max_new_tokens, on_step=progress.step,
-                              on_token=None if as_json else token, **extra), progress)
-    if streamed:
-        sys.stdout.write("\n")
-        sys.stdout.flush()
-    data = result.to_dict()
-    picture, failure = _write_picture(result.prepared, output) if output is not None else (None, "")
-    if picture is not None:
-        data["picture"] = picture
-    if as_json:
-        typer.echo(to_json(data))
-    else:
-        render_run(data, out, streamed=bool(streamed))
-    if failure:
-        _fail(failure, code=EXIT_WRITE)
-    if task == "ground" and result.span is None:
-        _fail("no time span could be read from the model's reply (exit 3)", code=EXIT_NO_SPAN)
+    def close(self) -> None:
+        if self.started:
+            sys.stdout.write("\n")
+            sys.stdout.flush()
+
+
+def _cache_path(value: str | None) -> str | None:
+    """--cache-dir: None (memory only), 'default' ($XDG_CACHE_HOME/ottvid) or a folder (refused if it is a file)."""
+    if value is None:
+        return None
+    if value == "default":
+        from .cache import default_cache_dir
+
+        return str(default_cache_dir())
+    path = os.path.expanduser(value)
+    if os.path.exists(path) and not os.path.isdir(path):
+        _fail(f"--cache-dir must be a folder: {value} is a file")
+    return path
+
+
+def _remote(task, server, video, texts, options, ratio, frames, fps, max_frames, model, method, preset, as_json, quiet,
+            max_new_tokens, device, dtype, attention, max_pixels, decoder, output, cache_dir) -> None:
+    """ask / ground --server: the flags that only a local run uses are refused, the rest sent."""
+    from .serve.client import remote
+
+    local = {"--device": device, "--dtype": dtype, "--attention": attention, "--max-pixels": max_pixels,
+             "--decoder": decoder, "--output": output, "--cache-dir": cache_dir}
+    remote(task, server, video, texts, options, ratio, frames, fps, max_frames, model, method, preset, as_json, quiet,
+           max_new_tokens, local)
+
+
+def _engine(backbone, cache_dir: str | None, keep_saliency: bool = False):
+    """The reuse engine over a loaded backbone: prepared videos in memory, and on disk in `cache_dir`."""
+    from .session import Engine
+
+    return Engine(backbone, cache_dir=cache_dir, keep_saliency=keep_saliency)
 
 
 # ------------------------------------------------------------------------------------------------
@@ -420,10 +523,31 @@ def counts(
     render_counts(data, ratio, gamma, out)
 
 
+@app.command("methods")
+def list_methods(as_json: bool = JSON) -> None:
+    """The compression methods --method takes: what each does, its options (--method-arg) and defaults."""
+    from .compression import methods
+    from .report import render_methods, to_json
+
+    data = []
+    for name in methods.names():
+        method = methods.get(name)
+        entry = {"name": name, "summary": method.summary, "config": method.config.__name__,
+                 "defaults": method.defaults()}
+        if name == "ottvid":
+            entry["presets"] = list(PRESETS)
+        data.append(entry)
+    if as_json:
+        typer.echo(to_json(data))
+        return
+    render_methods(data, out)
+
+
 @app.command()
 def ask(
     video: str = typer.Argument(..., help="Video file."),
-    question: str = typer.Argument(..., help="Question about the video."),
+    questions: list[str] = typer.Argument(..., help="Question(s) about the video: one preparation and one prefill "
+                                                    "of the video for all, one answer each."),
     choice: list[str] = typer.Option(None, "--choice", "-c", "--options",
                                      help="A multiple-choice option, e.g. 'A. a dog'. Repeat for each."),
     ratio: float = RATIO,
@@ -432,6 +556,7 @@ def ask(
     max_frames: int = MAX_FRAMES,
     model: str = MODEL,
     method: str = METHOD,
+    method_args: list[str] = METHOD_ARGS,
     preset: str = PRESET,
     output: str = OUTPUT,
     as_json: bool = JSON,
@@ -443,10 +568,18 @@ def ask(
     decoder: str = DECODER,
     max_new_tokens: int = typer.Option(64, "--max-new-tokens", callback=_checked(check_count, "--max-new-tokens"),
                                        help=TOKENS),
+    cache_dir: str = CACHE_DIR,
+    server: str = SERVER,
 ) -> None:
-    """Answer a question about a video, with OTT-Vid compressing the visual tokens."""
-    _answer("ask", video, question, choice, ratio, frames, fps, max_frames, model, method, preset, as_json, device,
-            dtype, attention, max_pixels, max_new_tokens, output, decoder, quiet)
+    """Answer questions about a video, with OTT-Vid (or --method) compressing the visual tokens (several
+    questions: the video is prepared and prefilled once; --json prints a list)."""
+    if server is not None:  # a running `ottvid serve` answers (ottvid_cli/serve/client.py)
+        if method_args:
+            _fail("--method-arg is for a model run here: a server uses its methods' defaults")
+        return _remote("ask", server, video, questions, choice, ratio, frames, fps, max_frames, model, method, preset,
+                       as_json, quiet, max_new_tokens, device, dtype, attention, max_pixels, decoder, output, cache_dir)
+    _answer("ask", video, questions, choice, ratio, frames, fps, max_frames, model, method, preset, as_json, device,
+            dtype, attention, max_pixels, max_new_tokens, output, decoder, quiet, _cache_path(cache_dir), method_args)
 
 
 @app.command()
@@ -459,6 +592,7 @@ def ground(
     frames: int = FRAMES,
     model: str = MODEL,
     method: str = METHOD,
+    method_args: list[str] = METHOD_ARGS,
     preset: str = PRESET,
     output: str = OUTPUT,
     as_json: bool = JSON,
@@ -470,10 +604,89 @@ def ground(
     decoder: str = DECODER,
     max_new_tokens: int = typer.Option(48, "--max-new-tokens", callback=_checked(check_count, "--max-new-tokens"),
                                        help=TOKENS),
+    cache_dir: str = CACHE_DIR,
+    server: str = SERVER,
 ) -> None:
     """Find when something happens in a video: start and end in seconds (exit 3 if the reply holds none)."""
+    if server is not None:
+        if method_args:
+            _fail("--method-arg is for a model run here: a server uses its methods' defaults")
+        return _remote("ground", server, video, query, None, ratio, frames, fps, max_frames, model, method, preset,
+                       as_json, quiet, max_new_tokens, device, dtype, attention, max_pixels, decoder, output, cache_dir)
     _answer("ground", video, query, None, ratio, frames, fps, max_frames, model, method, preset, as_json, device,
-            dtype, attention, max_pixels, max_new_tokens, output, decoder, quiet)
+            dtype, attention, max_pixels, max_new_tokens, output, decoder, quiet, _cache_path(cache_dir), method_args)
+
+
+@app.command()
+def chat(
+    video: str = typer.Argument(..., help="Video file."),
+    history: bool = typer.Option(False, "--history", help="Send the earlier questions and answers with each question."),
+    ratio: float = RATIO,
+    frames: int = FRAMES,
+    fps: float = FPS,
+    max_frames: int = MAX_FRAMES,
+    model: str = MODEL,
+    method: str = METHOD,
+    preset: str = PRESET,
+    quiet: bool = QUIET,
+    device: str = DEVICE,
+    dtype: str = DTYPE,
+    attention: str = ATTENTION,
+    max_pixels: int = MAX_PIXELS,
+    decoder: str = DECODER,
+    max_new_tokens: int = typer.Option(64, "--max-new-tokens", callback=_checked(check_count, "--max-new-tokens"),
+                                       help=TOKENS),
+    cache_dir: str = CACHE_DIR,
+) -> None:
+    """Talk about a video: one question a line, each reply streamed; /ratio 0.25 and the like change
+    settings without encoding again, /help lists the commands, /quit or end of input leaves."""
+    from .session import Chat
+
+    model, device, dtype, ratio, frames = _settle(model, device, dtype, ratio, frames, fps)
+    sampling = _sampling(frames, fps, max_frames, max_pixels, decoder)
+    cache_dir = _cache_path(cache_dir)
+    _check_video(video, decoder)
+    progress = _Progress(quiet)
+    backbone = _load(model, device, dtype, attention, max_pixels, progress)
+    progress.stop()
+    session = Chat(_engine(backbone, cache_dir, keep_saliency=True), video, sampling, ratio, method, preset,
+                   max_new_tokens, history)
+    interactive = sys.stdin.isatty()
+    if not quiet:
+        err.print(f"{session.settings()}; /help lists the commands", highlight=False, markup=False, soft_wrap=True)
+    while True:
+        if interactive:
+            err.print("> ", end="", highlight=False, markup=False)
+        line = sys.stdin.readline()
+        if not line:  # end of input
+            break
+        line = line.strip()
+        if not line:
+            continue
+        if line.startswith("/"):
+            try:
+                message = session.command(line)
+            except ValueError as exc:
+                from rich.markup import escape
+
+                _error(escape(str(exc)))
+                continue
+            if message is None:
+                break
+            err.print(message, highlight=False, markup=False, soft_wrap=True)
+            continue
+        stream = _Stream(_Progress(True), "")
+        step = _Progress(quiet or interactive)
+        result = _run(lambda: session.ask(line, on_token=stream, on_step=step.step), step)
+        if not stream.started:  # an empty reply
+            sys.stdout.write(result.answer)
+            stream.started = True
+        stream.close()
+        if not quiet:
+            t = result.timings_ms
+            err.print(f"[{'cache hit' if result.cache_hit else 'prepared'}: time to first token "
+                      f"{t['prefill']:.0f} ms, {result.tokens['llm_input']} tokens into the LLM]",
+                      highlight=False, markup=False, soft_wrap=True)
 
 
 @app.command()
@@ -485,6 +698,8 @@ def show(
     fps: float = FPS,
     max_frames: int = MAX_FRAMES,
     model: str = MODEL,
+    method: str = METHOD,
+    method_args: list[str] = METHOD_ARGS,
     preset: str = PRESET,
     max_tiles: int = typer.Option(48, "--max-tiles", callback=_checked(check_count, "--max-tiles"),
                                   help="Show every n-th group beyond this many tiles."),
@@ -496,18 +711,20 @@ def show(
     max_pixels: int = MAX_PIXELS,
     decoder: str = DECODER,
 ) -> None:
-    """Draw which visual tokens OTT-Vid keeps, merges and prunes, and how the budget is spread."""
+    """Draw which visual tokens OTT-Vid keeps, merges and prunes, and how the budget is spread (another
+    --method: which tokens it kept, merged and dropped)."""
     model, device, dtype, ratio, frames = _settle(model, device, dtype, ratio, frames, fps)
     sampling = _sampling(frames, fps, max_frames, max_pixels, decoder)
-    _check_output(output, video)
+    _check_output(output, video, method)
     _check_video(video, decoder)
+    options = _method_options([method], [ratio], preset, method_args)[method]
     progress = _Progress(quiet)
     backbone = _load(model, device, dtype, attention, max_pixels, progress)
     from . import pipeline
     from .report import render_show, to_json
 
-    prepared = _run(lambda: pipeline.prepare(backbone, video, sampling, "ottvid",
-                                             pipeline.make_config(ratio, preset, backbone), on_step=progress.step),
+    config = _method_config(backbone, method, ratio, preset, options)
+    prepared = _run(lambda: pipeline.prepare(backbone, video, sampling, method, config, on_step=progress.step),
                     progress)
     data, failure = _write_picture(prepared, output, max_tiles)
     if failure:
@@ -524,14 +741,16 @@ def profile(
     video: str = typer.Argument(None, help="Video file; without one, a synthetic clip made in memory."),
     model: str = MODEL,
     ratios: list[float] = RATIOS,
+    methods: list[str] = METHOD_LIST,
+    method_args: list[str] = METHOD_ARGS,
     frames: int = FRAMES,
     fps: float = FPS,
     max_frames: int = MAX_FRAMES,
     preset: str = PRESET,
     repeats: int = typer.Option(5, "--repeats", callback=_checked(check_count, "--repeats"),
-                                help="Timed runs per row (median, min, max)."),
+                                help="Timed runs per row (median, min, max); the encoder runs this often in all."),
     warmup: int = typer.Option(1, "--warmup", callback=_checked(check_count, "--warmup", 0),
-                               help="Untimed runs per row first."),
+                               help="Untimed runs per row first (and of the encoder)."),
     seconds: float = typer.Option(10.0, "--seconds", callback=_checked(check_positive, "--seconds"),
                                   help="Length of the synthetic clip (no VIDEO)."),
     size: str = typer.Option("640x360", "--size", help="WIDTHxHEIGHT of the synthetic clip (no VIDEO)."),
@@ -544,9 +763,11 @@ def profile(
     max_pixels: int = MAX_PIXELS,
     decoder: str = DECODER,
 ) -> None:
-    """Time and memory of each step, uncompressed vs OTT-Vid at each ratio, on the same frames."""
+    """Time and memory of each step, uncompressed vs each --method at each --ratio (the paper's Table 4),
+    on the same frames and the same encoder output (encoded once for every run)."""
     model, device, dtype, ratio, frames = _settle(model, device, dtype, None, frames, fps)
     ratios = ratios or [ratio]
+    methods = [m for m in dict.fromkeys(methods or ["ottvid"]) if m != "none"]
     sampling = _sampling(frames, fps, max_frames, max_pixels, decoder)
     if not prompt.strip():
         _fail("the prompt is empty")
@@ -560,6 +781,7 @@ def profile(
             _fail(f"--size must look like 640x360, got {size!r}")
         if width < 28 or height < 28:
             _fail("the synthetic clip needs a --size of at least 28x28")
+    options = _method_options(methods, ratios, preset, method_args)
     progress = _Progress(quiet)
     backbone = _load(model, device, dtype, attention, max_pixels, progress)
     from . import profile as prof
@@ -567,13 +789,50 @@ def profile(
 
     source = video if video is not None else prof.synthetic_clip(seconds, width, height, sampling,
                                                                  backbone.default_frames)
+    configs = {m: _method_config(backbone, m, ratios[0], preset, options[m]) for m in methods}
     result = _run(lambda: prof.profile(backbone, source, prompt, ratios, sampling=sampling, repeats=repeats,
-                                       warmup=warmup, preset=preset, on_step=progress.step), progress)
+                                       warmup=warmup, preset=preset, on_step=progress.step, methods=methods,
+                                       configs=configs), progress)
     data = result.to_dict()
     if as_json:
         typer.echo(to_json(data))
     else:
         render_profile(data, out)
+
+
+@app.command()
+def serve(
+    model: str = MODEL,
+    host: str = typer.Option("127.0.0.1", "--host", help="Address to listen on; 0.0.0.0 exposes the model to your "
+                             "network (then set --api-key)."),
+    port: int = typer.Option(8000, "--port", callback=_checked(check_count, "--port", 0),
+                             help="TCP port (0: any free one; the address is printed)."),
+    api_key: str = typer.Option(None, "--api-key", envvar="OTTVID_API_KEY", show_default="none",
+                                help="Require `Authorization: Bearer KEY` on /v1 requests."),
+    allowed_media_dir: str = typer.Option(None, "--allowed-media-dir", show_default="none",
+                                          help="Serve local videos (file:// or absolute paths) from under this folder "
+                                               "only, symlinks and .. resolved."),
+    max_upload_mb: float = typer.Option(100.0, "--max-upload-mb", callback=_checked(check_positive, "--max-upload-mb"),
+                                        help="Largest video sent as a data: URL (413 beyond)."),
+    max_queue: int = typer.Option(16, "--max-queue", callback=_checked(check_count, "--max-queue", 0),
+                                  help="Requests waiting for the model at most (503 with Retry-After beyond)."),
+    timeout: float = typer.Option(300.0, "--timeout", callback=_checked(check_positive, "--timeout"),
+                                  help="Seconds a request may take, waiting included (504 beyond)."),
+    cache_dir: str = CACHE_DIR,
+    quiet: bool = QUIET,
+    device: str = DEVICE,
+    dtype: str = DTYPE,
+    attention: str = ATTENTION,
+    max_pixels: int = MAX_PIXELS,
+    decoder: str = DECODER,
+) -> None:
+    """Serve an OpenAI-compatible HTTP API (/v1/chat/completions with a video_url part), the model loaded once.
+
+    Needs the serve extra (FastAPI, uvicorn); API, errors and security rules: docs/serve.md."""
+    from .serve.command import serve as run
+
+    run(model, host, port, api_key, allowed_media_dir, max_upload_mb, max_queue, timeout, _cache_path(cache_dir),
+        device, dtype, attention, max_pixels, decoder, quiet)
 
 
 convert_app = typer.Typer(help="Convert checkpoints into formats transformers (and ottvid) load.",
@@ -600,6 +859,11 @@ def convert_llava_video(
     out.print(f"wrote {done.destination}: {done.tensors} tensors ({done.dropped} unused dropped), "
               f"{done.vision_layers} vision layers, {done.tokens_per_frame} tokens a frame, newline per "
               f"{done.newline_position}, {done.frames} frames by default", highlight=False)
+
+
+from .eval.command import eval_command  # noqa: E402  (it uses the shared options above)
+
+app.command("eval")(eval_command)
 
 
 def main() -> None:

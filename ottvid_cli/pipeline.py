@@ -10,7 +10,7 @@ without encoding again. `ask` and `ground` add generation and reply parsing on t
 from __future__ import annotations
 
 from contextlib import contextmanager
-from dataclasses import dataclass, field, replace
+from dataclasses import asdict, dataclass, field, is_dataclass, replace
 from pathlib import Path
 from typing import Any, Callable
 
@@ -28,15 +28,28 @@ STAGES = ("decode", "preprocess", "vision", "saliency", "compression", "prefill"
 
 
 def make_config(ratio: float = 0.1, preset: str = "paper", backbone: Any = None,
-                config: OTTVidConfig | None = None) -> OTTVidConfig:
-    """The compression settings: `config` with this ratio when given, else the preset ("paper", or
-    "official": the authors' code, with the backbone's `official_overrides`)."""
+                config: Any = None, method: str = "ottvid", options: dict[str, Any] | None = None) -> Any:
+    """The compression settings of `method`: `config` with this ratio (and `options`) when given;
+    else for ottvid the preset ("paper", or "official": the authors' code, with the backbone's
+    `official_overrides`), for another registered method its defaults; `options` set config fields
+    (they win over the preset). None for method "none". ValueError for a bad preset or option."""
+    options = dict(options or {})
+    if method == "none":
+        methods.make_config("none", 1.0, **options)  # no options: a ValueError naming none's
+        return None
     if config is not None:
-        return config if config.ratio == ratio else replace(config, ratio=ratio)
+        changes = {**options, **({"ratio": ratio} if config.ratio != ratio else {})}
+        return replace(config, **changes) if changes else config
     if preset not in PRESETS:
         raise ValueError(f"preset must be one of {', '.join(PRESETS)}, got {preset!r}")
+    if method != "ottvid":
+        if preset != "paper":
+            raise ValueError(f"preset {preset!r} is OTT-Vid's (the authors' code): method {method} has its own "
+                             f"defaults, set with options")
+        return methods.make_config(method, ratio, **options)
     overrides = dict(getattr(backbone, "official_overrides", {}) or {}) if preset == "official" else {}
-    return OTTVidConfig.preset(preset, ratio=ratio, **overrides)
+    methods.make_config("ottvid", ratio, **options)  # unknown options: the registry's one-line error
+    return OTTVidConfig.preset(preset, ratio=ratio, **{**overrides, **options})
 
 
 @dataclass
@@ -56,6 +69,7 @@ class Prepared:
     compressed: Compressed | None = field(repr=False)
     frames: dict[str, Any]
     timings_ms: dict[str, float | None]
+    history: tuple = ()  # earlier (question, answer) turns the inputs hold before `prompt` (see reprompt)
 
     @property
     def features(self) -> torch.Tensor:
@@ -73,8 +87,9 @@ class Prepared:
 
     @property
     def assignment(self) -> torch.Tensor | None:
-        """(T*N,) output row of each input token (-1 dropped), None when nothing was compressed; models
-        with more per-token tensors than the main features (Qwen3-VL's DeepStack) merge them by it."""
+        """(T*N,) output row of each input token (-1 dropped), None when nothing was compressed. Models
+        with more per-token tensors than the main features (Qwen3-VL's DeepStack) take `compressed`
+        itself (its `apply` follows the method's exact merge map)."""
         return self.compressed.assignment if self.compressed is not None else None
 
     @property
@@ -91,6 +106,16 @@ class Prepared:
         return replace(self, method=method, config=config if method != "none" else None,
                        compressed=compressed, timings_ms=timings)
 
+    def reprompt(self, prompt: str, history: list[tuple[str, str]] | tuple = ()) -> "Prepared":
+        """The same video, visual tokens and compression with another prompt (after earlier
+        (question, answer) turns): only the text part of the processor's inputs is rebuilt; nothing
+        is decoded, preprocessed or encoded (a new Prepared; this one is unchanged)."""
+        history = tuple((str(q), str(a)) for q, a in history)
+        if prompt == self.prompt and history == self.history:
+            return self
+        inputs = self.backbone.reprompt(self.inputs, self.prompt, prompt, history, self.history)
+        return replace(self, prompt=prompt, inputs=inputs, history=history)
+
     def tokens(self, llm_input: int, generated: int = 0) -> dict[str, Any]:
         """Token counts at each stage, for an LLM input of `llm_input` tokens."""
         visual = self.visual
@@ -99,6 +124,10 @@ class Prepared:
         report = self.compressed.report if self.compressed is not None else None
         kept = int(self.kept.numel())
         spatial = getattr(report, "K", None)  # OTT-Vid's spatial stage; other methods have none
+        merges, prunes = sum(getattr(report, "merges", [])), sum(getattr(report, "prunes", []))
+        if report is not None and spatial is None:  # another method: read its assignment
+            alive = int((self.compressed.assignment >= 0).sum())
+            merges, prunes = alive - kept, visual.count - alive  # merged into another row; dropped
         return {
             "visual_before": visual.count,
             "after_spatial": groups * spatial if spatial is not None else visual.count,
@@ -107,8 +136,8 @@ class Prepared:
             "text": llm_input - kept - newlines,
             "newline": newlines,
             "groups": groups, "per_group": per_group, "grid": list(visual.grid),
-            "merges": sum(getattr(report, "merges", [])),
-            "prunes": sum(getattr(report, "prunes", [])),
+            "merges": merges,
+            "prunes": prunes,
             "generated": generated,
         }
 
@@ -165,6 +194,9 @@ def _compress(backbone, visual, method: str, config: OTTVidConfig | None,
         return None, None
     if visual.saliency is None:
         raise ValueError("these visual tokens were encoded without saliency: prepare(..., saliency=True)")
+    kind = methods.get(method).config
+    if not isinstance(config, kind):
+        raise ValueError(f"method {method} takes a {kind.__name__}, got a {type(config).__name__}")
     watch = Stopwatch(backbone.device)
     with watch("compression"):
         if method == "ottvid":
@@ -206,6 +238,9 @@ class RunResult:
     tokens: dict[str, Any]
     timings_ms: dict[str, float | None]
     prepared: Prepared = field(repr=False)
+    cache_hit: bool = False  # the prepared video came from the cache (session.Engine), not from the encoder
+    prefix: Any = field(default=None, repr=False)  # the KV cache of the prompt's prefix this run used or kept
+    prefilled_tokens: int | None = None  # tokens this run prefilled: the LLM input less a reused prefix
 
     @property
     def clip(self) -> Video:
@@ -225,8 +260,15 @@ class RunResult:
 
     @property
     def compression(self) -> dict[str, Any] | None:
-        """The compression report as plain data (None with method "none")."""
-        return self.prepared.compressed.report.to_dict() if self.prepared.compressed is not None else None
+        """The compression report as plain data, with the method and its full config (None with
+        method "none"): OTT-Vid's `CompressionReport` (K, B, merges, prunes, ...) or another
+        method's `MethodReport` (M, kept, details, ...)."""
+        p = self.prepared
+        if p.compressed is None:
+            return None
+        report = p.compressed.report.to_dict()
+        config = asdict(p.config) if is_dataclass(p.config) else report.get("config", {})
+        return {"method": p.method, **report, "config": config}
 
     def to_dict(self) -> dict[str, Any]:
         p = self.prepared
@@ -237,6 +279,7 @@ class RunResult:
             "frames": p.frames, "tokens": self.tokens,
             "compression": self.compression,
             "timings_ms": {"load": getattr(p.backbone, "load_ms", None), **{k: self.timings_ms.get(k) for k in STAGES}},
+            "cache_hit": self.cache_hit,
         }
 
 
@@ -249,11 +292,10 @@ def ask(backbone, video: str | Path | Video, question: str, options: list[str] |
     `frames`) defaults to the model's own frame count (32; 64 for LLaVA-Video); `on_token` receives
     the reply's text as it is generated (the result holds the full text either way)."""
     prompt = qa.build_prompt(question, options)
-    prepared = prepare(backbone, video, sampling or Sampling(frames=frames), method, make_config(ratio, preset, backbone, config),
+    prepared = prepare(backbone, video, sampling or Sampling(frames=frames), method,
+                       make_config(ratio, preset, backbone, config, method),
                        prompt=prompt, on_step=on_step)
-    result = _generate(prepared, "ask", max_new_tokens, on_step, on_token)
-    result.letter = qa.parse_letter(result.answer, options) if options else None
-    return result
+    return answer(prepared, "ask", max_new_tokens, on_step, on_token, options=options)
 
 
 def ground(backbone, video: str | Path | Video, query: str, sampling: Sampling | None = None, ratio: float = 0.1,
@@ -264,23 +306,32 @@ def ground(backbone, video: str | Path | Video, query: str, sampling: Sampling |
     holds no time. `sampling` defaults to 2 fps, at most 768 frames."""
     prompt = grounding.build_prompt(query)
     prepared = prepare(backbone, video, sampling or Sampling.grounding(), method,
-                       make_config(ratio, preset, backbone, config), prompt=prompt, on_step=on_step)
-    result = _generate(prepared, "ground", max_new_tokens, on_step, on_token)
-    span = grounding.parse_span(result.answer, prepared.clip.duration)
-    result.span = list(span) if span is not None else None
-    return result
+                       make_config(ratio, preset, backbone, config, method), prompt=prompt, on_step=on_step)
+    return answer(prepared, "ground", max_new_tokens, on_step, on_token)
 
 
-def _generate(prepared: Prepared, task: str, max_new_tokens: int, on_step, on_token) -> RunResult:
+def answer(prepared: Prepared, task: str, max_new_tokens: int, on_step=None, on_token=None,
+           options: list[str] | None = None, prefix: Any = None, keep_prefix: bool = False,
+           cache_hit: bool = False) -> RunResult:
+    """Generate the reply to `prepared.prompt` ("ask": with the chosen letter when `options` are given;
+    "ground": with the span). `prefix` / `keep_prefix`: prefix reuse (`KeptTokenGeneration.generate`);
+    the prefix the run used or kept is `result.prefix`."""
     if on_step is not None:
         on_step("generate")
     generated = prepared.backbone.generate(prepared.inputs, prepared.features, prepared.kept,
                                            max_new_tokens=max_new_tokens, on_token=on_token,
-                                           assignment=prepared.assignment)
+                                           compressed=prepared.compressed, prefix=prefix, keep_prefix=keep_prefix)
     timings = {**prepared.timings_ms, "prefill": generated.prefill_ms, "generate": generated.generate_ms}
-    return RunResult(task=task, answer=generated.text, letter=None, span=None,
-                     tokens=prepared.tokens(generated.llm_input_tokens, generated.new_tokens),
-                     timings_ms=timings, prepared=prepared)
+    result = RunResult(task=task, answer=generated.text, letter=None, span=None,
+                       tokens=prepared.tokens(generated.llm_input_tokens, generated.new_tokens),
+                       timings_ms=timings, prepared=prepared, cache_hit=cache_hit, prefix=generated.prefix,
+                       prefilled_tokens=generated.prefilled_tokens)
+    if task == "ask":
+        result.letter = qa.parse_letter(result.answer, options) if options else None
+    else:
+        span = grounding.parse_span(result.answer, prepared.clip.duration)
+        result.span = list(span) if span is not None else None
+    return result
 
 
 def plan_counts(groups: int, tokens: int, ratio: float = 0.1, gamma: float = 0.3) -> dict[str, Any]:
@@ -301,7 +352,7 @@ def write_picture(prepared: Prepared, path: str | Path, max_tiles: int | None = 
     from . import show
 
     if prepared.compressed is None:
-        raise ValueError("a picture of the kept tokens needs method ottvid")
+        raise ValueError("a picture of the kept tokens needs a compressing method (method none keeps every token)")
     extra = {} if max_tiles is None else {"max_tiles": max_tiles}
     return show.write_picture(prepared.clip, prepared.compressed, prepared.visual.grid,
                               prepared.backbone.frames_per_group, path, **extra).to_dict()

@@ -1,9 +1,13 @@
-"""`ottvid profile`: where time and memory go, uncompressed vs each ratio, on the same decoded frames.
+"""`ottvid profile`: where time and memory go, uncompressed vs each method at each ratio (the paper's
+Table 4), on the same decoded frames and the same encoder output.
 
-Each row (vanilla, then each ratio) runs preprocess -> vision encoder -> saliency -> compression
--> LLM prefill, `warmup` times untimed and `repeats` times timed, through the same backbone and
-`compress` calls that `ask` uses. TTFT is vision + saliency + compression + prefill: the time from
-preprocessed inputs to the first generated token. Nothing here prints.
+The frames are preprocessed and encoded (vision encoder + saliency) `warmup` times untimed and
+`repeats` times timed, once for all runs (not per run): the encoder runs `warmup + repeats` times in
+all, and its last output is what every run compresses (`Prepared.recompress`). Each run (vanilla,
+then each method at each ratio) then compresses and prefills the LLM, `warmup` times untimed and
+`repeats` times timed, through the same calls `ask` uses. TTFT is vision + saliency + compression +
+prefill (vanilla: vision + prefill), the i-th timed encoding paired with the i-th timed run: the
+time from preprocessed inputs to the first generated token. Nothing here prints.
 """
 
 from __future__ import annotations
@@ -12,15 +16,15 @@ import os
 import statistics
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 import numpy as np
 import torch
 
 from .compression import OTTVidConfig
-from .pipeline import Sampling, make_config, prepare
+from .pipeline import Prepared, Sampling, make_config, prepare
 from .timing import Stopwatch, synchronize
 from .video import Timeline, Video, _even, _frames_at
 
@@ -30,17 +34,18 @@ COMPRESSION_STAGES = ("similarity", "selection", "mass", "cost", "sinkhorn", "bu
 
 @dataclass
 class ProfileRow:
-    method: str  # "none" or "ottvid"
+    method: str  # "none" or a registered method
     ratio: float
     visual_tokens: int
     llm_input_tokens: int
     timings_ms: dict[str, dict[str, float]]
     ttft_ms: float
     ttft_speedup: float
-    peak_memory_mb: float
+    peak_memory_mb: float  # the larger of the shared encoding's peak and this run's (compression + prefill)
     memory_kind: str
     prefill_tflops: float
     vision_tflops: float
+    config: dict[str, Any] | None = None  # the method's full config (None for vanilla)
 
     def to_dict(self) -> dict[str, Any]:
         return dict(self.__dict__)
@@ -67,9 +72,13 @@ def summary(values: list[float]) -> dict[str, float]:
 def profile(backbone, video: str | Path | Video, prompt: str, ratios: list[float], repeats: int = 5,
             warmup: int = 1, decode: Callable[[], Video] | None = None, config: OTTVidConfig | None = None,
             sampling: Sampling | None = None, preset: str = "paper",
-            on_step: Callable[[str], None] | None = None) -> ProfileResult:
-    """Profile vanilla and every ratio on the same frames. video: a file (sampled per `sampling`, and
-    its decoding timed), or a decoded Video (then `decode`, if given, is re-run to time decoding)."""
+            on_step: Callable[[str], None] | None = None, methods: Sequence[str] = ("ottvid",),
+            configs: dict[str, Any] | None = None) -> ProfileResult:
+    """Profile vanilla and every method at every ratio on the same frames and encoder output. video:
+    a file (sampled per `sampling`, and its decoding timed), or a decoded Video (then `decode`, if
+    given, is re-run to time decoding). methods: registered names ("none" is always the first run);
+    configs: a config per method whose ratio each run replaces (default: `config` for ottvid, else
+    the method's defaults); preset: ottvid's ("official" leaves the other methods' defaults)."""
     if repeats < 1 or warmup < 0:
         raise ValueError("repeats must be >= 1 and warmup >= 0")
     for ratio in ratios:
@@ -91,16 +100,29 @@ def profile(backbone, video: str | Path | Video, prompt: str, ratios: list[float
             decode_ms.append((time.perf_counter() - start) * 1e3)
     result = ProfileResult(model=backbone.name, device=_device_name(device), repeats=repeats, warmup=warmup,
                            frames=sampling.describe(video, backbone.default_frames))
-    plans = [("none", 1.0)] + [("ottvid", r) for r in ratios]
-    for method, ratio in plans:
-        step(f"{'vanilla' if method == 'none' else f'ratio {ratio:g}'}")
-        cfg = make_config(ratio, preset, backbone, config)
+    methods = [m for m in dict.fromkeys(methods) if m != "none"]
+    plans = [("none", 1.0)] + [(m, r) for m in methods for r in ratios]
+    templates = {"ottvid": config, **(configs or {})}
+    cfgs = [make_config(r, preset if m == "ottvid" else "paper", backbone, templates.get(m), m) for m, r in plans]
+    step("vision encoder (once for every run)")
+    encodings = []
+    with _PeakMemory(device) as encoding_memory:
+        for i in range(warmup + repeats):
+            base = prepare(backbone, video, sampling, "none", None, prompt=prompt, saliency=True)
+            if i >= warmup:
+                encodings.append(base.timings_ms)
+    for (method, ratio), cfg in zip(plans, cfgs):
+        step("vanilla" if method == "none" else f"{method} {ratio:g}")
         for _ in range(warmup):
-            _once(backbone, video, sampling, prompt, method, cfg)
+            _once(base, method, cfg)
         runs = []
         with _PeakMemory(device) as memory:
             for _ in range(repeats):
-                runs.append(_once(backbone, video, sampling, prompt, method, cfg))
+                runs.append(_once(base, method, cfg))
+        for run, encoded in zip(runs, encodings):
+            run["ms"].update({k: encoded[k] for k in ("preprocess", "vision", "saliency")
+                              if encoded.get(k) is not None and (k != "saliency" or method != "none")})
+            run["ms"]["ttft"] = sum(run["ms"].get(k, 0.0) for k in ("vision", "saliency", "compression", "prefill"))
         timings: dict[str, dict[str, float]] = {}
         for stage in ROW_STAGES[1:]:
             values = [r["ms"].get(stage) for r in runs]
@@ -108,16 +130,17 @@ def profile(backbone, video: str | Path | Video, prompt: str, ratios: list[float
                 timings[stage] = summary(values)
         if decode_ms:
             timings["decode"] = summary(decode_ms)
-        if method == "ottvid":
-            for stage in COMPRESSION_STAGES:
-                timings[f"compression.{stage}"] = summary([r["report"]["timings_ms"].get(stage, 0.0) for r in runs])
+        stages = COMPRESSION_STAGES if method == "ottvid" else list((runs[0]["report"] or {}).get("timings_ms", {}))
+        for stage in stages:
+            timings[f"compression.{stage}"] = summary([r["report"]["timings_ms"].get(stage, 0.0) for r in runs])
         last = runs[-1]
         prefill_flops, vision_flops = backbone.flops(last["inputs"], last["llm_tokens"])
         result.rows.append(ProfileRow(
             method=method, ratio=ratio, visual_tokens=last["visual_tokens"], llm_input_tokens=last["llm_tokens"],
             timings_ms=timings, ttft_ms=timings["ttft"]["median"], ttft_speedup=1.0,
-            peak_memory_mb=memory.peak_mb, memory_kind=memory.kind,
+            peak_memory_mb=max(memory.peak_mb, encoding_memory.peak_mb), memory_kind=memory.kind,
             prefill_tflops=prefill_flops / 1e12, vision_tflops=vision_flops / 1e12,
+            config=asdict(cfg) if cfg is not None else None,
         ))
     vanilla = result.rows[0].ttft_ms
     for row in result.rows:
@@ -125,16 +148,16 @@ def profile(backbone, video: str | Path | Video, prompt: str, ratios: list[float
     return result
 
 
-def _once(backbone, video: Video, sampling: Sampling, prompt: str, method: str,
-          config: OTTVidConfig) -> dict[str, Any]:
-    """One timed pass: `prepare` as `ask` runs it (every compression stage timed), then the prefill."""
-    prepared = prepare(backbone, video, sampling, method, config, prompt=prompt, timer=True)
+def _once(base: Prepared, method: str, config: Any) -> dict[str, Any]:
+    """One timed pass of a run: the encoded video compressed as `ask` does it (every compression stage
+    timed), then the prefill; preprocess, vision and saliency come from the shared encoding."""
+    backbone = base.backbone
+    prepared = base if method == "none" else base.recompress(config, method, timer=True)
     watch = Stopwatch(backbone.device)
     with watch("prefill"):
-        llm_tokens = backbone.prefill(prepared.inputs, prepared.features, prepared.kept, prepared.assignment)
-    ms = {k: v for k, v in prepared.timings_ms.items() if v is not None}
+        llm_tokens = backbone.prefill(prepared.inputs, prepared.features, prepared.kept, prepared.compressed)
+    ms = {"compression": prepared.timings_ms["compression"]} if method != "none" else {}
     ms["prefill"] = watch.ms["prefill"]
-    ms["ttft"] = sum(ms.get(k, 0.0) for k in ("vision", "saliency", "compression", "prefill"))
     report = prepared.compressed.report.to_dict() if prepared.compressed is not None else None
     return {"ms": ms, "report": report, "inputs": prepared.inputs, "llm_tokens": llm_tokens,
             "visual_tokens": int(prepared.kept.numel())}

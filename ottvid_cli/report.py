@@ -61,8 +61,11 @@ def render_run(result: dict[str, Any], console: Console, streamed: bool = False)
     table.add_column("")
     table.add_row("vision encoder", f"{before:,}", "100.0%",
                   f"{tokens['groups']} groups x {tokens['per_group']} ({tokens['grid'][0]}x{tokens['grid'][1]})")
-    if result["compression"] is not None:
-        c = result["compression"]
+    c = result["compression"]
+    if c is not None and "K" not in c:  # another method: one step, read from its assignment
+        table.add_row(result["method"], f"{tokens['visual_after']:,}", f"{tokens['visual_after'] / before:.1%}",
+                      f"{tokens['merges']} merged into kept tokens, {tokens['prunes']} dropped")
+    elif c is not None:
         table.add_row("spatial selection", f"{tokens['after_spatial']:,}", f"{tokens['after_spatial'] / before:.1%}",
                       f"K={c['K']} per group")
         table.add_row("temporal merge / prune", f"{tokens['visual_after']:,}", f"{tokens['visual_after'] / before:.1%}",
@@ -88,7 +91,8 @@ def render_show(data: dict[str, Any], console: Console) -> None:
     """`ottvid show`: what was written."""
     note = f", 1 group in {data['every']} shown" if data["every"] > 1 else ""
     console.print(f"wrote {data['path']}: {data['width']}x{data['height']}, {data['tiles']} tiles{note}; "
-                  f"kept {data['kept']} of {data['total']} tokens", highlight=False, markup=False)
+                  f"{data.get('method', 'ottvid')} kept {data['kept']} of {data['total']} tokens", highlight=False,
+                  markup=False)
     for line in data.get("frames", {}).get("notes", []):
         console.print(f"frames: {line}", style="yellow", highlight=False, markup=False)
 
@@ -129,8 +133,7 @@ def render_profile(data: dict[str, Any], console: Console) -> None:
     continue in a further table, so no number is cut."""
     rows = data["rows"]
     title = f"{data['model']} on {data['device']}: {data['frames']['count']} frames, {data['frames']['duration']:.1f} s"
-    runs = [("vanilla" if row["method"] == "none" else f"OTT-Vid {row['ratio']:g}",
-             [cell(row) for _, cell in _PROFILE_MEASURES]) for row in rows]
+    runs = [(run_label(row), [cell(row) for _, cell in _PROFILE_MEASURES]) for row in rows]
 
     def table_of(chunk: list, titled: bool) -> Table:
         table = Table(title=title if titled else None)
@@ -150,20 +153,45 @@ def render_profile(data: dict[str, Any], console: Console) -> None:
             chunk, printed = [], printed + 1
         chunk.append(run)
     console.print(table_of(chunk, not printed))
-    compressed = [r for r in rows if r["method"] == "ottvid"]
-    if compressed:
-        stages = Table(title="compression stages (median ms)")
+    for method in dict.fromkeys(r["method"] for r in rows):  # each method's own stages, if it times them
+        timed = [r for r in rows if r["method"] == method
+                 and any(k.startswith("compression.") for k in r["timings_ms"])]
+        if not timed:
+            continue
+        stages = Table(title=f"{run_label(timed[0]).rsplit(' ', 1)[0]} compression stages (median ms)")
         stages.add_column("ratio")
-        names = [k.split(".", 1)[1] for k in compressed[0]["timings_ms"] if k.startswith("compression.")]
+        names = [k.split(".", 1)[1] for k in timed[0]["timings_ms"] if k.startswith("compression.")]
         for name in names:
             stages.add_column(name, justify="right")
-        for row in compressed:
-            stages.add_row(f"{row['ratio']:g}", *(f"{row['timings_ms'][f'compression.{n}']['median']:.1f}"
-                                                 for n in names))
+        for row in timed:
+            stages.add_row(f"{row['ratio']:g}", *(_ms_short(row["timings_ms"][f"compression.{n}"]["median"])
+                                                 if f"compression.{n}" in row["timings_ms"] else "-" for n in names))
         console.print(stages)
     console.print(f"[dim]times in ms: median, then min-max of {data['repeats']} runs after {data['warmup']} "
-                  f"warm-up; TTFT = vision + saliency + compression + prefill; memory: {rows[0]['memory_kind']}; "
+                  f"warm-up; preprocess, vision and saliency: one encoding shared by every run; TTFT = vision + "
+                  f"saliency + compression + prefill; memory: {rows[0]['memory_kind']}; "
                   f"TFLOPs from the model config (docs/profile.md)[/]")
+
+
+def run_label(row: dict[str, Any]) -> str:
+    """A profile run's column heading: vanilla, OTT-Vid 0.1, fastvid 0.25, ..."""
+    if row["method"] == "none":
+        return "vanilla"
+    return f"{'OTT-Vid' if row['method'] == 'ottvid' else row['method']} {row['ratio']:g}"
+
+
+def render_methods(data: list[dict[str, Any]], console: Console) -> None:
+    """`ottvid methods`: each registered method, what it does, its options and their defaults."""
+    table = Table(title="compression methods (--method NAME, options with --method-arg key=value)")
+    table.add_column("method", style="bold", no_wrap=True)
+    table.add_column("what it does")
+    table.add_column("options (defaults)")
+    for method in data:
+        options = ", ".join(f"{k}={v}" for k, v in method["defaults"].items() if k != "ratio") or "-"
+        table.add_row(method["name"], method["summary"], options)
+    console.print(table)
+    console.print("[dim]--ratio sets every method's share kept (none keeps all); --preset official is ottvid's "
+                  "(the authors' code); see docs/methods.md[/]")
 
 
 def render_counts(data: dict[str, Any], ratio: float, gamma: float, console: Console) -> None:

@@ -26,7 +26,8 @@ DEVICES = "auto, cpu, cuda, cuda:N or mps"
 DTYPES = ("auto", "float32", "fp32", "bfloat16", "bf16", "float16", "fp16")
 ATTENTIONS = ("auto", "sdpa", "eager", "flash", "flash_attention_2")
 PRESETS = ("paper", "official")  # compression.config.PRESETS, without importing torch
-METHODS = ("ottvid", "none")  # on the command line; the library takes every compression.methods name
+# compression.methods.names() without importing torch (tests/test_cli_methods.py checks they agree)
+METHODS = ("ottvid", "none", "topk", "divprune", "visionzip", "fastvid", "holitom", "flashvid", "unicomp")
 # qwen-vl-utils' cap on frames sampled at a rate (its VIDEO_MAX_FRAMES); the paper's grounding runs
 # decode at 2 fps up to this many frames and subsample uniformly beyond it.
 DEFAULT_MAX_FRAMES = 768

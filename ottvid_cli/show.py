@@ -1,7 +1,12 @@
-"""Pictures of what OTT-Vid kept: a contact sheet of token decisions and the budget panel (Pillow).
+"""Pictures of what compression kept: a contact sheet of token decisions and, for OTT-Vid, the budget
+panel (Pillow).
 
-Drawn only from what `compress` returned (`assignment`, `index`, `selected`, `report`): nothing is
-recomputed. Pillow is imported inside the functions, so commands that draw nothing do not load it.
+Drawn only from what the method returned (`assignment`, `index`, `selected`, `report`): nothing is
+recomputed. OTT-Vid's result (it has `selected` and per-pair budgets) is drawn by stage: kept,
+merged chains, spatially pruned, temporally pruned, and the budget panel. Any other method's is
+drawn from its assignment alone: kept (the tokens given to the LLM, at their positions), merged
+(tokens whose assignment is another token's row, outlined in that row's colour), dropped. Pillow
+is imported inside the functions, so commands that draw nothing do not load it.
 """
 
 from __future__ import annotations
@@ -35,11 +40,17 @@ class Layout:
     words: list[str] = field(default_factory=list)
 
 
-def token_classes(assignment: np.ndarray, index: np.ndarray, selected: np.ndarray, tokens: int) -> np.ndarray:
-    """Class of every input token: 0 kept alone, 1 member of a merged chain, 2 spatially pruned,
-    3 temporally pruned (selected, then dropped by the temporal stage)."""
+def token_classes(assignment: np.ndarray, index: np.ndarray, selected: np.ndarray | None, tokens: int) -> np.ndarray:
+    """Class of every input token. OTT-Vid (`selected` given): 0 kept alone, 1 member of a merged
+    chain, 2 spatially pruned, 3 temporally pruned (selected, then dropped by the temporal stage).
+    Another method (`selected` None): 0 kept (an output row's own position), 1 merged (assigned to
+    another token's row), 2 dropped."""
     assignment = np.asarray(assignment)
     classes = np.full(assignment.shape, 2, dtype=np.int64)
+    if selected is None:
+        classes[assignment >= 0] = 1
+        classes[np.asarray(index)] = 0
+        return classes
     chosen = np.zeros(assignment.shape, dtype=bool)
     groups = selected.shape[0]
     chosen[(selected + np.arange(groups)[:, None] * tokens).reshape(-1)] = True
@@ -82,8 +93,8 @@ def _wrap(pen, font, text: str, width: float) -> list[str]:
     return lines
 
 
-def captions(classes: np.ndarray, assignment: np.ndarray, groups: int, grid: tuple[int, int], selected_count: int,
-             report: dict[str, Any], step: int, shown: int) -> tuple[str, list[tuple[str, int]], list[str]]:
+def captions(classes: np.ndarray, assignment: np.ndarray, groups: int, grid: tuple[int, int],
+             selected_count: int | None, report: dict[str, Any], step: int, shown: int) -> tuple[str, list[tuple[str, int]], list[str]]:
     """The words of the picture, from the same counts it draws: (header line, legend entries as
     (text, class; -1 for the legend's heading), the budget panel's caption lines). Every number is a
     count of input tokens or of tokens given to the LLM, and says which: the LLM gets the tokens kept
@@ -94,6 +105,15 @@ def captions(classes: np.ndarray, assignment: np.ndarray, groups: int, grid: tup
     members = np.bincount(alive) if alive.size else np.zeros(0, dtype=np.int64)
     alone, chains = int((members == 1).sum()), int((members > 1).sum())
     n = {k: int((classes == k).sum()) for k in range(4)}
+    if selected_count is None:  # another method: kept / merged / dropped, from its assignment
+        method = report.get("method", "this method")
+        header = (f"T={groups} groups of {gh}x{gw} tokens; {method} gives the LLM {alone + chains} of {total} "
+                  f"tokens: {alone} kept as they are + {chains} that absorbed merged tokens; drawn from "
+                  f"{method}'s assignment (it reports no stages)"
+                  + (f"; showing 1 group in {step} ({shown} of {groups})" if step > 1 else ""))
+        legend = [(f"all {total} input tokens:", -1), (f"kept {n[0]}", 0),
+                  (f"merged into another kept token {n[1]} (outlined in its colour)", 1), (f"dropped {n[2]}", 2)]
+        return header, legend, []
     header = (f"T={groups} groups of {gh}x{gw} tokens; the LLM gets {alone + chains} of {total} tokens: "
               f"{alone} kept as they are + {chains} merged, each from a chain of tokens across frames"
               + (f"; showing 1 group in {step} ({shown} of {groups})" if step > 1 else ""))
@@ -123,8 +143,14 @@ def draw(frames: list[np.ndarray], timestamps: list[float], grid: tuple[int, int
     tokens = gh * gw
     assignment = np.asarray(assignment.cpu() if hasattr(assignment, "cpu") else assignment)
     index = np.asarray(index.cpu() if hasattr(index, "cpu") else index)
-    selected = np.asarray(selected.cpu() if hasattr(selected, "cpu") else selected)
+    selected = None if selected is None else np.asarray(selected.cpu() if hasattr(selected, "cpu") else selected)
     classes = token_classes(assignment, index, selected, tokens).reshape(groups, gh, gw)
+    alive = assignment >= 0
+    members = np.bincount(assignment[alive], minlength=len(index))
+    chained = np.zeros(assignment.shape, dtype=bool)
+    chained[alive] = members[assignment[alive]] > 1  # in an output row that holds several tokens
+    chained = chained.reshape(groups, gh * gw)
+    staged = selected is not None and len(report.get("B", [])) > 0  # OTT-Vid: the budget panel
     step = max(1, math.ceil(groups / max_tiles))
     shown = list(range(0, groups, step))
     columns = min(len(shown), max(1, round(math.sqrt(len(shown) * 1.6))))
@@ -137,10 +163,11 @@ def draw(frames: list[np.ndarray], timestamps: list[float], grid: tuple[int, int
     font, title_font = _font(size), _font(round(size * 1.25))
     line = round(size * 1.35)
     measure = ImageDraw.Draw(Image.new("RGB", (1, 1)))
-    header, legend, budget = captions(classes, assignment, groups, grid, selected.size, report, step, len(shown))
+    header, legend, budget = captions(classes, assignment, groups, grid, None if selected is None else selected.size,
+                                      report, step, len(shown))
     header_lines = _wrap(measure, font, header, sheet_w - 2 * pad)
     budget_lines = [part for text in budget for part in _wrap(measure, font, text, sheet_w - 2 * pad)]
-    budget_lines = budget_lines if groups > 1 else []
+    budget_lines = budget_lines if groups > 1 and staged else []
     swatch = round(size * 0.8)
     legend_rows: list[list[tuple[str, int, int]]] = [[]]  # (text, class, x) per row
     x = pad
@@ -156,14 +183,15 @@ def draw(frames: list[np.ndarray], timestamps: list[float], grid: tuple[int, int
     label_h = line + 2
     legend_h = len(legend_rows) * line + pad
     chart_h = max(180, round(sheet_w * 0.13))
-    panel_h = len(budget_lines) * line + chart_h + line + pad if groups > 1 else 0
+    panel_h = len(budget_lines) * line + chart_h + line + pad if groups > 1 and staged else 0
     height = header_h + rows * (tile_h + label_h + pad) + pad + legend_h + panel_h + pad
     image = Image.new("RGB", (sheet_w, height), (18, 18, 22))
     pen = ImageDraw.Draw(image)
     layout = Layout(cell=(float(cell), float(cell)), step=step, text_px=size,
-                    words=[header, *(text for text, _ in legend), *(budget if groups > 1 else [])])
+                    words=[header, *(text for text, _ in legend), *(budget if groups > 1 and staged else [])])
 
-    pen.text((pad, pad), title or "OTT-Vid token decisions", fill=(235, 235, 235), font=title_font)
+    default_title = "OTT-Vid token decisions" if selected is not None else f"{report.get('method', '')} token decisions"
+    pen.text((pad, pad), title or default_title, fill=(235, 235, 235), font=title_font)
     y = pad + round(size * 1.25 * 1.35)
     for text in header_lines:
         pen.text((pad, y), text, fill=(190, 190, 190), font=font)
@@ -179,7 +207,7 @@ def draw(frames: list[np.ndarray], timestamps: list[float], grid: tuple[int, int
         temporal = (classes[t] == 3).repeat(cell, 0).repeat(cell, 1)
         shaded[temporal] = shaded[temporal] * 0.6 + np.array([160.0, 20.0, 20.0]) * 0.4  # red tint
         image.paste(Image.fromarray(np.clip(shaded, 0, 255).astype(np.uint8)), (x0, y0))
-        for n in np.flatnonzero(classes[t].reshape(-1) == 1):  # merged: outline in the chain's colour
+        for n in np.flatnonzero(chained[t]):  # merged: outline in the chain's (output row's) colour
             i, j = divmod(int(n), gw)
             colour = component_colour(int(assignment[t * tokens + n]))
             pen.rectangle([x0 + j * cell, y0 + i * cell, x0 + (j + 1) * cell - 1, y0 + (i + 1) * cell - 1],
@@ -198,7 +226,7 @@ def draw(frames: list[np.ndarray], timestamps: list[float], grid: tuple[int, int
                               outline=colours[kind], width=2)
                 x += swatch + size // 2
             pen.text((x, y), text, fill=(220, 220, 220), font=font)
-    if groups > 1:
+    if groups > 1 and staged:
         top = legend_y + legend_h
         _budget_panel(pen, font, report, budget_lines, line, (pad, top, sheet_w - pad, top + panel_h), layout)
     return image, layout
@@ -256,14 +284,14 @@ def _budget_panel(pen, font, report: dict[str, Any], caption: list[str], line: i
 
 def picture(video, compressed, grid: tuple[int, int], frames_per_group: int, title: str = "",
             max_tiles: int = MAX_TILES):
-    """The picture for one run: each temporal group shows its first frame. Returns (image, layout)."""
-    if compressed.selected is None:
-        raise ValueError("this compression result does not record the spatial selection")
-    groups = compressed.selected.shape[0]
+    """The picture for one run: each temporal group shows its first frame. Returns (image, layout).
+    OTT-Vid's result is drawn by stage; any other method's (no `selected`) from its assignment."""
+    report = compressed.report.to_dict()
+    groups = report["T"]
     firsts = [video.frames[min(t * frames_per_group, len(video.frames) - 1)] for t in range(groups)]
     stamps = [video.timestamps[min(t * frames_per_group, len(video.timestamps) - 1)] for t in range(groups)]
     return draw(firsts, stamps, grid, compressed.assignment, compressed.index, compressed.selected,
-                compressed.report.to_dict(), title=title, max_tiles=max_tiles)
+                report, title=title, max_tiles=max_tiles)
 
 
 def save(image, path) -> None:
@@ -283,8 +311,9 @@ class ShowResult:
     groups: int
     kept: int
     total: int
-    B: list[int]
-    B_tot: int
+    B: list[int]  # OTT-Vid's per-pair budgets; empty for another method
+    B_tot: int | None  # None for another method
+    method: str = "ottvid"
 
     def to_dict(self) -> dict[str, Any]:
         return dict(self.__dict__)
@@ -292,17 +321,20 @@ class ShowResult:
 
 def write_picture(video, compressed, grid: tuple[int, int], frames_per_group: int, output,
                   max_tiles: int = MAX_TILES) -> ShowResult:
-    """Draw the picture of one compression result (titled with the video's name and the ratio) and
-    write it to `output`."""
+    """Draw the picture of one compression result (titled with the video's name, the method and the
+    ratio) and write it to `output`."""
     import os
 
-    ratio = compressed.report.config.get("ratio", 1.0)
-    image, layout = picture(video, compressed, grid, frames_per_group, max_tiles=max_tiles,
-                            title=f"{os.path.basename(str(video.path))}: OTT-Vid at ratio {ratio:g}")
-    save(image, output)
     r = compressed.report
+    ratio = r.config.get("ratio", 1.0)
+    method = getattr(r, "method", "ottvid")
+    name = "OTT-Vid" if method == "ottvid" else method
+    image, layout = picture(video, compressed, grid, frames_per_group, max_tiles=max_tiles,
+                            title=f"{os.path.basename(str(video.path))}: {name} at ratio {ratio:g}")
+    save(image, output)
     return ShowResult(path=str(output), width=image.width, height=image.height, tiles=len(layout.tiles),
-                      every=layout.step, groups=r.T, kept=r.kept, total=r.T * r.N, B=list(r.B), B_tot=r.B_tot)
+                      every=layout.step, groups=r.T, kept=r.kept, total=r.T * r.N, B=list(getattr(r, "B", [])),
+                      B_tot=getattr(r, "B_tot", None), method=method)
 
 
 def show_video(backbone, video, output, ratio: float = 0.1, frames: int | None = None, fps: float | None = None,

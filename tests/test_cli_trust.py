@@ -351,3 +351,13 @@ def test_show_that_cannot_write_exits_4(tiny_qwen, tmp_path, monkeypatch):
     monkeypatch.setattr(pipeline, "prepare", prepare)
     result = invoke("show", VIDEO, "-o", out, "--model", tiny_qwen, "--frames", "4")
     assert result.exit_code == 4 and result.stderr.splitlines()[-1].startswith("error: cannot write the picture")
+
+
+def test_a_reader_that_goes_away_is_no_traceback():
+    """`ottvid --help | head -1`: the pipe closes early; the command exits without a traceback."""
+    proc = subprocess.Popen([sys.executable, "-m", "ottvid_cli", "ask", "--help"], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE)
+    proc.stdout.close()  # nobody reads: the first write breaks the pipe
+    err = proc.stderr.read().decode()
+    code = proc.wait(timeout=60)
+    assert "Traceback" not in err and code in (0, 1)

@@ -12,8 +12,8 @@ from typer.testing import CliRunner
 
 from ottvid_cli.backbones import load_backbone
 from ottvid_cli.backbones.positions import qwen3_vl_positions
-from ottvid_cli.backbones.qwen3_vl import Qwen3VL, follow_assignment, qwen3_vision_flops
-from ottvid_cli.compression import OTTVidConfig, compress
+from ottvid_cli.backbones.qwen3_vl import Qwen3VL, qwen3_vision_flops
+from ottvid_cli.compression import Compressed, OTTVidConfig, compress
 from ottvid_cli.tasks import grounding
 from ottvid_cli.video import sample_frames
 
@@ -177,11 +177,11 @@ def test_ratio_one_is_identical_to_the_stock_model(backbone, prepared):
     full = full_position_ids(backbone, inputs)
     stock = backbone.model(**inputs, position_ids=full).logits
     assert torch.equal(backbone.prefill_logits(inputs, c.features, c.index), stock)
-    assert torch.equal(backbone.prefill_logits(inputs, c.features, c.index, assignment=c.assignment), stock)
+    assert torch.equal(backbone.prefill_logits(inputs, c.features, c.index, compressed=c), stock)
     reference = backbone.model.generate(**inputs, position_ids=full, max_new_tokens=12, do_sample=False)
     text = backbone.processor.tokenizer.batch_decode(reference[:, inputs["input_ids"].shape[1]:],
                                                      skip_special_tokens=True)[0].strip()
-    assert backbone.generate(inputs, c.features, c.index, max_new_tokens=12, assignment=c.assignment).text == text
+    assert backbone.generate(inputs, c.features, c.index, max_new_tokens=12, compressed=c).text == text
 
 
 def test_our_positions_equal_the_librarys_for_qwen3_vl(dense, prepared):
@@ -198,8 +198,8 @@ def test_deepstack_follows_the_assignment(backbone, prepared, compressed):
     c = compressed
     flat = visual.features.reshape(visual.count, -1)
     # self-check: the same averaging reproduces compression's own main features bit for bit
-    assert torch.equal(follow_assignment(flat, c.index, c.assignment).to(flat.dtype), c.features)
-    llm = backbone.llm_inputs(inputs, c.features, c.index, assignment=c.assignment)
+    assert c.mixing is None and torch.equal(c.apply(flat).to(flat.dtype), c.features)
+    llm = backbone.llm_inputs(inputs, c.features, c.index, compressed=c)
     encoded = llm["mm_encoder_outputs"]["video"]
     assert torch.equal(encoded.pooler_output[0], c.features)
     counts = torch.bincount(c.assignment[c.assignment >= 0], minlength=c.index.numel())
@@ -214,7 +214,7 @@ def test_deepstack_follows_the_assignment(backbone, prepared, compressed):
                 assert torch.equal(sent[m], rows[c.index[m]])  # a kept token keeps its own rows
             else:
                 torch.testing.assert_close(sent[m], rows[members].float().mean(0), rtol=1e-6, atol=1e-6)
-    # without the assignment, each output takes its root's rows
+    # without the Compressed, each output takes its root's rows
     roots = backbone.llm_inputs(inputs, c.features, c.index)["mm_encoder_outputs"]["video"].deepstack_features
     assert torch.equal(roots[0][0], visual.extra["deepstack"][0].reshape(visual.count, -1)[c.index])
 
@@ -223,7 +223,7 @@ def test_llm_input_is_text_with_timestamps_plus_kept_tokens(backbone, prepared, 
     _, inputs, visual = prepared
     c = compressed
     ids = inputs["input_ids"][0]
-    llm = backbone.llm_inputs(inputs, c.features, c.index, assignment=c.assignment)
+    llm = backbone.llm_inputs(inputs, c.features, c.index, compressed=c)
     text = int((ids != backbone.video_token_id).sum())
     assert llm["input_ids"].shape[1] == text + c.index.numel()
     assert int((llm["input_ids"] == backbone.video_token_id).sum()) == c.index.numel() == round(0.25 * visual.count)
@@ -233,7 +233,7 @@ def test_llm_input_is_text_with_timestamps_plus_kept_tokens(backbone, prepared, 
     slots = torch.sort(torch.cat([(ids != backbone.video_token_id).nonzero().flatten(), video[c.index]])).values
     assert torch.equal(llm["position_ids"][1:, 0], backbone.positions(inputs)[:, 0, slots])
     assert torch.equal(llm["position_ids"][0, 0], torch.arange(slots.numel()))
-    gen = backbone.generate(inputs, c.features, c.index, max_new_tokens=4, assignment=c.assignment)
+    gen = backbone.generate(inputs, c.features, c.index, max_new_tokens=4, compressed=c)
     assert gen.llm_input_tokens == llm["input_ids"].shape[1]
 
 
@@ -248,7 +248,8 @@ def test_a_group_emptied_keeps_its_timestamp_and_markers(dense, prepared):
     kept = (assignment >= 0).nonzero().flatten()
     assignment[kept] = torch.arange(kept.numel())
     flat = visual.features.reshape(t * n, -1)
-    llm = dense.llm_inputs(inputs, flat[kept], kept, assignment=assignment)
+    pruned = Compressed(features=flat[kept], index=kept, assignment=assignment, report=None)
+    llm = dense.llm_inputs(inputs, flat[kept], kept, compressed=pruned)
     text = decoded(dense, llm["input_ids"][0])
     stamps = STAMP.findall(decoded(dense, inputs["input_ids"][0]))
     assert STAMP.findall(text) == stamps
@@ -387,5 +388,42 @@ def test_the_pipeline_sends_deepstack_merged_by_the_assignment(dense):
     assert bool((counts > 1).any())  # some chain was merged, so roots and averages differ
     sent = seen[0]["video"].deepstack_features
     for layer, got in zip(prepared.visual.extra["deepstack"], sent):
-        expected = follow_assignment(layer.reshape(prepared.visual.count, -1), prepared.kept, prepared.assignment)
+        expected = prepared.compressed.apply(layer.reshape(prepared.visual.count, -1))
         assert torch.equal(got[0], expected.to(got[0].dtype))
+
+
+# random weights make tokens look unrelated: thresholds that make HoliTom find static windows and
+# UniComp find similar tokens, so that both merge
+@pytest.mark.parametrize("method,options", [("holitom", {"tau": -1.0}), ("unicomp", {"uc": 1.0})])
+def test_the_pipeline_sends_deepstack_merged_by_a_weighted_method(dense, method, options):
+    """ask() with a method whose outputs are weighted combinations (HoliTom: 0.6 centre + 0.4 mean of
+    its members, over window means; UniComp: 0.5 self + 0.5 mean of its similar tokens): each
+    DeepStack layer reaches the model as `compressed.apply(layer)`, its `mixing` map, which differs
+    from the uniform average over the assignment; a token kept alone keeps its own rows bit for bit."""
+    from ottvid_cli import pipeline
+    from ottvid_cli.compression import methods
+
+    seen = []
+    hook = dense.model.register_forward_pre_hook(
+        lambda module, args, kwargs: seen.append(kwargs.get("mm_encoder_outputs")), with_kwargs=True)
+    try:
+        result = pipeline.ask(dense, DATA / "bikes.mp4", "What happens?", frames=FRAMES, ratio=0.25, method=method,
+                              config=methods.make_config(method, 0.25, **options), max_new_tokens=2)
+    finally:
+        hook.remove()
+    c, visual = result.prepared.compressed, result.prepared.visual
+    assert c.mixing is not None
+    uniform = Compressed(features=c.features, index=c.index, assignment=c.assignment, report=None)  # no mixing
+    dense_map = c.mixing.to_dense()
+    alone = ((dense_map != 0).sum(-1) == 1) & (dense_map[torch.arange(c.index.numel()), c.index] == 1)
+    assert not bool(alone.all())  # some rows are weighted combinations
+    differs = False
+    for layer, got in zip(visual.extra["deepstack"], seen[0]["video"].deepstack_features):
+        rows = layer.reshape(visual.count, -1)
+        got = got[0]
+        assert torch.equal(got, c.apply(rows).to(got.dtype))
+        assert torch.equal(got[alone], rows[c.index[alone]])  # kept alone: its own rows, bit for bit
+        differs |= not torch.allclose(got.float(), uniform.apply(rows), rtol=1e-3, atol=1e-3)
+    assert differs  # the uniform average over the assignment would have sent other rows
+    torch.testing.assert_close(c.apply(visual.features.reshape(visual.count, -1)), c.features.float(),
+                               rtol=1e-5, atol=1e-5)

@@ -121,7 +121,7 @@ def test_ask_show_writes_the_picture_of_that_run(tiny_qwen, tmp_path):
 @pytest.mark.parametrize(
     "args, message",
     [
-        (["ask", DATA / "yoga.mp4", "q", "--method", "none", "--show", "x.png"], "needs --method ottvid"),
+        (["ask", DATA / "yoga.mp4", "q", "--method", "none", "--show", "x.png"], "--method none keeps every token"),
         (["show", DATA / "yoga.mp4", "-o", DATA / "yoga.mp4"], "must be a .png file"),
         (["show", DATA / "yoga.mp4", "-o", "/nonexistent/folder/x.png"], "does not exist"),
         (["show", DATA / "yoga.mp4", "--frames", "8", "--fps", "2"], "not both"),

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable, Protocol
+from typing import Any, Callable, Protocol, Sequence
 
 import torch
 
@@ -43,6 +43,104 @@ class Generated:
     prefill_ms: float
     generate_ms: float
     extra: dict[str, Any] = field(default_factory=dict)
+    prefix: "Prefix | None" = field(default=None, repr=False)  # the KV cache of the prompt's prefix, to reuse
+    prefilled_tokens: int | None = None  # tokens this run prefilled (llm_input_tokens less a reused prefix)
+
+
+@dataclass
+class Prefix:
+    """The KV cache of a prompt's question-independent prefix (system prompt and video, up to the
+    last video token), with the ids and positions it was computed for (a prompt whose first `length`
+    tokens differ cannot use it). `copy()` is what a question continues from; this one stays intact."""
+
+    cache: Any = field(repr=False)  # transformers DynamicCache holding `length` tokens
+    length: int
+    input_ids: torch.Tensor = field(repr=False)
+    position_ids: torch.Tensor | None = field(repr=False, default=None)
+    visual: tuple = field(repr=False, default=())  # `_visual_key` of what it was computed from
+
+    def matches(self, llm: dict[str, Any], visual: tuple = ()) -> bool:
+        """Whether a prompt (its LLM inputs, and the visual tokens they place) starts with this prefix."""
+        if len(visual) != len(self.visual) or not all(_same(a, b) for a, b in zip(visual, self.visual)):
+            return False
+        ids = llm["input_ids"]
+        if ids.shape[1] <= self.length or not torch.equal(ids[:, :self.length], self.input_ids.to(ids.device)):
+            return False
+        positions = _prefix_positions(llm, self.length)
+        return (positions is None) == (self.position_ids is None) and (
+            positions is None or torch.equal(positions, self.position_ids.to(positions.device)))
+
+    def copy(self) -> Any:
+        import copy
+
+        return copy.deepcopy(self.cache)
+
+    @property
+    def nbytes(self) -> int:
+        total = 0
+        for layer in getattr(self.cache, "layers", []):
+            for t in (getattr(layer, "keys", None), getattr(layer, "values", None)):
+                if torch.is_tensor(t):
+                    total += t.numel() * t.element_size()
+        return total
+
+
+def prefix_length(inputs: Any, llm: dict[str, Any], video_token_id: int) -> int:
+    """Tokens of the LLM input (kept sequence `llm`) up to and including the last video token: every
+    visual token and nothing of the question. The tokens after the last video token are the same in
+    the uncompressed prompt (`inputs`) and in the kept sequence."""
+    ids = inputs["input_ids"][0]
+    slots = (ids == video_token_id).nonzero().flatten()
+    if slots.numel() == 0:
+        raise ValueError("the prompt holds no video tokens")
+    after = ids.shape[0] - int(slots[-1]) - 1
+    return int(llm["input_ids"].shape[1]) - after
+
+
+def _same(a: torch.Tensor | None, b: torch.Tensor | None) -> bool:
+    if a is b:
+        return True
+    if a is None or b is None:
+        return False
+    return a.shape == b.shape and torch.equal(a, b.to(a.device))
+
+
+def _visual_key(features: torch.Tensor, kept: torch.Tensor, compressed: Any) -> tuple:
+    """What a prefix's visual tokens are computed from, as tensors for `Prefix.matches`: the features,
+    kept indices and, with a `Compressed`, its assignment and merge map (Qwen3-VL's DeepStack follows them)."""
+    if compressed is None:
+        return features, kept, None, None, None
+    mixing = compressed.mixing
+    if mixing is None:
+        return features, kept, compressed.assignment, None, None
+    mixing = mixing.to_sparse_coo().coalesce() if mixing.layout != torch.sparse_coo else mixing.coalesce()
+    return features, kept, compressed.assignment, mixing.indices(), mixing.values()
+
+
+def _prefix_positions(llm: dict[str, Any], length: int) -> torch.Tensor | None:
+    positions = llm.get("position_ids")
+    return positions[..., :length].clone() if positions is not None else None
+
+
+def _new_cache(model: Any) -> Any:
+    from transformers import DynamicCache
+
+    return DynamicCache(config=model.config)
+
+
+def _cut(cache: Any, length: int) -> bool:
+    """Cut a DynamicCache back to its first `length` tokens, compacted (False, cache untouched, when a
+    layer is not a plain full-attention layer whose cut is exact)."""
+    from transformers.cache_utils import DynamicLayer
+
+    layers = getattr(cache, "layers", None)
+    if not layers or any(type(layer) is not DynamicLayer for layer in layers):
+        return False
+    for layer in layers:
+        if layer.is_initialized and layer.keys is not None:
+            layer.keys = layer.keys[..., :length, :].clone()
+            layer.values = layer.values[..., :length, :].clone()
+    return True
 
 
 class Backbone(Protocol):
@@ -55,25 +153,28 @@ class Backbone(Protocol):
     grounds: bool  # whether the model is trained to answer with time spans
     official_overrides: dict  # OTTVidConfig.official() overrides that reproduce the authors' code on this model
 
-    def preprocess(self, frames, timestamps: list[float], duration: float, prompt: str) -> Any: ...
+    def preprocess(self, frames, timestamps: list[float], duration: float, prompt: str,
+                   history: Sequence[tuple[str, str]] = ()) -> Any:
+        """The processor's inputs for the video and `prompt`, after earlier (question, answer) turns."""
+        ...
 
     def encode(self, inputs: Any, saliency: bool = True, watch: Any = None) -> VisualTokens: ...
 
     def llm_inputs(self, inputs: Any, features: torch.Tensor, kept: torch.Tensor,
-                   assignment: torch.Tensor | None = None) -> dict[str, Any]:
+                   compressed: Any = None) -> dict[str, Any]:
         """generate() / forward kwargs with only the kept visual tokens (features (M, D) at ascending flat
         indices `kept` (M,)): input_ids, attention_mask, mm_encoder_outputs and, for M-RoPE models,
         position_ids (4, B, L') (row 0 the sequence index 0..L'-1, rows 1-3 the uncompressed M-RoPE
-        positions of what was kept; see docs/positions.md). `assignment` (T*N,) (`Compressed.assignment`)
-        lets a model merge its other per-token tensors (Qwen3-VL's DeepStack) the same way; the others
-        ignore it."""
+        positions of what was kept; see docs/positions.md). `compressed` (the `Compressed` the
+        features came from) lets a model merge its other per-token tensors (Qwen3-VL's DeepStack) the
+        same way, with `compressed.apply`; the others ignore it."""
         ...
 
     def generate(self, inputs: Any, features: torch.Tensor, kept: torch.Tensor, max_new_tokens: int,
-                 on_token: Callable[[str], None] | None = None, assignment: torch.Tensor | None = None) -> Generated: ...
+                 on_token: Callable[[str], None] | None = None, compressed: Any = None) -> Generated: ...
 
     def prefill(self, inputs: Any, features: torch.Tensor, kept: torch.Tensor,
-                assignment: torch.Tensor | None = None) -> int: ...
+                compressed: Any = None) -> int: ...
 
     def newline_tokens(self, groups: int) -> int: ...
 
@@ -135,45 +236,149 @@ class KeptTokenGeneration:
 
     @torch.inference_mode()
     def generate(self, inputs: Any, features: torch.Tensor, kept: torch.Tensor, max_new_tokens: int = 64,
-                 on_token: Callable[[str], None] | None = None, assignment: torch.Tensor | None = None) -> Generated:
+                 on_token: Callable[[str], None] | None = None, compressed: Any = None,
+                 prefix: "Prefix | None" = None, keep_prefix: bool = False) -> Generated:
         """Greedy generation from the kept visual tokens; measures prefill (time to first token) and
-        decoding. `on_token` receives the reply's new text as each token is generated. `assignment`
-        (`Compressed.assignment`) goes to `llm_inputs` for models that compress more than the main
-        features with it (Qwen3-VL's DeepStack)."""
+        decoding. `on_token` receives the reply's new text as each token is generated. `compressed`
+        (the `Compressed` the features came from) goes to `llm_inputs` for models that compress more
+        than the main features with it (Qwen3-VL's DeepStack).
+
+        Prefix reuse (docs/reuse.md): with `prefix` (a `Prefix` of this video and compression) only
+        the tokens after it (the question) are prefilled, from a copy of its KV cache, at the
+        positions a full prefill gives them. With `keep_prefix`, the full prefill's KV cache is cut
+        back to the prefix after generating and returned as `Generated.prefix` (None if the cache
+        cannot be cut exactly). A prefix that does not match this prompt is not used (full prefill)."""
         from ..timing import synchronize
 
-        llm = self._llm_inputs(inputs, features, kept, assignment)
+        llm = self._llm_inputs(inputs, features, kept, compressed)
+        visual = _visual_key(features, kept, compressed)
+        if prefix is not None and not prefix.matches(llm, visual):
+            prefix = None
+        length = prefix.length if prefix is not None else prefix_length(inputs, llm, self.video_token_id) \
+            if keep_prefix else 0
+        cache = prefix.copy() if prefix is not None else _new_cache(self.model) if keep_prefix else None
+        if prefix is not None:
+            llm = {k: v for k, v in llm.items() if k != "mm_encoder_outputs"}  # every visual token is in the prefix
+        extra = {"past_key_values": cache} if cache is not None else {}
         tokenizer = self.processor.tokenizer
         stream = _TokenStream(self.device, tokenizer, on_token)
         start = time.perf_counter()
-        out = self.model.generate(**llm, max_new_tokens=max_new_tokens, do_sample=False, streamer=stream,
+        out = self.model.generate(**llm, **extra, max_new_tokens=max_new_tokens, do_sample=False, streamer=stream,
                                   pad_token_id=tokenizer.pad_token_id)
         synchronize(self.device)
         end = time.perf_counter()
         new = out[:, llm["input_ids"].shape[1]:]
         text = tokenizer.batch_decode(new, skip_special_tokens=True)[0].strip()
         first = stream.first if stream.first is not None else end
+        kept_prefix = None
+        if keep_prefix and prefix is None and _cut(cache, length):
+            kept_prefix = Prefix(cache=cache, length=length, input_ids=llm["input_ids"][:, :length].clone(),
+                                 position_ids=_prefix_positions(llm, length), visual=visual)
         return Generated(text=text, llm_input_tokens=int(llm["input_ids"].shape[1]), new_tokens=int(new.shape[1]),
-                         prefill_ms=(first - start) * 1e3, generate_ms=(end - first) * 1e3)
+                         prefill_ms=(first - start) * 1e3, generate_ms=(end - first) * 1e3,
+                         prefix=prefix if prefix is not None else kept_prefix,
+                         prefilled_tokens=int(llm["input_ids"].shape[1]) - (length if prefix is not None else 0))
+
+    @torch.inference_mode()
+    def prefill_prefix(self, inputs: Any, features: torch.Tensor, kept: torch.Tensor,
+                       compressed: Any = None) -> "Prefix":
+        """Prefill only the question-independent prefix (system prompt + video, up to the last video
+        token) into a KV cache; `generate(..., prefix=)` then answers any question from it."""
+        llm = self._llm_inputs(inputs, features, kept, compressed)
+        length = prefix_length(inputs, llm, self.video_token_id)
+        head = {k: (v[..., :length] if k == "position_ids" else v[:, :length]) if torch.is_tensor(v) else v
+                for k, v in llm.items()}
+        cache = _new_cache(self.model)
+        self.model(**head, past_key_values=cache, use_cache=True, logits_to_keep=1)
+        return Prefix(cache=cache, length=length, input_ids=llm["input_ids"][:, :length].clone(),
+                      position_ids=_prefix_positions(llm, length), visual=_visual_key(features, kept, compressed))
 
     @torch.inference_mode()
     def prefill(self, inputs: Any, features: torch.Tensor, kept: torch.Tensor,
-                assignment: torch.Tensor | None = None) -> int:
+                compressed: Any = None) -> int:
         """One prefill forward (KV cache filled, logits for the last position only, as generate()
         does before its first token); returns the LLM input length."""
-        llm = self._llm_inputs(inputs, features, kept, assignment)
+        llm = self._llm_inputs(inputs, features, kept, compressed)
         self.model(**llm, use_cache=True, logits_to_keep=1)
         return int(llm["input_ids"].shape[1])
 
     @torch.inference_mode()
     def prefill_logits(self, inputs: Any, features: torch.Tensor, kept: torch.Tensor,
-                       assignment: torch.Tensor | None = None) -> torch.Tensor:
-        """Logits of one forward pass over the (compressed) prompt: (B, L', vocab)."""
-        return self.model(**self._llm_inputs(inputs, features, kept, assignment)).logits
+                       compressed: Any = None, prefix: "Prefix | None" = None) -> torch.Tensor:
+        """Logits of one forward pass over the (compressed) prompt: (B, L', vocab); with `prefix`,
+        over the tokens after it only (B, L' - prefix.length, vocab), from a copy of its KV cache."""
+        llm = self._llm_inputs(inputs, features, kept, compressed)
+        if prefix is None:
+            return self.model(**llm).logits
+        if not prefix.matches(llm, _visual_key(features, kept, compressed)):
+            raise ValueError("this prefix belongs to another video, compression or system prompt")
+        n = prefix.length
+        tail = {"input_ids": llm["input_ids"][:, n:], "attention_mask": llm["attention_mask"]}
+        if "position_ids" in llm:
+            tail["position_ids"] = llm["position_ids"][..., n:]
+        return self.model(**tail, past_key_values=prefix.copy(), use_cache=True).logits
 
     def _llm_inputs(self, inputs: Any, features: torch.Tensor, kept: torch.Tensor,
-                    assignment: torch.Tensor | None) -> dict[str, Any]:
-        return self.llm_inputs(inputs, features, kept, assignment=assignment)
+                    compressed: Any) -> dict[str, Any]:
+        return self.llm_inputs(inputs, features, kept, compressed=compressed)
+
+    def reprompt(self, inputs: Any, prompt: str, new_prompt: str, history: Sequence[tuple[str, str]] = (),
+                 old_history: Sequence[tuple[str, str]] = ()) -> Any:
+        """The processor's inputs for another prompt (and earlier turns) about the same video, built
+        from `inputs` (made for `prompt` after `old_history`) without running the processor's video
+        path or the encoder: the new chat text is tokenized with the video placeholder unexpanded,
+        and the placeholder's expansion (the video tokens, Qwen3-VL's timestamps and markers) is
+        copied from `inputs`. The video's tensors are shared; tensors other than the token ids, mask
+        and mm_token_type_ids are kept as they are."""
+        tokenizer = self.processor.tokenizer
+        old = tokenizer(chat_text(self.processor, prompt, old_history), add_special_tokens=False)["input_ids"]
+        new = tokenizer(chat_text(self.processor, new_prompt, history), add_special_tokens=False)["input_ids"]
+        ids = inputs["input_ids"][0].tolist()
+        slot = old.index(self.placeholder_id)
+        head = _common_prefix(old, ids, slot)
+        tail = _common_prefix(old[::-1], ids[::-1], len(old) - slot - 1)
+        replaced = old[head:len(old) - tail]  # the unexpanded text the processor expanded (holds the placeholder)
+        expansion = slice(head, len(ids) - tail)
+        if new[:head] != old[:head] or new[head:head + len(replaced)] != replaced:
+            raise ValueError("the new prompt changes the text before the video: cannot reuse the video's inputs")
+        rest = new[head + len(replaced):]
+        device = inputs["input_ids"].device
+        out = type(inputs)(dict(inputs))
+        out.__dict__.update({k: v for k, v in vars(inputs).items() if k != "data"})  # e.g. Qwen3-VL's DeepStack
+        row = inputs["input_ids"][0]
+        out["input_ids"] = torch.cat([torch.tensor(new[:head], dtype=row.dtype, device=device), row[expansion],
+                                      torch.tensor(rest, dtype=row.dtype, device=device)])[None]
+        out["attention_mask"] = torch.ones_like(out["input_ids"], dtype=inputs["attention_mask"].dtype)
+        if "mm_token_type_ids" in inputs:
+            types = inputs["mm_token_type_ids"][0]
+            zeros = types.new_zeros
+            out["mm_token_type_ids"] = torch.cat([zeros(head), types[expansion], zeros(len(rest))])[None]
+        return out
+
+    @property
+    def placeholder_id(self) -> int:
+        """The chat template's single video placeholder token (the processor expands it)."""
+        return self.video_token_id
+
+
+def chat_text(processor: Any, prompt: str, history: Sequence[tuple[str, str]] = ()) -> str:
+    """The chat-template text of one video and a prompt, after earlier (question, answer) turns: the
+    video opens the first user turn. Without history, exactly what every adapter's preprocess renders."""
+    turns = [(q, a) for q, a in history] + [(prompt, None)]
+    messages: list[dict[str, Any]] = []
+    for i, (question, answer) in enumerate(turns):
+        content = ([{"type": "video"}] if i == 0 else []) + [{"type": "text", "text": question}]
+        messages.append({"role": "user", "content": content})
+        if answer is not None:
+            messages.append({"role": "assistant", "content": [{"type": "text", "text": answer}]})
+    return processor.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+
+
+def _common_prefix(a: list[int], b: list[int], limit: int) -> int:
+    n = 0
+    while n < limit and n < len(a) and n < len(b) and a[n] == b[n]:
+        n += 1
+    return n
 
 
 class _TokenStream:

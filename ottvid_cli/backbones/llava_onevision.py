@@ -12,14 +12,15 @@ from __future__ import annotations
 import json
 import math
 import os
-from typing import Any
+from typing import Any, Sequence
 
 import numpy as np
 import torch
 import torch.nn.functional as F
 
 from ..timing import Stopwatch
-from .base import KeptTokenGeneration, VisualTokens, attention_implementation, resolve_device, resolve_dtype
+from .base import (KeptTokenGeneration, VisualTokens, attention_implementation, chat_text, resolve_device,
+                   resolve_dtype)
 from .saliency import mean_attention_received
 
 
@@ -70,10 +71,10 @@ class LlavaOneVision(KeptTokenGeneration):
         settings = json.loads(open(settings_file).read()) if os.path.isfile(settings_file) else None
         return cls(model, AutoProcessor.from_pretrained(model_id), name=model_id, settings=settings)
 
-    def preprocess(self, frames: np.ndarray, timestamps: list[float], duration: float, prompt: str) -> Any:
+    def preprocess(self, frames: np.ndarray, timestamps: list[float], duration: float, prompt: str,
+                   history: Sequence[tuple[str, str]] = ()) -> Any:
         """Frames (n, H, W, 3) uint8 and a prompt -> model inputs (the processor resizes to 384 x 384)."""
-        messages = [{"role": "user", "content": [{"type": "video"}, {"type": "text", "text": prompt}]}]
-        text = self.processor.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+        text = chat_text(self.processor, prompt, history)
         inputs = self.processor(text=[text], videos=[np.ascontiguousarray(frames)], return_tensors="pt")
         self._fit_video_tokens(inputs, self.layout(len(frames)).numel())
         inputs = inputs.to(self.device)
@@ -178,7 +179,7 @@ class LlavaOneVision(KeptTokenGeneration):
         return self._pool(maps).reshape(t, -1).clamp_min(0.0)  # pooled like the features
 
     def llm_inputs(self, inputs: Any, features: torch.Tensor, kept: torch.Tensor,
-                   assignment: torch.Tensor | None = None) -> dict[str, Any]:
+                   compressed: Any = None) -> dict[str, Any]:
         """Inputs for generate() with only the kept visual tokens, each in its own slot of the model's
         layout, and every newline token where the model puts it. Positions stay 1-D and contiguous."""
         from transformers.modeling_outputs import BaseModelOutputWithPooling

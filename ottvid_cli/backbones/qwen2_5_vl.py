@@ -10,13 +10,14 @@ installed transformers.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Sequence
 
 import numpy as np
 import torch
 
 from ..timing import Stopwatch
-from .base import KeptTokenGeneration, VisualTokens, attention_implementation, resolve_device, resolve_dtype
+from .base import (KeptTokenGeneration, VisualTokens, attention_implementation, chat_text, resolve_device,
+                   resolve_dtype)
 from .positions import qwen2_5_vl_positions
 from .saliency import mean_attention_received
 
@@ -85,7 +86,8 @@ class Qwen25VL(KeptTokenGeneration):
         max_pixels = max(min(max_pixels, budget * self.frames_per_group // max(frames, 1)), int(min_pixels * 1.05))
         return smart_resize(height, width, factor=factor, min_pixels=min_pixels, max_pixels=max_pixels)
 
-    def preprocess(self, frames: np.ndarray, timestamps: list[float], duration: float, prompt: str) -> Any:
+    def preprocess(self, frames: np.ndarray, timestamps: list[float], duration: float, prompt: str,
+                   history: Sequence[tuple[str, str]] = ()) -> Any:
         """Frames (n, H, W, 3) uint8 and a text prompt -> the processor's model inputs on the device.
 
         Frames are resized as qwen-vl-utils' fetch_video does (bicubic, antialiased); the real
@@ -103,8 +105,7 @@ class Qwen25VL(KeptTokenGeneration):
         video = TF.resize(video, [height, width], interpolation=InterpolationMode.BICUBIC, antialias=True)
         video = video.clamp(0, 255).round().to(torch.uint8)
         metadata = self.video_metadata(timestamps, duration, video.shape[0])
-        messages = [{"role": "user", "content": [{"type": "video"}, {"type": "text", "text": prompt}]}]
-        text = self.processor.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+        text = chat_text(self.processor, prompt, history)
         inputs = self.processor(text=[text], videos=[video], video_metadata=[metadata], do_sample_frames=False,
                                 do_resize=False, cap_pixels_per_frame=True, return_tensors="pt")
         return inputs.to(self.device)
@@ -214,7 +215,7 @@ class Qwen25VL(KeptTokenGeneration):
         )
 
     def llm_inputs(self, inputs: Any, features: torch.Tensor, kept: torch.Tensor,
-                   assignment: torch.Tensor | None = None) -> dict[str, Any]:
+                   compressed: Any = None) -> dict[str, Any]:
         """Inputs for generate() with only the kept visual tokens, each at its original position.
 
         features: (M, D) the tokens to place, in the order of `kept`; kept: (M,) ascending flat

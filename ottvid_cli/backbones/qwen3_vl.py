@@ -7,9 +7,10 @@
 - M-RoPE has no time axis: each group is its own (1, H', W') grid (`positions.qwen3_vl_positions`).
 - DeepStack: `get_video_features` also returns one tensor per `deepstack_visual_indexes`, added
   to the first LLM layers at the visual positions. `encode` returns them in
-  `VisualTokens.extra["deepstack"]`; `llm_inputs(..., assignment=Compressed.assignment)` averages
-  each output row's members exactly as compression averaged the main features, and passes them as
-  `BaseModelOutputWithDeepstackFeatures` in `mm_encoder_outputs`.
+  `VisualTokens.extra["deepstack"]`; `llm_inputs(..., compressed=Compressed)` merges each layer with
+  `compressed.apply`, the same linear combination of input rows as the main features got (uniform
+  averages, or the method's own `mixing`), and passes them as `BaseModelOutputWithDeepstackFeatures`
+  in `mm_encoder_outputs`.
 - The vision tower has no window attention: every block attends within one temporal group, and its
   merged tokens come out in raster order.
 
@@ -24,7 +25,7 @@ from typing import Any, Sequence
 
 import torch
 
-from ..compression.merge import Collapse, average_components
+from ..compression.ottvid import Compressed
 from .positions import qwen3_vl_positions
 from .qwen2_5_vl import Qwen25VL
 
@@ -125,16 +126,16 @@ class Qwen3VL(Qwen25VL):
                                   attention_mask=inputs.get("attention_mask"))
 
     def llm_inputs(self, inputs: Any, features: torch.Tensor, kept: torch.Tensor,
-                   assignment: torch.Tensor | None = None) -> dict[str, Any]:
+                   compressed: Compressed | None = None) -> dict[str, Any]:
         """Inputs for generate() with only the kept visual tokens, each at its original position, and
         the DeepStack features compressed with the same decisions.
 
-        features: (M, D) at ascending flat indices `kept` (M,); assignment: (T*N,) the output row of
-        each input token or -1 (`Compressed.assignment`). Each DeepStack layer's row m is the uniform
-        float32 average of the rows of output m's members, as compression averages the main features.
-        Without `assignment`: exact when every token is kept; otherwise each output takes its root's
-        own DeepStack rows (a merged chain is then not averaged). Timestamps and vision markers are
-        text and all stay, also for a group that lost every token.
+        features: (M, D) at ascending flat indices `kept` (M,); compressed: the `Compressed` they came
+        from. Each DeepStack layer becomes `compressed.apply(layer)`: row m the same combination of
+        input rows as the main feature row m (in float32, then the model's dtype; a token kept alone
+        keeps its rows bit for bit). Without `compressed`: exact when every token is kept; otherwise
+        each output takes its root's own DeepStack rows (a merge is then not followed). Timestamps and
+        vision markers are text and all stay, also for a group that lost every token.
         """
         from transformers.models.qwen3_vl.modeling_qwen3_vl import BaseModelOutputWithDeepstackFeatures
 
@@ -142,7 +143,7 @@ class Qwen3VL(Qwen25VL):
         if deepstack is None:
             raise ValueError("encode(inputs) must run before llm_inputs: Qwen3-VL needs its DeepStack features")
         dtype = self.model.dtype
-        stacked = tuple(follow_assignment(layer.reshape(-1, layer.shape[-1]), kept, assignment).to(dtype)
+        stacked = tuple(merge_rows(layer.reshape(-1, layer.shape[-1]), kept, compressed).to(dtype)
                         for layer in deepstack)
         encoded = BaseModelOutputWithDeepstackFeatures(pooler_output=(features.to(dtype),),
                                                        deepstack_features=[(layer,) for layer in stacked])
@@ -158,21 +159,14 @@ class Qwen3VL(Qwen25VL):
         return qwen3_llm_prefill_flops(config.text_config, llm_tokens), qwen3_vision_flops(config.vision_config, grid)
 
 
-def follow_assignment(rows: torch.Tensor, kept: torch.Tensor, assignment: torch.Tensor | None) -> torch.Tensor:
-    """Rows (T*N, D) of a per-token tensor compressed with the decisions of a `Compressed`.
-
-    kept: (M,) each output's root (`Compressed.index`, ascending); assignment: (T*N,) output row of
-    each input token or -1. Row m is the uniform average in float32 of the rows of m's members,
-    computed by compression's own `average_components`, so it equals what compression gives the main
-    features bit for bit. Without an assignment each output takes its root's row.
-    """
-    kept = kept.to(rows.device)
-    if assignment is None:
-        return rows[kept].float()
-    assignment = assignment.to(rows.device)
-    count = torch.zeros(kept.numel(), dtype=torch.long, device=rows.device)
-    count.index_add_(0, assignment.clamp_min(0), (assignment >= 0).long())
-    return average_components(rows, Collapse(row=assignment, roots=kept, count=count))
+def merge_rows(rows: torch.Tensor, kept: torch.Tensor, compressed: Compressed | None) -> torch.Tensor:
+    """Rows (T*N, D) of a per-token tensor compressed with the decisions of `compressed`
+    (`Compressed.apply`, float32); without it each output takes its root's row (kept (M,))."""
+    if compressed is None:
+        return rows[kept.to(rows.device)].float()
+    if not isinstance(compressed, Compressed):
+        raise TypeError(f"compressed must be the Compressed the features came from, got {type(compressed).__name__}")
+    return compressed.apply(rows)
 
 
 def qwen3_llm_prefill_flops(text_config, seq_len: int) -> float:

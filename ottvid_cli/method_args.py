@@ -1,0 +1,124 @@
+"""`--method-arg key=value`: text into a method's config fields, typed by the field, with one-line errors.
+
+    parse_method_args("fastvid", ["exact=false", "d=0.3"])        # {"exact": False, "d": 0.3}
+    parse_method_args(["ottvid", "fastvid"], ["fastvid.d=0.3"])   # {"ottvid": {}, "fastvid": {"d": 0.3}}
+
+A value becomes the field's type: bool (true/false, yes/no, on/off, 1/0), int, float, str; a field
+that takes several (OTT-Vid's `alpha`: a name or a number) tries them in that order, str last.
+`none`/`null` is None where the field allows it. The config's own checks (ranges, choices) run in
+`build_configs`. The registry imports torch, so the command line calls this after its cheap checks
+and before loading the model.
+"""
+
+from __future__ import annotations
+
+import math
+import types
+import typing
+from dataclasses import fields
+from typing import Any, Sequence
+
+TRUE, FALSE = ("true", "yes", "on", "1"), ("false", "no", "off", "0")
+
+
+class MethodArgError(ValueError):
+    """A bad `--method-arg`; the message is one line and names the method's options."""
+
+
+def option_types(method: str) -> dict[str, tuple[type, ...]]:
+    """Each config field of `method` and the types its value may take (NoneType included if optional)."""
+    from .compression import methods
+
+    config = methods.get(method).config
+    try:
+        hints = typing.get_type_hints(config)
+    except Exception:  # an annotation that does not resolve: the default's type
+        hints = {}
+    out = {}
+    for f in fields(config):
+        hint = hints.get(f.name)
+        if typing.get_origin(hint) in (typing.Union, getattr(types, "UnionType", typing.Union)):
+            out[f.name] = tuple(typing.get_args(hint))
+        elif isinstance(hint, type):
+            out[f.name] = (hint,)
+        else:
+            out[f.name] = (type(getattr(config(), f.name)),)
+    return out
+
+
+def _options_line(method: str, known) -> str:
+    return f"{method} options: {', '.join(known)}"
+
+
+def _value(method: str, key: str, text: str, allowed: tuple[type, ...]) -> Any:
+    low = text.strip().lower()
+    if type(None) in allowed and low in ("none", "null"):
+        return None
+    order = [t for t in (bool, int, float) if t in allowed] + [t for t in allowed if t is str]
+    for kind in order:
+        if kind is bool:
+            if low in TRUE or low in FALSE:
+                return low in TRUE
+        elif kind is int:
+            try:
+                return int(low)
+            except ValueError:
+                pass
+        elif kind is float:
+            try:
+                value = float(low)
+            except ValueError:
+                continue
+            if math.isfinite(value):
+                return value
+        else:
+            return text
+    names = {bool: "true/false", int: "an integer", float: "a number"}
+    wanted = " or ".join(names[t] for t in order) + (" or none" if type(None) in allowed else "")
+    raise MethodArgError(f"--method-arg {key}={text}: {method} option {key} takes {wanted or 'no value'}, "
+                         f"got {text!r}")
+
+
+def _split(item: str) -> tuple[str, str]:
+    key, sep, value = item.partition("=")
+    if not sep or not key.strip() or not value.strip():
+        raise MethodArgError(f"--method-arg must look like key=value, got {item!r}")
+    return key.strip(), value.strip()
+
+
+def parse_method_args(method: str | Sequence[str], items: Sequence[str] | None) -> Any:
+    """`items` ("key=value" or "method.key=value") as config options. One method: its options dict.
+    Several: {method: options}; a plain key goes to every method that has that option, a
+    `method.key` to that method alone. Raises MethodArgError (one line)."""
+    chosen = [method] if isinstance(method, str) else list(dict.fromkeys(method))
+    types_of = {m: option_types(m) for m in chosen}
+    out: dict[str, dict[str, Any]] = {m: {} for m in chosen}
+    for item in items or ():
+        key, text = _split(item)
+        if key.rpartition(".")[2] == "ratio":
+            raise MethodArgError("--method-arg ratio: give the share kept with --ratio")
+        target, dot, field = key.partition(".")
+        if dot and target in types_of:
+            targets, key = [target], field
+        elif dot:
+            raise MethodArgError(f"--method-arg {item}: {target} is not a method of this run "
+                                 f"({', '.join(chosen)})")
+        else:
+            targets = [m for m in chosen if key in types_of[m]]
+        if not targets or any(key not in types_of[m] for m in targets):
+            options = "; ".join(_options_line(m, [k for k in types_of[m] if k != "ratio"]) for m in chosen)
+            raise MethodArgError(f"--method-arg {item}: unknown option {key!r} ({options})")
+        for m in targets:
+            out[m][key] = _value(m, key, text, types_of[m][key])
+    return out[chosen[0]] if isinstance(method, str) else out
+
+
+def check_config(method: str, ratio: float, options: dict[str, Any], preset: str = "paper") -> Any:
+    """The config of `method` at `ratio` with `options` (the config's own checks run); MethodArgError."""
+    from .pipeline import make_config
+
+    try:
+        return make_config(ratio, preset, method=method, options=options)
+    except (ValueError, TypeError) as exc:
+        known = [k for k in option_types(method) if k != "ratio"]
+        raise MethodArgError(f"--method {method}: {exc} ({_options_line(method, known)})") from None

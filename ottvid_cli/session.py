@@ -1,0 +1,229 @@
+"""Many questions about the same videos: a loaded backbone plus the reuse caches (docs/reuse.md).
+
+    engine = Engine(load_backbone("Qwen/Qwen2.5-VL-7B-Instruct"), cache_dir=default_cache_dir())
+    first = engine.ask("video.mp4", "What happens?")        # decode, encode, compress, full prefill
+    second = engine.ask("video.mp4", "Who is there?")       # cache hit: only the question is prefilled
+    second.cache_hit, second.timings_ms["prefill"]
+
+The first question about a video runs the whole pipeline and keeps (1) the prepared video (clip,
+the video part of the processor's inputs, visual tokens, compression) in a `cache.PreparedCache`
+keyed by the video's content, the sampling and the model, and (2) the KV cache of the prompt's
+prefix (system prompt + video). A later question about the same video, sampling and compression
+builds only its text inputs and prefills only its own tokens, from a copy of that KV cache, at the
+positions a full prefill gives them. Another ratio or method recompresses the cached encoder
+output (no decoding or encoding); its prefix is built by its first question.
+"""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+from typing import Callable, Sequence
+
+from .cache import Entry, PreparedCache, compression_key, video_key
+from .pipeline import Prepared, RunResult, answer, make_config, prepare
+from .sampling import Sampling
+from .tasks import grounding, qa
+
+SERVED = ("decode", "preprocess", "vision", "saliency")  # stages a cache hit does not run
+
+
+class Engine:
+    """A loaded backbone plus the reuse caches; thread-compatible (the server calls it from one worker thread)."""
+
+    def __init__(self, backbone, cache_bytes: int = 2 << 30, cache_dir: str | Path | None = None,
+                 keep_saliency: bool = False):
+        """cache_bytes: bound of the in-memory cache (prepared videos, compressions, prefix KV caches);
+        cache_dir: also keep encoded videos there (None: memory only); keep_saliency: compute the
+        saliency even for method "none", so that any later method recompresses without encoding."""
+        self.backbone = backbone
+        self.cache = PreparedCache(cache_bytes, cache_dir)
+        self.keep_saliency = keep_saliency
+        self._lock = threading.RLock()
+
+    def ask(self, video, question: str, options: list[str] | None = None, sampling: Sampling | None = None,
+            method: str = "ottvid", ratio: float = 0.1, config=None, preset: str = "paper",
+            max_new_tokens: int = 64, on_token=None, on_step=None,
+            history: Sequence[tuple[str, str]] = ()) -> RunResult:
+        """`pipeline.ask` with reuse; `history`: earlier (question, answer) turns, sent before this one."""
+        if not question.strip():
+            raise ValueError("the question is empty")
+        return self._run("ask", video, qa.build_prompt(question, options), sampling or Sampling(), method,
+                         make_config(ratio, preset, self.backbone, config, method), max_new_tokens, on_token, on_step,
+                         options=options, history=history)
+
+    def ground(self, video, query: str, sampling: Sampling | None = None, method: str = "ottvid",
+               ratio: float = 0.1, config=None, preset: str = "paper", max_new_tokens: int = 48,
+               on_token=None, on_step=None) -> RunResult:
+        """`pipeline.ground` with reuse."""
+        if not query.strip():
+            raise ValueError("the query is empty")
+        return self._run("ground", video, grounding.build_prompt(query), sampling or Sampling.grounding(), method,
+                         make_config(ratio, preset, self.backbone, config, method), max_new_tokens, on_token, on_step)
+
+    def prepared(self, video, sampling: Sampling, method: str, config, prompt: str,
+                 on_step: Callable[[str], None] | None = None) -> tuple[Prepared, Entry, dict, bool]:
+        """(the prepared video for this prompt, its cache entry, the entry's key, whether it was a
+        cache hit). A hit builds only the prompt's text inputs and, for a new method or config,
+        recompresses the cached encoder output."""
+        key = video_key(self.backbone, video, sampling)
+        ckey = compression_key(method, config)
+        entry = self.cache.get(key, self.backbone)
+        needs_saliency = method != "none"
+        if entry is None or (needs_saliency and entry.base.visual.saliency is None):
+            p = prepare(self.backbone, video, sampling, method, config, prompt=prompt,
+                        saliency=True if self.keep_saliency else None, on_step=on_step)
+            entry = Entry(base=p, compressions={ckey: p})
+            self.cache.put(key, entry)
+            return p, entry, key, False
+        p = entry.compressions.get(ckey)
+        if p is None:
+            if on_step is not None and method != "none":
+                on_step("compression")
+            p = entry.base.recompress(config, method)
+            entry.compressions[ckey] = p
+            self.cache.resize(key)
+        else:
+            p = _served(p, "compression")
+        return _served(p).reprompt(prompt), entry, key, True
+
+    def _run(self, task: str, video, prompt: str, sampling: Sampling, method: str, config, max_new_tokens: int,
+             on_token, on_step, options=None, history=()) -> RunResult:
+        with self._lock:
+            prepared, entry, key, hit = self.prepared(video, sampling, method, config, prompt, on_step)
+            if history:
+                prepared = prepared.reprompt(prompt, history)
+            ckey = compression_key(method, config)
+            prefix = entry.prefixes.get(ckey)
+            result = answer(prepared, task, max_new_tokens, on_step, on_token, options=options, prefix=prefix,
+                            keep_prefix=prefix is None, cache_hit=hit)
+            if prefix is None and result.prefix is not None:
+                entry.prefixes[ckey] = result.prefix
+                self.cache.resize(key)
+            return result
+
+
+def _served(prepared: Prepared, stages: Sequence[str] | str = SERVED) -> Prepared:
+    """The prepared video as a cache hit reports it: the stages it did not run take 0 ms (null stays null)."""
+    from dataclasses import replace
+
+    stages = (stages,) if isinstance(stages, str) else stages
+    timings = {k: (0.0 if k in stages and v is not None else v) for k, v in prepared.timings_ms.items()}
+    return replace(prepared, timings_ms=timings)
+
+
+__all__ = ["Chat", "Engine"]
+
+
+# ------------------------------------------------------------------------------------------------
+# chat: the state of one interactive conversation about a video (the command line does the I/O)
+
+CHAT_HELP = """commands:
+  /ratio R         share of visual tokens kept, in (0, 1] (recompresses the cached encoder output)
+  /method M        ottvid, none (the uncompressed model) or another method (`ottvid methods` lists them)
+  /preset P        paper or official (OTT-Vid's)
+  /frames N        frames sampled uniformly (a new sampling: decodes and encodes again)
+  /fps F           frames a second instead (at most /max-frames, 768 by default; decodes and encodes again)
+  /max-frames N    with /fps, at most this many frames
+  /tokens N        longest reply, in tokens
+  /history on|off  send the earlier questions and answers with each question
+  /reset           forget the earlier questions and answers
+  /settings        show the settings
+  /help            this list
+  /quit            leave (so does end of input)"""
+
+
+class Chat:
+    """One conversation about one video over an `Engine`: settings changed by `/name value` commands,
+    questions answered with reuse (and, with history on, the earlier turns sent along)."""
+
+    def __init__(self, engine: Engine, video, sampling: Sampling | None = None, ratio: float = 0.1,
+                 method: str = "ottvid", preset: str = "paper", max_new_tokens: int = 64, history: bool = False):
+        self.engine, self.video = engine, video
+        self.sampling = sampling or Sampling()
+        self.ratio, self.method, self.preset = ratio, method, preset
+        self.max_new_tokens = max_new_tokens
+        self.history = history
+        self.turns: list[tuple[str, str]] = []
+
+    def ask(self, question: str, on_token=None, on_step=None) -> RunResult:
+        result = self.engine.ask(self.video, question, sampling=self.sampling, method=self.method, ratio=self.ratio,
+                                 preset=self.preset, max_new_tokens=self.max_new_tokens, on_token=on_token,
+                                 on_step=on_step, history=self.turns if self.history else ())
+        self.turns.append((question, result.answer))
+        return result
+
+    def settings(self) -> str:
+        s = self.sampling
+        frames = f"{s.fps:g} fps (at most {s.max_frames})" if s.fps is not None else f"{s.frames or 'default'} frames"
+        return (f"ratio {self.ratio:g}, method {self.method}, preset {self.preset}, {frames}, "
+                f"max {self.max_new_tokens} tokens, history {'on' if self.history else 'off'} "
+                f"({len(self.turns)} turns)")
+
+    def command(self, line: str) -> str | None:
+        """Apply one `/command [value]`; returns what to tell the user, or None for /quit. Raises
+        ValueError (one line) for an unknown command or a bad value; the settings are then unchanged."""
+        from dataclasses import replace
+
+        from .settings import (DEFAULT_MAX_FRAMES, METHODS, PRESETS, SettingsError, check_choice, check_count,
+                               check_positive, check_ratio)
+
+        name, _, value = line.strip().partition(" ")
+        name, value = name.lower(), value.strip()
+        if name in ("/quit", "/exit", "/q"):
+            return None
+        if name in ("/help", "/?"):
+            return CHAT_HELP
+        if name == "/settings":
+            return self.settings()
+        if name == "/reset":
+            self.turns.clear()
+            return "history cleared"
+        saved = (self.ratio, self.method, self.preset)
+        takes = {"/ratio", "/method", "/preset", "/frames", "/fps", "/max-frames", "/tokens", "/history"}
+        if name not in takes:
+            raise ValueError(f"unknown command {name} (/help lists them)")
+        if not value:
+            raise ValueError(f"{name} needs a value (/help)")
+        try:
+            if name == "/ratio":
+                self.ratio = check_ratio(_number(value, float), "/ratio")
+            elif name == "/method":
+                self.method = check_choice(value, "/method", METHODS)
+            elif name == "/preset":
+                self.preset = check_choice(value, "/preset", PRESETS)
+            elif name == "/frames":
+                self.sampling = replace(self.sampling, frames=check_count(_number(value, int), "/frames"), fps=None,
+                                        max_frames=None)
+            elif name == "/fps":
+                self.sampling = replace(self.sampling, frames=None, fps=check_positive(_number(value, float), "/fps"),
+                                        max_frames=self.sampling.max_frames or DEFAULT_MAX_FRAMES)
+            elif name == "/max-frames":
+                if self.sampling.fps is None:
+                    raise SettingsError("/max-frames caps /fps sampling: set /fps first")
+                self.sampling = replace(self.sampling, max_frames=check_count(_number(value, int), "/max-frames"))
+            elif name == "/tokens":
+                self.max_new_tokens = check_count(_number(value, int), "/tokens")
+            elif name == "/history":
+                self.history = check_choice(value.lower(), "/history", ("on", "off")) == "on"
+        except SettingsError as exc:
+            raise ValueError(str(exc)) from None
+        finally:
+            if name in ("/ratio", "/method", "/preset"):
+                self._check_compression(saved)
+        return self.settings()
+
+    def _check_compression(self, saved: tuple) -> None:
+        """A method, preset and ratio that do not go together are refused here, not at the next question."""
+        try:
+            make_config(self.ratio, self.preset, self.engine.backbone, method=self.method)
+        except ValueError:
+            self.ratio, self.method, self.preset = saved
+            raise
+
+
+def _number(text: str, kind: type):
+    try:
+        return kind(text)
+    except ValueError:
+        raise ValueError(f"not a{'n integer' if kind is int else ' number'}: {text!r}") from None

@@ -1,0 +1,179 @@
+"""Every registered compression method through the command line: --method, --method-arg, `ottvid
+methods`, `profile` with several methods on one encoding, `show` for a peer method (tiny models)."""
+
+import json
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from ottvid_cli import settings
+from ottvid_cli.cli import app
+from ottvid_cli.compression import methods
+
+DATA = Path(__file__).parent / "data"
+runner = CliRunner()
+RATIO = 0.25
+
+
+def invoke(*args):
+    return runner.invoke(app, [str(a) for a in args])
+
+
+def as_json(result):
+    assert result.exit_code == 0, result.output
+    return json.loads(result.stdout)
+
+
+def one_line_error(result, *words):
+    assert result.exit_code == 2, result.output
+    assert result.stderr.count("\n") == 1 and result.stderr.startswith("error:"), result.stderr
+    assert result.stdout == ""
+    for word in words:
+        assert word in result.stderr, (word, result.stderr)
+
+
+def test_the_torch_free_names_are_the_registry():
+    assert settings.METHODS == tuple(methods.names())
+
+
+@pytest.mark.parametrize("method", methods.names())
+def test_every_method_through_ask_json(tiny_qwen, method):
+    data = as_json(invoke("ask", DATA / "bikes.mp4", "What happens?", "--model", tiny_qwen, "--json", "--frames", "4",
+                          "--max-new-tokens", "2", "--method", method, "--ratio", RATIO))
+    tokens = data["tokens"]
+    assert data["method"] == method
+    if method == "none":
+        assert data["ratio"] == 1.0 and data["compression"] is None
+        assert tokens["visual_after"] == tokens["visual_before"]
+        return
+    assert data["ratio"] == RATIO
+    assert tokens["visual_after"] == max(1, round(RATIO * tokens["visual_before"]))
+    assert tokens["llm_input"] == tokens["text"] + tokens["visual_after"]
+    compression = data["compression"]
+    assert compression["method"] == method
+    assert compression["config"] == {**methods.get(method).defaults(), "ratio": RATIO}  # the full config
+    assert 0 <= tokens["merges"] + tokens["prunes"] <= tokens["visual_before"]
+
+
+def test_llava_onevision_with_two_methods(tiny_llava_ov):
+    for method in ("divprune", "fastvid"):
+        data = as_json(invoke("ask", DATA / "yoga.mp4", "What happens?", "--model", tiny_llava_ov, "--json",
+                              "--frames", "4", "--max-new-tokens", "2", "--method", method, "--ratio", RATIO))
+        tokens = data["tokens"]
+        assert data["compression"]["method"] == method
+        assert tokens["visual_after"] == max(1, round(RATIO * tokens["visual_before"]))
+
+
+def test_method_args_reach_the_config_and_the_human_report(tiny_qwen):
+    data = as_json(invoke("ask", DATA / "bikes.mp4", "What happens?", "--model", tiny_qwen, "--json", "--frames", "4",
+                          "--max-new-tokens", "2", "--method", "fastvid", "--method-arg", "exact=false",
+                          "--method-arg", "d=0.3", "--method-arg", "p=2"))
+    config = data["compression"]["config"]
+    assert config["exact"] is False and config["d"] == 0.3 and config["p"] == 2 and config["ratio"] == 0.1
+    human = invoke("ask", DATA / "bikes.mp4", "What happens?", "--model", tiny_qwen, "--frames", "4",
+                   "--max-new-tokens", "2", "--method", "topk", "--ratio", RATIO)
+    assert human.exit_code == 0, human.output
+    assert "visual tokens (topk, ratio 0.25)" in human.stdout and "dropped" in human.stdout
+
+
+def test_method_arg_parsing():
+    from ottvid_cli.method_args import MethodArgError, parse_method_args
+
+    assert parse_method_args("fastvid", ["exact=FALSE", "tau=0.8", "c=8"]) == {"exact": False, "tau": 0.8, "c": 8}
+    assert parse_method_args("ottvid", ["alpha=0.7", "mass=uniform"]) == {"alpha": 0.7, "mass": "uniform"}
+    assert parse_method_args("ottvid", ["alpha=kernel"]) == {"alpha": "kernel"}
+    several = parse_method_args(["ottvid", "fastvid", "topk"], ["exact=no", "fastvid.d=0.5", "gamma=0.4"])
+    assert several == {"ottvid": {"gamma": 0.4}, "fastvid": {"exact": False, "d": 0.5}, "topk": {"exact": False}}
+    for items, words in ((["nope=1"], ("unknown option 'nope'", "fastvid options: exact")),
+                         (["c=eight"], ("option c takes an integer",)),
+                         (["exact=maybe"], ("option exact takes true/false",)),
+                         (["ratio=0.5"], ("--ratio",)),
+                         (["topk.exact=1"], ("topk is not a method of this run",))):
+        with pytest.raises(MethodArgError) as caught:
+            parse_method_args("fastvid", items)
+        for word in words:
+            assert word in str(caught.value)
+
+
+@pytest.mark.parametrize(
+    "args, words",
+    [
+        (["--method", "fast"], ("--method must be one of", "fastvid", "unicomp")),
+        (["--method", "fastvid", "--method-arg", "exact"], ("--method-arg must look like key=value",)),
+        (["--method", "fastvid", "--method-arg", "nope=1"], ("unknown option 'nope'", "fastvid options:", "beta")),
+        (["--method", "fastvid", "--method-arg", "p=x"], ("option p takes an integer",)),
+        (["--method", "fastvid", "--method-arg", "p=0"], ("--method fastvid: p must be", "fastvid options:")),
+        (["--method", "fastvid", "--preset", "official"], ("--preset official", "ottvid only")),
+        (["--method", "none", "--method-arg", "exact=true"], ("unknown option 'exact'",)),
+        (["--method", "none", "-o", "x.png"], ("--method none keeps every token",)),
+    ],
+)
+def test_bad_methods_and_options_are_one_line_errors(tiny_qwen, args, words):
+    one_line_error(invoke("ask", DATA / "bikes.mp4", "q", "--model", tiny_qwen, *args), *words)
+
+
+def test_methods_command():
+    data = as_json(invoke("methods", "--json"))
+    assert [m["name"] for m in data] == methods.names()
+    for entry in data:
+        assert entry["summary"] and entry["defaults"]["ratio"] == methods.get(entry["name"]).defaults()["ratio"]
+    assert next(m for m in data if m["name"] == "ottvid")["presets"] == ["paper", "official"]
+    human = invoke("methods")
+    assert human.exit_code == 0 and all(name in human.stdout for name in methods.names())
+
+
+def test_profile_two_methods_encode_once(tiny_qwen):
+    """The JSON holds vanilla then each method at the ratio; the vision tower ran once (a hook counts it)."""
+    from ottvid_cli.backbones import load_backbone
+    from ottvid_cli.profile import profile, synthetic_video
+    from ottvid_cli.report import render_profile
+
+    backbone = load_backbone(str(tiny_qwen), device="cpu")
+    calls = []
+    handle = backbone.model.model.visual.register_forward_hook(lambda *_: calls.append(1))
+    try:
+        clip = synthetic_video(seconds=2, width=112, height=112, frames=4)
+        result = profile(backbone, clip, "Describe it.", [RATIO], repeats=1, warmup=0,
+                         methods=["ottvid", "fastvid"])
+    finally:
+        handle.remove()
+    assert len(calls) == 1
+    data = result.to_dict()
+    rows = data["rows"]
+    assert [(r["method"], r["ratio"]) for r in rows] == [("none", 1.0), ("ottvid", RATIO), ("fastvid", RATIO)]
+    before = rows[0]["visual_tokens"]
+    for row in rows[1:]:
+        assert row["visual_tokens"] == max(1, round(RATIO * before)) and row["config"]["ratio"] == RATIO
+        assert {"compression", "prefill", "ttft", "vision"} <= set(row["timings_ms"])
+        assert row["ttft_speedup"] > 0 and row["peak_memory_mb"] >= 0
+    from rich.console import Console
+
+    console = Console(width=100, record=True, force_terminal=False)
+    render_profile(data, console)
+    text = console.export_text()
+    assert "vanilla" in text and "OTT-Vid 0.25" in text and "fastvid 0.25" in text
+    assert max(len(line) for line in text.splitlines()) <= 100
+
+
+def test_profile_cli_with_two_methods(tiny_qwen):
+    data = as_json(invoke("profile", "--model", tiny_qwen, "--method", "topk", "--method", "divprune", "--ratio",
+                          RATIO, "--repeats", "1", "--warmup", "0", "--seconds", "2", "--size", "112x112",
+                          "--frames", "4", "--method-arg", "exact=false", "--json"))
+    assert [(r["method"], r["ratio"]) for r in data["rows"]] == [("none", 1.0), ("topk", RATIO), ("divprune", RATIO)]
+    assert all(r["config"]["exact"] is False for r in data["rows"][1:])
+    one_line_error(invoke("profile", "--model", tiny_qwen, "--method", "topk", "--preset", "official"),
+                   "ottvid only")
+
+
+def test_show_a_peer_method(tiny_qwen, tmp_path):
+    from PIL import Image
+
+    path = tmp_path / "x.png"
+    data = as_json(invoke("show", DATA / "bikes.mp4", "--model", tiny_qwen, "--frames", "4", "--method", "divprune",
+                          "--ratio", RATIO, "-o", path, "--json"))
+    assert data["method"] == "divprune" and data["B"] == [] and data["B_tot"] is None
+    assert data["kept"] == max(1, round(RATIO * data["total"]))
+    with Image.open(path) as image:
+        assert image.size == (data["width"], data["height"]) and 640 <= image.width <= 4000
+        assert 100 <= image.height <= 4000
