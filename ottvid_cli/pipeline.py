@@ -86,13 +86,6 @@ class Prepared:
         return torch.arange(self.visual.count, device=self.visual.features.device)
 
     @property
-    def assignment(self) -> torch.Tensor | None:
-        """(T*N,) output row of each input token (-1 dropped), None when nothing was compressed. Models
-        with more per-token tensors than the main features (Qwen3-VL's DeepStack) take `compressed`
-        itself (its `apply` follows the method's exact merge map)."""
-        return self.compressed.assignment if self.compressed is not None else None
-
-    @property
     def ratio(self) -> float:
         return self.config.ratio if self.compressed is not None else 1.0
 

@@ -384,7 +384,8 @@ def test_the_pipeline_sends_deepstack_merged_by_the_assignment(dense):
     finally:
         hook.remove()
     prepared = result.prepared
-    counts = torch.bincount(prepared.assignment[prepared.assignment >= 0], minlength=prepared.kept.numel())
+    assignment = prepared.compressed.assignment
+    counts = torch.bincount(assignment[assignment >= 0], minlength=prepared.kept.numel())
     assert bool((counts > 1).any())  # some chain was merged, so roots and averages differ
     sent = seen[0]["video"].deepstack_features
     for layer, got in zip(prepared.visual.extra["deepstack"], sent):
