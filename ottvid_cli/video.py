@@ -558,20 +558,51 @@ def _sample_decord(path: str, plan: Plan, fallback: bool) -> tuple[Timeline, lis
     return timeline, indices, frames
 
 
-def _sample(path: str | os.PathLike, plan: Plan, decoder: str) -> Video:
+def _segment(timeline: Timeline, start: float | None, end: float | None) -> tuple[int, int, float, float]:
+    """The frames shown in [start, end] s (first, last + 1) and the part's start and length (s)."""
+    lo = max(0.0, start or 0.0)
+    hi = timeline.duration if end is None else min(float(end), timeline.duration)
+    if not hi > lo:
+        raise VideoError(f"the part [{start}, {end}] s is not within the video ({timeline.duration:.2f} s)")
+    first = max(int(np.searchsorted(timeline.starts, lo, side="right")) - 1, 0)
+    last = max(int(np.searchsorted(timeline.starts, hi, side="left")), first + 1)
+    return first, last, lo, hi - lo
+
+
+def _within(plan: Plan, start: float | None, end: float | None) -> Plan:
+    """`plan` applied to the frames shown in [start, end] s only (indices stay the file's)."""
+    if start is None and end is None:
+        return plan
+
+    def bounded(timeline: Timeline) -> list[int]:
+        first, last, lo, length = _segment(timeline, start, end)
+        part = Timeline(starts=timeline.starts[first:last] - lo, duration=length, average_fps=timeline.average_fps,
+                        source=timeline.source, trusted=timeline.trusted, problem=timeline.problem)
+        return [first + i for i in plan(part)]
+
+    return bounded
+
+
+def _sample(path: str | os.PathLike, plan: Plan, decoder: str, start: float | None = None,
+            end: float | None = None) -> Video:
+    """Sample the file by `plan`; with `start` / `end` (s), only that part of it, which the Video then
+    describes (timestamps from `start`, its length, its frame count)."""
     backend = resolve_decoder(decoder)
     path = _checked_path(path)
+    plan = _within(plan, start, end)
     if backend == "decord":
         timeline, indices, frames = _sample_decord(path, plan, fallback=decoder == "auto")
     else:
         timeline, indices, frames = _sample_pyav(path, plan)
+    first, last, lo, duration = (0, len(timeline.starts), 0.0, timeline.duration) if start is None and end is None \
+        else _segment(timeline, start, end)
     return Video(
         path=path,
         frames=frames,
-        timestamps=[float(timeline.starts[i]) for i in indices],
+        timestamps=[max(0.0, float(timeline.starts[i]) - lo) for i in indices],
         indices=indices,
-        duration=timeline.duration,
-        total_frames=len(timeline.starts),
+        duration=duration,
+        total_frames=last - first,
         average_fps=timeline.average_fps,
         timeline=timeline,
         decoder="decord" if timeline.source == "decord index" else "pyav",
@@ -600,15 +631,17 @@ def check_video(path: str | os.PathLike, decoder: str = "auto") -> None:
         _open_decord(path)
 
 
-def sample_frames(path: str | os.PathLike, num_frames: int = 32, decoder: str = "auto") -> Video:
-    """`num_frames` frames (made even; fewer for videos with fewer frames) uniformly in time."""
+def sample_frames(path: str | os.PathLike, num_frames: int = 32, decoder: str = "auto",
+                  start: float | None = None, end: float | None = None) -> Video:
+    """`num_frames` frames (made even; fewer for videos with fewer frames) uniformly in time; with
+    `start` / `end` (s), uniformly over that part only (MVBench's time-bounded questions)."""
     if num_frames < 1:
         raise VideoError(f"the number of frames must be >= 1, got {num_frames}")
-    return _sample(path, _plan_count(num_frames), decoder)
+    return _sample(path, _plan_count(num_frames), decoder, start, end)
 
 
 def sample_fps(path: str | os.PathLike, fps: float = 2.0, max_frames: int | None = None,
-               decoder: str = "auto") -> Video:
+               decoder: str = "auto", start: float | None = None, end: float | None = None) -> Video:
     """Frames at `fps` per second of duration (an even count, at least 2), uniformly in time.
 
     With `max_frames`, longer videos are subsampled uniformly to that many frames (made even).
@@ -617,4 +650,4 @@ def sample_fps(path: str | os.PathLike, fps: float = 2.0, max_frames: int | None
         raise VideoError(f"fps must be > 0, got {fps}")
     if max_frames is not None and max_frames < 2:
         raise VideoError(f"max_frames must be >= 2, got {max_frames}")
-    return _sample(path, _plan_rate(fps, max_frames), decoder)
+    return _sample(path, _plan_rate(fps, max_frames), decoder, start, end)

@@ -25,6 +25,7 @@ SAMPLES = "samples.jsonl"
 SUMMARY = "summary.json"
 CONFIG = "config.json"
 GROWABLE = ("methods", "ratios")  # config keys a resume may extend
+UPDATABLE = ("limit", "skip_missing")  # config keys a resume may change (the last run's value is kept)
 _SHARD_FILE = re.compile(r"^samples\.(\d+)-of-(\d+)\.jsonl$")
 
 Key = tuple[str, str, float]
@@ -87,7 +88,7 @@ def _fsync_dir(folder: Path) -> None:
 
 
 def _write_atomic(path: Path, text: str) -> None:
-    tmp = path.with_name(path.name + ".tmp")
+    tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")  # shards may write at the same time
     with open(tmp, "w", encoding="utf-8") as f:
         f.write(text)
         f.flush()
@@ -255,8 +256,9 @@ def merge_shards(out_dir: Path | str, *, keep: bool = False) -> Path:
 
 
 def save_config(out_dir: Path | str, config: dict) -> dict:
-    """Write OUT/config.json, or check a resume against it. Only `methods` and `ratios` may change:
-    the stored lists grow to the union; any other difference is refused with a one-line EvalError."""
+    """Write OUT/config.json, or check a resume against it. Only `methods` and `ratios` may change
+    (the stored lists grow to the union) and `limit` / `skip_missing` (the new value is stored); any
+    other difference is refused with a one-line EvalError."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     path = out / CONFIG
@@ -267,7 +269,7 @@ def save_config(out_dir: Path | str, config: dict) -> dict:
         except (OSError, ValueError) as exc:
             raise EvalError(f"{path}: unreadable run config: {one_line(exc)}") from None
         for key in sorted(set(old) | set(config)):
-            if key not in GROWABLE and old.get(key) != config.get(key):
+            if key not in GROWABLE + UPDATABLE and old.get(key) != config.get(key):
                 raise EvalError(
                     f"{path}: this folder holds a run with {key}={old.get(key)!r}, not {config.get(key)!r}; "
                     "use another output folder or the same settings (only methods and ratios may be added)"

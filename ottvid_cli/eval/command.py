@@ -1,0 +1,364 @@
+"""`ottvid eval`: run a benchmark (resumable, sharded, several settings per encode) or rescore a run.
+
+Registered in cli.py; it reuses cli.py's shared options, checks and one-line errors. Bad input (the
+annotation file, the benchmark name, missing videos, a resume with other settings) is refused before
+torch is imported. Under torchrun (RANK / WORLD_SIZE / LOCAL_RANK set) each process runs its own
+shard on its own device and rank 0 merges and scores once all are done (a gloo barrier).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import time
+from datetime import timedelta
+from pathlib import Path
+
+import typer
+
+from .. import cli
+from ..cli import (
+    ATTENTION,
+    DECODER,
+    DEVICE,
+    DTYPE,
+    FPS,
+    FRAMES,
+    JSON,
+    MAX_FRAMES,
+    MAX_PIXELS,
+    METHOD_LIST,
+    MODEL,
+    PRESET,
+    QUIET,
+    RATIOS,
+    _checked,
+    _fail,
+    _load,
+    _Progress,
+    _settle,
+    err,
+    out,
+)
+from ..settings import check_count
+
+BARRIER_TIMEOUT = timedelta(days=7)  # shards may finish hours apart
+
+
+def eval_command(
+    bench: str = typer.Argument(None, help="Benchmark: mvbench, videomme, longvideobench, mlvu, charades, activitynet, "
+                                           "timelens or jsonl (ours)."),
+    data: str = typer.Option(None, "--data", help="The benchmark's annotation file or folder (docs/eval.md)."),
+    videos: str = typer.Option(None, "--videos", help="Folder holding the benchmark's videos."),
+    model: str = MODEL,
+    method: list[str] = METHOD_LIST,
+    ratio: list[float] = RATIOS,
+    frames: int = FRAMES,
+    fps: float = FPS,
+    max_frames: int = MAX_FRAMES,
+    limit: int = typer.Option(None, "--limit", callback=_checked(check_count, "--limit"),
+                              help="Only the first N samples of the file."),
+    out_dir: str = typer.Option(None, "--out", show_default="runs/BENCH-MODEL",
+                                help="Run folder: config.json, samples.jsonl, summary.json. Rerunning resumes it."),
+    shard: str = typer.Option(None, "--shard", help="Run shard I of N (I from 0), e.g. 0/4; torchrun sets it."),
+    skip_missing: bool = typer.Option(False, "--skip-missing", help="Run although some videos are missing "
+                                                                    "(they are recorded as errors)."),
+    retry_errors: bool = typer.Option(False, "--retry-errors", help="Run again the samples recorded with an error."),
+    rescore: str = typer.Option(None, "--rescore", help="Rebuild RUN/summary.json from its samples.jsonl; no model."),
+    compare: str = typer.Option(None, "--compare", help="Another run folder whose vanilla (method none) scores "
+                                                        "give the relative %."),
+    preset: str = PRESET,
+    as_json: bool = JSON,
+    quiet: bool = QUIET,
+    device: str = DEVICE,
+    dtype: str = DTYPE,
+    attention: str = ATTENTION,
+    max_pixels: int = MAX_PIXELS,
+    decoder: str = DECODER,
+) -> None:
+    """Evaluate on a benchmark with the paper's protocol: one record per sample and setting, resumable."""
+    from . import EvalError
+
+    try:
+        if rescore is not None:
+            _show(_rescore(rescore, compare), as_json)
+            return
+        _evaluate(bench, data, videos, model, method, ratio, frames, fps, max_frames, limit, out_dir, shard,
+                  skip_missing, retry_errors, compare, preset, as_json, quiet, device, dtype, attention, max_pixels,
+                  decoder)
+    except EvalError as exc:
+        _fail(str(exc))
+
+
+# ----------------------------------------------------------------------------- pieces
+
+
+def parse_shard(value: str | None, env: dict | None = None) -> tuple[int, int, bool]:
+    """(rank, shards, distributed): from --shard I/N, else torchrun's RANK / WORLD_SIZE, else (0, 1)."""
+    env = os.environ if env is None else env
+    if value is not None:
+        match = re.fullmatch(r"\s*(\d+)\s*/\s*(\d+)\s*", value)
+        if not match or not 0 <= int(match.group(1)) < int(match.group(2)):
+            _fail(f"--shard must be I/N with 0 <= I < N, got {value!r}")
+        return int(match.group(1)), int(match.group(2)), False
+    world = int(env.get("WORLD_SIZE", "1") or 1)
+    if world > 1:
+        return int(env.get("RANK", "0")), world, True
+    return 0, 1, False
+
+
+def default_out(bench: str, model: str) -> str:
+    name = Path(model.rstrip("/")).name or "model"
+    return str(Path("runs") / f"{bench}-{name}")
+
+
+def _compare(summary: dict, other: str) -> dict:
+    """Add `relative` (% of the other run's vanilla headline score) to each result."""
+    from .benchmarks import EvalError
+    from .scoring import VANILLA, headline, relative
+    from .store import load_config, load_records, summarise
+
+    records = load_records(other)
+    if not records:
+        raise EvalError(f"{other}: no sample records to compare with")
+    config = load_config(other) if (Path(other) / "config.json").exists() else {}
+    theirs = summarise(records, config.get("benchmark") or records[0]["benchmark"], config.get("model", ""))
+    if theirs["benchmark"] != summary["benchmark"]:
+        raise EvalError(f"{other}: a {theirs['benchmark']} run cannot be compared with a {summary['benchmark']} one")
+    vanilla = next((r for r in theirs["results"] if r["method"] == VANILLA and r["count"] > r["errors"]), None)
+    if vanilla is None:
+        raise EvalError(f"{other}: no vanilla (method none) results to compare with")
+    name = headline(vanilla["metrics"])
+    for result in summary["results"]:
+        value = relative(result["metrics"].get(name, 0.0), vanilla["metrics"][name])
+        result["relative"] = round(value, 4) if value is not None else None
+    summary["relative_to"] = str(other)
+    return summary
+
+
+def _rescore(run: str, compare: str | None) -> dict:
+    from .benchmarks import EvalError
+    from .store import rescore, write_summary
+
+    if not Path(run).is_dir():
+        raise EvalError(f"{run}: run folder not found")
+    summary = rescore(run)
+    if compare is not None:
+        summary = _compare(summary, compare)
+        write_summary(run, summary)
+    summary["out"] = str(run)
+    return summary
+
+
+def _show(summary: dict, as_json: bool) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    if as_json:
+        typer.echo(json.dumps(summary, indent=2, ensure_ascii=False))
+        return
+    results = summary["results"]
+    names: list[str] = []
+    for result in results:
+        for name in result["metrics"]:
+            if "/" not in name and name not in names:
+                names.append(name)
+    table = Table(title=f"{summary['benchmark']}, {summary.get('model') or 'model ?'}", title_justify="left")
+    for column in ("method", "ratio", "samples", "errors", *names):
+        table.add_column(column, justify="left" if column == "method" else "right")
+    if any("relative" in r for r in results):
+        table.add_column("relative %", justify="right")
+    for result in results:
+        row = [result["method"], f"{result['ratio']:g}", str(result["count"]), str(result["errors"])]
+        row += [f"{result['metrics'][n]:.2f}" if n in result["metrics"] else "-" for n in names]
+        if "relative" in result:
+            row.append("-" if result["relative"] is None else f"{result['relative']:.1f}")
+        table.add_row(*row)
+    console = out if out.is_terminal else Console(width=max(out.width, 160))  # no truncated columns in files
+    console.print(table)
+    if summary.get("out"):
+        console.print(f"records and summary in {summary['out']}", highlight=False, soft_wrap=True)
+    errors = sum(r["errors"] for r in results)
+    if errors:
+        err.print(f"{errors} records hold an error (left out of the metrics; a subset is not comparable with the "
+                  f"paper's tables): see the `error` field in samples.jsonl", highlight=False)
+
+
+class _Bar:
+    """Samples done / total, rate and ETA on stderr: a bar on a terminal, a plain line every 10 s (and
+    at the end) otherwise, nothing with --quiet."""
+
+    def __init__(self, quiet: bool, label: str):
+        self.quiet, self.label, self.last = quiet, label, 0.0
+        self.bar = self.task = None
+        if not quiet and err.is_terminal:
+            from rich.progress import (
+                BarColumn,
+                MofNCompleteColumn,
+                Progress,
+                TextColumn,
+                TimeElapsedColumn,
+                TimeRemainingColumn,
+            )
+
+            self.bar = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                                TextColumn("{task.fields[rate]}"), TimeElapsedColumn(), TextColumn("ETA"),
+                                TimeRemainingColumn(), console=err)
+
+    def __call__(self, p) -> None:
+        rate = f"{p.rate * 60:.1f}/min" if p.rate else ""
+        if self.bar is not None:
+            if self.task is None:
+                self.bar.start()
+                self.task = self.bar.add_task(self.label, total=p.total, rate=rate)
+            self.bar.update(self.task, completed=p.done, rate=rate)
+            return
+        now = time.perf_counter()
+        if self.quiet or not (p.done == p.total or now - self.last >= 10 or p.done == 0):
+            return
+        self.last = now
+        eta = f", ETA {p.eta / 60:.1f} min" if p.eta is not None and p.done < p.total else ""
+        errors = f", {p.errors} errors" if p.errors else ""
+        err.print(f"{self.label}: {p.done}/{p.total} samples{errors}, {rate or '-'}{eta}", highlight=False,
+                  markup=False)
+
+    def stop(self) -> None:
+        if self.bar is not None:
+            self.bar.stop()
+
+
+def _evaluate(bench, data, videos, model, method, ratio, frames, fps, max_frames, limit, out_dir, shard_arg,
+              skip_missing, retry_errors, compare, preset, as_json, quiet, device, dtype, attention, max_pixels,
+              decoder) -> None:
+    from . import check_benchmark, load_samples, missing_videos, save_config
+    from .runner import FramePlan, kinds, settings
+
+    if bench is None:
+        _fail("give a benchmark (see `ottvid eval --help`), or --rescore RUN")
+    check_benchmark(bench)
+    if data is None or videos is None:
+        _fail("give the annotations (--data) and the videos folder (--videos)")
+    if frames is not None and fps is not None:
+        _fail("give --frames or --fps, not both")
+    model, device, dtype, default_ratio, _ = _settle(model, device, dtype, None, None, None, config_frames=False)
+    methods = method or ["ottvid"]
+    ratios = ratio or [default_ratio]
+    runs = settings(methods, ratios)
+    rank, shards, distributed = parse_shard(shard_arg)
+    samples = load_samples(bench, data)
+    if limit is not None:
+        samples = samples[:limit]
+    missing = missing_videos(samples, videos)
+    if missing and not skip_missing:
+        _fail(f"{len(missing)} of {len(samples)} samples have no video under {videos} (first: {missing[0].video}); "
+              f"add --skip-missing to run the others")
+    plan = FramePlan(frames=frames, fps=fps, max_frames=max_frames, max_pixels=max_pixels, decoder=decoder)
+    out_dir = out_dir or default_out(bench, model)
+    config = {"benchmark": bench, "data": str(Path(data).resolve()), "videos": str(Path(videos).resolve()),
+              "model": model, "methods": list(dict.fromkeys(methods)), "ratios": sorted(set(ratios), reverse=True),
+              "frames": frames, "fps": fps, "max_frames": max_frames, "sampling": plan.describe(bench, kinds(samples)),
+              "max_pixels": max_pixels, "preset": preset, "decoder": decoder, "limit": limit,
+              "skip_missing": skip_missing, "samples": len(samples)}
+    group = _Group(distributed)
+    group.first(lambda: save_config(out_dir, config))  # rank 0 writes; a refusal stops every rank
+    if distributed and device in (None, "auto", "cuda"):  # one GPU per process
+        device = _rank_device()
+    progress = _Progress(quiet or rank > 0 and distributed)
+    backbone = _load(model, device, dtype, attention, max_pixels, progress)
+    progress.stop()
+    from .runner import run
+
+    label = f"{bench} shard {rank}/{shards}" if shards > 1 else bench
+    bar = _Bar(quiet, label)
+    try:
+        stats = cli._run(lambda: run(backbone, samples, out_dir, runs, videos, plan, rank=rank, shards=shards,
+                                     preset=preset, retry_errors=retry_errors, on_progress=bar), _Progress(True))
+    finally:
+        bar.stop()
+    if stats.errors and not quiet:
+        err.print(f"{stats.errors} of {stats.records} records hold an error", highlight=False)
+    group.barrier()
+    if rank != 0 and distributed:
+        group.close()
+        return
+    summary = _finish(out_dir, samples, runs, shards, rank, distributed, quiet)
+    group.close()
+    if summary is None:
+        return
+    if compare is not None:
+        from .store import write_summary
+
+        summary = _compare(summary, compare)
+        write_summary(out_dir, summary)
+    summary["out"] = str(out_dir)
+    _show(summary, as_json)
+
+
+def _finish(out_dir, samples, runs, shards, rank, distributed, quiet) -> dict | None:
+    """Merge the shards and score when the whole run is done (rank 0 after the barrier, or whichever
+    --shard process finds nothing left); otherwise say what remains."""
+    from .runner import remaining
+    from .store import merge_shards, rescore, sample_files
+
+    left = remaining(out_dir, samples, runs)
+    if left and shards > 1 and not distributed:
+        if not quiet:
+            err.print(f"shard {rank}/{shards} done; {left} records of other shards remain (the last shard to "
+                      f"finish merges and scores, or run `ottvid eval --rescore {out_dir}`)", highlight=False)
+        return None
+    if len(sample_files(out_dir)) > 1 or not (Path(out_dir) / "samples.jsonl").exists():
+        try:
+            merge_shards(out_dir)
+        except FileNotFoundError:  # another shard merged at the same moment
+            pass
+    return rescore(out_dir)
+
+
+def _rank_device() -> str:
+    import torch
+
+    if torch.cuda.is_available():
+        return f"cuda:{int(os.environ.get('LOCAL_RANK', '0'))}"
+    return "auto"
+
+
+class _Group:
+    """torch.distributed (gloo) for torchrun: rank 0 does one-time work first and tells the others
+    whether it failed; a barrier before rank 0 merges. Nothing when not distributed."""
+
+    def __init__(self, distributed: bool):
+        self.dist = None
+        if distributed:
+            import torch.distributed as dist
+
+            if not dist.is_initialized():
+                dist.init_process_group("gloo", timeout=BARRIER_TIMEOUT)
+            self.dist = dist
+
+    def first(self, work) -> None:
+        from .benchmarks import EvalError
+
+        if self.dist is None:
+            work()
+            return
+        message = [None]
+        if self.dist.get_rank() == 0:
+            try:
+                work()
+            except EvalError as exc:
+                message = [str(exc)]
+        self.dist.broadcast_object_list(message, src=0)
+        if message[0] is not None:
+            self.close()
+            raise EvalError(message[0])
+
+    def barrier(self) -> None:
+        if self.dist is not None:
+            self.dist.barrier()
+
+    def close(self) -> None:
+        if self.dist is not None and self.dist.is_initialized():
+            self.dist.destroy_process_group()
+        self.dist = None
+

@@ -1,0 +1,254 @@
+"""The eval runner: a benchmark's samples through the model, one record per (sample, method, ratio).
+
+Each video is decoded and encoded once for all of its samples and settings: `prepare()` runs the
+vision encoder once (with saliency when a compressing method runs), each (method, ratio) compresses
+those tokens once, and each sample's prompt is swapped in by re-tokenising the text only
+(`Prepared.reprompt`), never by running the processor's video path or the encoder again; the KV
+cache of a setting's video prefix is kept, so later questions about the same video prefill only
+their own text.
+
+Records go to a `SampleStore` as soon as they exist, so a killed run loses at most the sample in
+flight and a rerun skips what is done. Which frames each sample gets: `FramePlan` (the paper's
+protocol, or the command line's overrides). Nothing here prints; progress is a callback.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Iterable, Sequence
+
+from ..sampling import Sampling
+from ..settings import DEFAULT_MAX_FRAMES
+from .benchmarks import GROUNDING, MC, Sample, VideoFinder, VideoRef
+from .prompts import build_prompt, protocol
+from .store import SampleStore, load_records, make_record, record_key, shard
+
+Setting = tuple[str, float]  # (method, ratio); ratio 1.0 for "none"
+VANILLA = "none"
+
+
+def settings(methods: Iterable[str], ratios: Iterable[float]) -> list[Setting]:
+    """The runs of each sample: vanilla once (ratio 1.0), every other method at every ratio."""
+    ratios = list(dict.fromkeys(float(r) for r in ratios))
+    out: list[Setting] = []
+    for method in dict.fromkeys(methods):
+        for ratio in ([1.0] if method == VANILLA else ratios):
+            if (method, ratio) not in out:
+                out.append((method, ratio))
+    return sorted(out, key=lambda s: s[0] != VANILLA)
+
+
+@dataclass(frozen=True)
+class FramePlan:
+    """Which frames a sample gets: the benchmark's protocol (32 frames for QA, 2 fps for grounding,
+    at most 768) unless `frames` or `fps` is given for every sample; `max_frames` caps both."""
+
+    frames: int | None = None
+    fps: float | None = None
+    max_frames: int | None = None
+    max_pixels: int | None = None
+    decoder: str = "auto"
+
+    def __post_init__(self) -> None:
+        if self.frames is not None and self.fps is not None:
+            raise ValueError("give frames or fps, not both")
+
+    def sampling(self, benchmark: str, kind: str) -> Sampling:
+        rule = protocol(benchmark, kind)
+        frames, fps = (self.frames, None) if self.frames is not None else \
+            (None, self.fps) if self.fps is not None else (rule.frames, rule.fps)
+        if fps is not None:
+            return Sampling(fps=fps, max_frames=self.max_frames or DEFAULT_MAX_FRAMES, max_pixels=self.max_pixels,
+                            decoder=self.decoder)
+        if self.max_frames is not None:
+            frames = min(frames, self.max_frames)
+        return Sampling(frames=frames, max_pixels=self.max_pixels, decoder=self.decoder)
+
+    def describe(self, benchmark: str, kinds: Iterable[str]) -> dict[str, dict[str, Any]]:
+        """The sampling each kind of sample gets, for the run's config."""
+        out = {}
+        for kind in sorted(set(kinds)):
+            s = self.sampling(benchmark, kind)
+            out[kind] = {"frames": s.frames, "fps": s.fps, "max_frames": s.max_frames}
+        return out
+
+
+@dataclass
+class Progress:
+    """What a progress callback receives after each sample: samples done of `total` in this run."""
+
+    done: int
+    total: int
+    errors: int
+    started: float
+
+    @property
+    def rate(self) -> float:
+        elapsed = time.perf_counter() - self.started
+        return self.done / elapsed if elapsed > 0 else 0.0
+
+    @property
+    def eta(self) -> float | None:
+        return (self.total - self.done) / self.rate if self.rate > 0 else None
+
+
+# ----------------------------------------------------------------------------- one video, many runs
+
+_RUN_ERRORS = (ValueError, OSError, RuntimeError, MemoryError)  # VideoError and EvalError are ValueErrors
+
+
+def _config(backbone: Any, method: str, ratio: float, preset: str) -> Any:
+    from ..pipeline import make_config
+
+    return make_config(ratio, preset, backbone, method=method)
+
+
+class VideoRuns:
+    """One decoded and encoded video and every setting's compression of it, reused by all samples
+    that ask about it (and, where the backbone can, the KV cache of each setting's video prefix)."""
+
+    def __init__(self, backbone: Any, ref: VideoRef, sampling: Sampling, prompt: str, compress: bool,
+                 preset: str = "paper"):
+        from ..pipeline import prepare
+        from ..timing import Stopwatch
+
+        self.backbone, self.preset = backbone, preset
+        watch = Stopwatch(backbone.device)
+        with watch("decode"):
+            clip = sampling.decode(ref.path, backbone.default_frames, ref.start, ref.end)
+        self.base = prepare(backbone, clip, sampling, VANILLA, prompt=prompt, saliency=compress)
+        self.base.timings_ms["decode"] = watch.ms["decode"]
+        self.prepared: dict[Setting, Any] = {}
+        self.prefixes: dict[Setting, Any] = {}
+        self.answered = 0
+
+    def setting(self, method: str, ratio: float) -> Any:
+        key = (method, ratio)
+        if key not in self.prepared:
+            self.prepared[key] = self.base if method == VANILLA else \
+                self.base.recompress(_config(self.backbone, method, ratio, self.preset), method)
+        return self.prepared[key]
+
+    def reply(self, prompt: str, method: str, ratio: float, max_new_tokens: int) -> tuple[Any, Any]:
+        """Greedy reply to `prompt` about this video with (method, ratio): (Prepared, pipeline.RunResult).
+        The prompt replaces the text only (`Prepared.reprompt`); the KV cache of the video prefix kept
+        by this setting's first reply serves the later ones."""
+        from ..pipeline import answer
+
+        prepared = self.setting(method, ratio).reprompt(prompt)
+        key = (method, ratio)
+        prefix = self.prefixes.get(key)
+        result = answer(prepared, "ask", max_new_tokens, prefix=prefix, keep_prefix=prefix is None)
+        if result.prefix is not None:
+            self.prefixes[key] = result.prefix
+        return prepared, result
+
+    def answer(self, sample: Sample, prompt: str, method: str, ratio: float, max_new_tokens: int) -> dict:
+        """The scored record of `sample` (asked with `prompt`) with (method, ratio)."""
+        prepared, result = self.reply(prompt, method, ratio, max_new_tokens)
+        shared = self.answered > 0
+        self.answered += 1
+        frames = {k: prepared.frames[k] for k in ("requested", "count", "fps", "max_frames", "notes")}
+        record = make_record(sample, method, ratio, result.answer, prompt=prompt, video=prepared.clip.path,
+                             duration=prepared.clip.duration, tokens=result.tokens, timings_ms=result.timings_ms)
+        record["frames"] = frames
+        record["reused"] = shared  # the encoding was made for an earlier record: its timings are that one's
+        return record
+
+
+# ----------------------------------------------------------------------------- the runner
+
+
+@dataclass
+class RunStats:
+    """What one call of `run` did: samples run, records written, error records among them."""
+
+    samples: int = 0
+    records: int = 0
+    errors: int = 0
+    seconds: float = 0.0
+
+
+def groups_by_video(todo: Sequence[tuple[Sample, list[Setting]]], finder: VideoFinder, frames: FramePlan
+                    ) -> list[tuple[VideoRef | None, Sampling | None, list[tuple[Sample, list[Setting]]]]]:
+    """The samples to run grouped by (video, part of it, sampling), in order of first appearance;
+    samples whose video is missing come one per group with ref None."""
+    groups: dict[Any, tuple[VideoRef | None, Sampling | None, list]] = {}
+    for n, (sample, runs) in enumerate(todo):
+        ref = finder.find(sample)
+        if ref is None:
+            groups[("missing", n)] = (None, None, [(sample, runs)])
+            continue
+        sampling = frames.sampling(sample.benchmark, sample.kind)
+        key = (str(ref.path), ref.start, ref.end, sampling)
+        groups.setdefault(key, (ref, sampling, []))[2].append((sample, runs))
+    return list(groups.values())
+
+
+def run(backbone: Any, samples: Sequence[Sample], out: Path | str, runs: Sequence[Setting], videos: Path | str,
+        frames: FramePlan | None = None, *, rank: int = 0, shards: int = 1, preset: str = "paper",
+        retry_errors: bool = False, on_progress: Callable[[Progress], None] | None = None,
+        max_new_tokens: int | None = None) -> RunStats:
+    """Run shard `rank` of `shards` of `samples` with every (method, ratio) in `runs`, appending the
+    records to OUT (see store.py); what is done already is skipped. A sample whose video is missing
+    or cannot be decoded, or whose run fails, is recorded with its error and the run goes on.
+    `max_new_tokens` overrides the protocol's reply budget (for measurements only: benchmarks/eval_sweep.py)."""
+    frames = frames or FramePlan()
+    finder = VideoFinder(videos)
+    stats = RunStats()
+    started = time.perf_counter()
+    compress = any(m != VANILLA for m, _ in runs)
+    with SampleStore(out, rank=rank, shards=shards, retry_errors=retry_errors) as store:
+        todo = store.todo(shard(samples, rank, shards), runs)
+        progress = Progress(done=0, total=len(todo), errors=0, started=started)
+        if on_progress is not None:
+            on_progress(progress)
+
+        def write(record: dict) -> None:
+            if store.add(record):
+                stats.records += 1
+                if record.get("error") is not None:
+                    stats.errors += 1
+                    progress.errors += 1
+
+        for ref, sampling, items in groups_by_video(todo, finder, frames):
+            video: VideoRuns | None = None
+            failure: BaseException | str | None = None
+            if ref is None:
+                failure = f"video not found under {finder.root}: {items[0][0].video}"
+            else:
+                try:
+                    video = VideoRuns(backbone, ref, sampling, build_prompt(items[0][0]), compress, preset)
+                except _RUN_ERRORS as exc:
+                    failure = exc
+            for sample, left in items:
+                prompt = build_prompt(sample)
+                budget = max_new_tokens or protocol(sample.benchmark, sample.kind).max_new_tokens
+                for method, ratio in left:
+                    if video is None:
+                        write(make_record(sample, method, ratio, error=failure, prompt=prompt,
+                                          video=ref.path if ref is not None else None))
+                        continue
+                    try:
+                        write(video.answer(sample, prompt, method, ratio, budget))
+                    except _RUN_ERRORS as exc:
+                        write(make_record(sample, method, ratio, error=exc, prompt=prompt, video=ref.path))
+                stats.samples += 1
+                progress.done += 1
+                if on_progress is not None:
+                    on_progress(progress)
+            del video
+    stats.seconds = time.perf_counter() - started
+    return stats
+
+
+def remaining(out: Path | str, samples: Sequence[Sample], runs: Sequence[Setting]) -> int:
+    """How many (sample, method, ratio) records of the whole run no record file of OUT holds yet."""
+    done = {record_key(r["id"], r["method"], r["ratio"]) for r in load_records(out)}
+    return sum(1 for s in samples for m, r in runs if record_key(s.id, m, r) not in done)
+
+
+def kinds(samples: Iterable[Sample]) -> list[str]:
+    return sorted({s.kind for s in samples}, key=[MC, GROUNDING].index)

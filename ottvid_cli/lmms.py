@@ -1,0 +1,120 @@
+"""lmms-eval plugin: `lmms-eval --model ottvid --model_args pretrained=...,method=ottvid,ratio=0.1`.
+
+Installed with `pip install "ottvid-cli[lmms]"`; the entry point in the `lmms_eval.models` group
+(pyproject.toml) names `manifest`, which registers the model id `ottvid` with lmms-eval 0.7.3's
+registry. The model serves lmms-eval's video tasks (`generate_until`) through ottvid's pipeline:
+the task's text goes after the video as the prompt, frames are sampled by `frames` (default 32, the
+paper's QA setting) or `fps` (with `max_frames`; 2 for grounding), the visual tokens are compressed
+with `method` at `ratio` ("none": the uncompressed model), and the reply is greedy, cut at the
+task's `until` strings. Consecutive requests about the same video reuse its encoding.
+
+model_args: pretrained (Hugging Face id or folder; default Qwen/Qwen2.5-VL-7B-Instruct), method,
+ratio, frames, fps, max_frames, preset (paper | official), device, dtype, attention, max_pixels,
+decoder, max_new_tokens (when the task gives none; default 128).
+
+Only this module imports lmms_eval; nothing else in ottvid needs it.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from lmms_eval.api.model import lmms
+
+DEFAULT_MODEL = "Qwen/Qwen2.5-VL-7B-Instruct"
+GENERATION_ONLY = ("the ottvid model only generates (generate_until): {what} is not supported; use a task whose "
+                   "output_type is generate_until")
+
+
+def manifest():
+    """The entry point's payload: lmms-eval model id `ottvid` -> `OTTVidLMM`."""
+    from lmms_eval.models.registry_v2 import ModelManifest
+
+    return ModelManifest(model_id="ottvid", simple_class_path="ottvid_cli.lmms.OTTVidLMM")
+
+
+def _number(value: Any, kind: type) -> Any:
+    return None if value is None or value == "" else kind(value)
+
+
+class OTTVidLMM(lmms):
+    """lmms-eval's model interface over `ottvid_cli.eval.runner.VideoRuns` (one encode per video)."""
+
+    is_simple = True
+
+    def __init__(self, pretrained: str = DEFAULT_MODEL, method: str = "ottvid", ratio: float = 0.1,
+                 frames: int | None = None, fps: float | None = None, max_frames: int | None = None,
+                 preset: str = "paper", device: str | None = None, dtype: str = "auto", attention: str = "auto",
+                 max_pixels: int | None = None, decoder: str = "auto", max_new_tokens: int = 128,
+                 batch_size: Any = 1, max_batch_size: Any = None, **unknown: Any) -> None:
+        super().__init__()
+        if unknown:
+            raise ValueError(f"unknown model_args for ottvid: {', '.join(sorted(unknown))} (known: pretrained, "
+                             "method, ratio, frames, fps, max_frames, preset, device, dtype, attention, max_pixels, "
+                             "decoder, max_new_tokens)")
+        from .backbones import load_backbone
+        from .compression import methods
+        from .eval.runner import FramePlan
+
+        methods.get(method)  # ValueError naming the known methods
+        self.method = method
+        self.ratio = 1.0 if method == "none" else float(ratio)
+        self.preset = preset
+        self.max_new_tokens = int(max_new_tokens)
+        self.plan = FramePlan(frames=_number(frames, int), fps=_number(fps, float),
+                              max_frames=_number(max_frames, int), max_pixels=_number(max_pixels, int), decoder=decoder)
+        if self.plan.frames is None and self.plan.fps is None:
+            self.plan = FramePlan(frames=32, max_frames=self.plan.max_frames, max_pixels=self.plan.max_pixels,
+                                  decoder=decoder)
+        self.backbone = load_backbone(pretrained, device=device or "auto", dtype=dtype, attention=attention,
+                                      max_pixels=self.plan.max_pixels)
+        self.batch_size = 1  # one request at a time: requests about one video share its encoding
+        self._video: tuple[Any, Any] | None = None  # (key, VideoRuns) of the last video
+
+    def _sampling(self):
+        kind = "grounding" if self.plan.fps is not None else "mc"
+        return self.plan.sampling("jsonl", kind)
+
+    def _runs(self, path: str):
+        from .eval.benchmarks import VideoRef
+        from .eval.runner import VideoRuns
+
+        key = str(path)
+        if self._video is None or self._video[0] != key:
+            self._video = None  # free the previous video first
+            runs = VideoRuns(self.backbone, VideoRef(path), self._sampling(), "", self.method != "none", self.preset)
+            self._video = (key, runs)
+        return self._video[1]
+
+    @staticmethod
+    def _video_path(visuals: Any) -> str:
+        items = visuals if isinstance(visuals, (list, tuple)) else [visuals]
+        for item in items:
+            if isinstance(item, str):
+                return item
+            if isinstance(item, dict) and isinstance(item.get("path"), str):
+                return item["path"]
+        raise ValueError("the ottvid model answers about videos: this request's doc_to_visual gave no video path")
+
+    def generate_until(self, requests) -> list[str]:
+        replies = []
+        for request in requests:
+            context, gen_kwargs, doc_to_visual, doc_id, task, split = request.args
+            visuals = doc_to_visual(self.task_dict[task][split][doc_id])
+            prompt = context.replace("<image>", "").strip()
+            budget = int(gen_kwargs.get("max_new_tokens") or self.max_new_tokens)
+            _, result = self._runs(self._video_path(visuals)).reply(prompt, self.method, self.ratio, budget)
+            text = result.answer
+            until = gen_kwargs.get("until") or []
+            for stop in [until] if isinstance(until, str) else until:
+                if stop:
+                    text = text.split(stop)[0]
+            self.cache_hook.add_partial("generate_until", (context, gen_kwargs), text)
+            replies.append(text)
+        return replies
+
+    def loglikelihood(self, requests):
+        raise NotImplementedError(GENERATION_ONLY.format(what="loglikelihood (multiple-choice scoring by likelihood)"))
+
+    def generate_until_multi_round(self, requests):
+        raise NotImplementedError(GENERATION_ONLY.format(what="generate_until_multi_round (multi-round tasks)"))

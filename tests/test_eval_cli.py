@@ -1,0 +1,105 @@
+"""`ottvid eval` through the real CLI: bad input refused before the model loads, a run, its rescore,
+and two torchrun processes (gloo on the CPU) giving the same records and scores as one process."""
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from ottvid_cli.cli import app
+from ottvid_cli.eval.command import parse_shard
+
+DATA = Path(__file__).parent / "data"
+EVAL = DATA / "eval"
+HUB_MODEL = "Qwen/Qwen2.5-VL-7B-Instruct"  # never loaded: every case below is refused first
+runner = CliRunner()
+
+
+def invoke(*args):
+    return runner.invoke(app, ["eval", *[str(a) for a in args]])
+
+
+def refused(result, *parts):
+    assert result.exit_code == 2, result.output
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error:"), result.stderr
+    for part in parts:
+        assert part in lines[0], lines[0]
+
+
+def test_bad_input_is_one_line_before_the_model_loads(tmp_path):
+    refused(invoke("nosuch", "--data", EVAL / "custom.jsonl", "--videos", DATA, "--model", HUB_MODEL),
+            "unknown benchmark 'nosuch'", "known: mvbench, videomme")
+    refused(invoke("jsonl", "--data", tmp_path / "none.jsonl", "--videos", DATA, "--model", HUB_MODEL),
+            "none.jsonl: annotation file not found")
+    bad = tmp_path / "bad.jsonl"
+    good = '{"id": "a", "video": "yoga.mp4", "question": "Q?", "options": ["x", "y"], "answer": "A"}'
+    bad.write_text(good + '\n{"id": 2\n')
+    refused(invoke("jsonl", "--data", bad, "--videos", DATA, "--model", HUB_MODEL), "bad.jsonl: line 2")
+    videos = tmp_path / "videos"
+    videos.mkdir()
+    shutil.copy(DATA / "yoga.mp4", videos)
+    refused(invoke("jsonl", "--data", EVAL / "custom.jsonl", "--videos", videos, "--model", HUB_MODEL),
+            "2 of 3 samples have no video under", "--skip-missing")
+    refused(invoke("jsonl", "--data", EVAL / "custom.jsonl", "--model", HUB_MODEL), "--videos")
+    refused(invoke("jsonl", "--data", EVAL / "custom.jsonl", "--videos", DATA, "--shard", "2/2"), "--shard")
+    refused(invoke("jsonl", "--data", EVAL / "custom.jsonl", "--videos", DATA, "--method", "best"), "--method")
+    refused(invoke("--rescore", tmp_path / "nothing"), "run folder not found")
+
+
+def test_parse_shard():
+    assert parse_shard("1/4", {}) == (1, 4, False)
+    assert parse_shard(None, {"RANK": "1", "WORLD_SIZE": "2", "LOCAL_RANK": "1"}) == (1, 2, True)
+    assert parse_shard(None, {}) == (0, 1, False)
+
+
+
+
+def run_args(tiny_qwen, out):
+    return ["jsonl", "--data", EVAL / "custom.jsonl", "--videos", DATA, "--model", tiny_qwen, "--method", "none",
+            "--method", "ottvid", "--ratio", "0.25", "--max-frames", "4", "--out", out, "--json", "--quiet"]
+
+
+def keys_and_scores(out):
+    lines = (Path(out) / "samples.jsonl").read_text().splitlines()
+    return sorted((r["id"], r["method"], r["ratio"], r["reply"], r["score"]) for r in map(json.loads, lines))
+
+
+def test_run_resume_rescore_and_torchrun(tiny_qwen, tmp_path):
+    single = tmp_path / "single"
+    result = invoke(*run_args(tiny_qwen, single))
+    assert result.exit_code == 0, result.output
+    summary = json.loads(result.stdout)
+    assert [(r["method"], r["ratio"], r["count"], r["errors"]) for r in summary["results"]] == [
+        ("none", 1.0, 3, 0), ("ottvid", 0.25, 3, 0)]
+    config = json.loads((single / "config.json").read_text())
+    assert config["sampling"] == {"mc": {"frames": 4, "fps": None, "max_frames": None},
+                                  "grounding": {"frames": None, "fps": 2.0, "max_frames": 4}}
+    assert config["methods"] == ["none", "ottvid"] and config["ratios"] == [0.25] and config["max_frames"] == 4
+    lines = (single / "samples.jsonl").read_text()
+    again = invoke(*run_args(tiny_qwen, single))  # nothing left to do: no new line
+    assert again.exit_code == 0 and (single / "samples.jsonl").read_text() == lines
+    refused(invoke(*run_args(tiny_qwen, single)[:-4], "--frames", "8", "--out", single), "config.json", "frames")
+    rescored = invoke("--rescore", single, "--json")
+    assert rescored.exit_code == 0 and json.loads(rescored.stdout)["results"] == summary["results"]
+    table = invoke("--rescore", single)
+    assert "ottvid" in table.stdout and "accuracy" in table.stdout and "relative" in table.stdout
+
+    torchrun = Path(sys.executable).with_name("torchrun")
+    if not torchrun.exists():
+        pytest.skip("torchrun is not installed next to this Python")
+    sharded = tmp_path / "sharded"
+    command = [str(torchrun), "--nproc-per-node", "2", "--standalone", "-m", "ottvid_cli", "eval",
+               *map(str, run_args(tiny_qwen, sharded))]
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1"}
+    done = subprocess.run(command, check=False, capture_output=True, text=True, env=env, cwd=tmp_path, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    merged = json.loads(done.stdout)  # only rank 0 prints
+    assert not list(sharded.glob("samples.*-of-*.jsonl"))  # merged into samples.jsonl
+    assert keys_and_scores(sharded) == keys_and_scores(single)
+    assert merged["results"] == summary["results"]
