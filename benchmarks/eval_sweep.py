@@ -22,13 +22,11 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests"))
-sys.path.insert(0, str(ROOT / "benchmarks"))
 CLIPS = ("cockatoo.mp4", "bikes.mp4", "yoga.mp4")
 
 
 def build_model(folder: Path, llm_layers: int, vision_blocks: int) -> None:
-    from reuse import seven_b_shape  # benchmarks/reuse.py: ttft.py's 7B widths
-    from tiny_models import build_tiny_qwen2_5_vl
+    from tiny_models import build_tiny_qwen2_5_vl, seven_b_shape
 
     build_tiny_qwen2_5_vl(folder, **seven_b_shape(llm_layers, vision_blocks))
 

@@ -33,19 +33,6 @@ QUESTIONS = ["What is the bird doing?", "What colour is the bird?", "Where is th
 STAGES = ("decode", "preprocess", "vision", "compression", "prefill")
 
 
-def seven_b_shape(llm_layers: int, vision_blocks: int) -> dict:
-    """Qwen2.5-VL-7B's widths (benchmarks/ttft.py's model) with `llm_layers` and `vision_blocks` layers."""
-    return {
-        "vision": {"depth": vision_blocks, "hidden_size": 1280, "num_heads": 16, "intermediate_size": 3420,
-                   "out_hidden_size": 3584, "fullatt_block_indexes": [vision_blocks - 1]},
-        "text": {"vocab_size": 152064, "hidden_size": 3584, "intermediate_size": 18944, "num_hidden_layers": llm_layers,
-                 "max_window_layers": llm_layers, "num_attention_heads": 28, "num_key_value_heads": 4,
-                 "max_position_embeddings": 32768,
-                 "rope_parameters": {"rope_type": "default", "rope_theta": 1000000.0, "mrope_section": [16, 24, 24]}},
-        "min_pixels": 128 * 28 * 28, "max_pixels": 768 * 28 * 28,
-    }
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--video", default=str(ROOT / "tests" / "data" / "cockatoo.mp4"))
@@ -68,7 +55,7 @@ def main() -> None:
     from ottvid_cli.report import to_json
     from ottvid_cli.sampling import Sampling
     from ottvid_cli.session import Engine
-    from tiny_models import build_tiny_qwen2_5_vl
+    from tiny_models import build_tiny_qwen2_5_vl, seven_b_shape
 
     hf_logging.disable_progress_bar()
     err = Console(stderr=True)

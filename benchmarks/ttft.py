@@ -43,22 +43,12 @@ def main() -> None:
     from ottvid_cli.profile import profile
     from ottvid_cli.report import render_profile, to_json
     from ottvid_cli.video import sample_frames
-    from tiny_models import build_tiny_qwen2_5_vl
+    from tiny_models import build_tiny_qwen2_5_vl, seven_b_shape
 
     hf_logging.disable_progress_bar()
     err = Console(stderr=True)
     with tempfile.TemporaryDirectory() as folder, err.status("building a 7B-shaped random Qwen2.5-VL ..."):
-        build_tiny_qwen2_5_vl(
-            Path(folder),
-            vision={"depth": args.vision_blocks, "hidden_size": 1280, "num_heads": 16, "intermediate_size": 3420,
-                    "out_hidden_size": 3584, "fullatt_block_indexes": [args.vision_blocks - 1]},
-            text={"vocab_size": 152064, "hidden_size": 3584, "intermediate_size": 18944,
-                  "num_hidden_layers": args.llm_layers, "max_window_layers": args.llm_layers,
-                  "num_attention_heads": 28, "num_key_value_heads": 4, "max_position_embeddings": 32768,
-                  "rope_parameters": {"rope_type": "default", "rope_theta": 1000000.0,
-                                      "mrope_section": [16, 24, 24]}},
-            min_pixels=128 * 28 * 28, max_pixels=768 * 28 * 28,
-        )
+        build_tiny_qwen2_5_vl(Path(folder), **seven_b_shape(args.llm_layers, args.vision_blocks))
         backbone = load_backbone(folder)
     clip = sample_frames(args.video, args.frames)
     with err.status("profiling ...") as status:

@@ -215,6 +215,20 @@ def _save_seeded_model(model_class, config, tokenizer, path: pathlib.Path) -> No
     model.generation_config.save_pretrained(path)
 
 
+def seven_b_shape(llm_layers: int, vision_blocks: int) -> dict:
+    """Keyword arguments of `build_tiny_qwen2_5_vl` for Qwen2.5-VL-7B's widths with `llm_layers` LLM layers and
+    `vision_blocks` vision blocks (random weights; the benchmarks' 7B-shaped model; 28 and 32 is the 7B)."""
+    return {
+        "vision": {"depth": vision_blocks, "hidden_size": 1280, "num_heads": 16, "intermediate_size": 3420,
+                   "out_hidden_size": 3584, "fullatt_block_indexes": [vision_blocks - 1]},
+        "text": {"vocab_size": 152064, "hidden_size": 3584, "intermediate_size": 18944, "num_hidden_layers": llm_layers,
+                 "max_window_layers": llm_layers, "num_attention_heads": 28, "num_key_value_heads": 4,
+                 "max_position_embeddings": 32768,
+                 "rope_parameters": {"rope_type": "default", "rope_theta": 1000000.0, "mrope_section": [16, 24, 24]}},
+        "min_pixels": 128 * 28 * 28, "max_pixels": 768 * 28 * 28,
+    }
+
+
 def build_tiny_qwen2_5_vl(
     path: pathlib.Path,
     vision: dict | None = None,
