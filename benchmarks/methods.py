@@ -8,8 +8,12 @@ Times are the median of --repeats runs after one warm-up, float32 on the CPU, vi
 source is read at run time from a checkout fetched under /work/.mirror (or $OTTVID_MIRROR) at the
 commits named in OFFICIAL_SOURCES and executed with stand-ins for the model objects it reads
 (nothing of it is copied into ottvid). Where the official code only exists inline in a model's
-forward (FastVID), the inline block is executed as it stands. Methods with no official function
-(topk) or checkouts that are missing show "-".
+forward (FastVID), the inline block is executed as it stands; HoliTom's and UniComp's llava_arch.py
+are executed whole (stand-ins for their llava imports) and their methods called in the order of the
+forward; FlashVID's flashvid/utils.py is imported with its two sibling modules. Methods with no
+official function (topk) or checkouts that are missing show "-". An official call running past
+--official-timeout seconds is stopped and shown as "> S s" (UniComp's spatial step builds an (N, N, D)
+tensor per fused frame: tens of seconds per call at 16 x 256 x 3584 on videos whose frames do not fuse).
 
 The same loaders serve tests/test_methods_*.py, which check that exact=False (and bug_compatible=True
 where it exists) reproduces the official kept positions and features.
@@ -20,6 +24,7 @@ from __future__ import annotations
 import argparse
 import os
 import pathlib
+import signal
 import statistics
 import subprocess
 import sys
@@ -39,7 +44,8 @@ SHAPES = {
 }
 
 MIRROR = pathlib.Path(os.environ.get("OTTVID_MIRROR", "/work/.mirror"))
-# name: (checkout folder, commit, file, first line marker, last line marker) -- see docs/methods.md
+# name: (checkout folder, commit, file, first line marker, last line marker; None: the whole file) -- see
+# docs/methods.md
 OFFICIAL_SOURCES = {
     "divprune": ("vbdi+divprune", "799e2d950aa01ba7860907f5a6d86061f885dca6", "LLaVA/llava/model/llava_arch.py",
                  "def pairwise_cosine_similarity(self, matrix):", "return s, cosine_matrix"),
@@ -49,20 +55,38 @@ OFFICIAL_SOURCES = {
                 "fastvid_qwen25vl/lmms-eval/lmms_eval/models/qwenvlutils/modeling_qwen2_5_vl.py",
                 "frame_global_features = frame_global_features / frame_global_features.norm",
                 "keep_indexs = keep_indexs.sort().values"),
+    "holitom": ("cokeshao+HoliTom", "e9b2972f6895c9e7d7fe74eb8c3a2ecaab8056e0", "holitom/llava_arch.py", None, None),
+    "flashvid": ("Fanziyang-v+FlashVID", "1d37422c5afcaa15ee46b5355f5ba798fa93290a", "flashvid/utils.py", None, None),
+    "unicomp": ("TimeMarker-LLM+UniComp", "1904269ef68d183d530d6b1981acdba4f2bf8c7e", "unicomp/llava_arch.py",
+                None, None),
 }
+# the llava imports of an official llava_arch.py (HoliTom, UniComp), as stand-ins
+LLAVA_STUBS = {"llava": {},
+               "llava.constants": dict(IGNORE_INDEX=-100, IMAGE_TOKEN_INDEX=-200, DEFAULT_IMAGE_PATCH_TOKEN="",
+                                       DEFAULT_IM_START_TOKEN="", DEFAULT_IM_END_TOKEN=""),
+               "llava.mm_utils": dict(get_anyres_image_grid_shape=None),
+               "llava.utils": dict(rank0_print=lambda *a, **k: None, rank_print=lambda *a, **k: None)}
 
 
-def official_source(name: str) -> str | None:
-    """The official code block of `name` (dedented), or None if its checkout is not here."""
-    folder, commit, path, first, last = OFFICIAL_SOURCES[name]
+def checkout_file(folder: str, commit: str, path: str) -> str | None:
+    """`path` at `commit` of the checkout MIRROR/folder, or None if it is not here."""
     repo = MIRROR / folder / "repo"
     if not repo.exists():
         return None
     try:
-        text = subprocess.run(["git", "-C", str(repo), "show", f"{commit}:{path}"], capture_output=True, text=True,
+        return subprocess.run(["git", "-C", str(repo), "show", f"{commit}:{path}"], capture_output=True, text=True,
                               check=True).stdout
     except (OSError, subprocess.CalledProcessError):
         return None
+
+
+def official_source(name: str) -> str | None:
+    """The official code block of `name` (dedented; the whole file where OFFICIAL_SOURCES names no
+    markers), or None if its checkout is not here."""
+    folder, commit, path, first, last = OFFICIAL_SOURCES[name]
+    text = checkout_file(folder, commit, path)
+    if text is None or first is None:
+        return text
     lines = text.splitlines()
     start = next(i for i, line in enumerate(lines) if first in line)
     end = next(i for i in range(start, len(lines)) if last in lines[i])
@@ -71,11 +95,123 @@ def official_source(name: str) -> str | None:
 
 def official(name: str):
     """A callable (features (T, N, D), saliency (T, N), ratio, **options) -> (kept flat indices ascending,
-    features (M, D)) running the official code, or None where it cannot run here."""
+    features (M, D)) running the official code, or None where it cannot run here. Where the official
+    code keeps no positions (UniComp) the callable returns the features alone."""
     source = official_source(name)
     if source is None:
         return None
-    return {"divprune": _divprune, "visionzip": _visionzip, "fastvid": _fastvid}[name](source)
+    return {"divprune": _divprune, "visionzip": _visionzip, "fastvid": _fastvid, "holitom": _holitom,
+            "flashvid": _flashvid, "unicomp": _unicomp}[name](source)
+
+
+def _exec_modules(sources: dict[str, str], stubs: dict[str, dict]) -> dict[str, dict]:
+    """Execute each (module name: source) in order as a module, `stubs` (module name: attributes) and the
+    modules executed before it importable meanwhile; sys.modules is restored after. The namespaces."""
+    saved = {name: sys.modules.get(name) for name in [*stubs, *sources]}
+    spaces = {}
+    try:
+        for name, attrs in stubs.items():
+            sys.modules[name] = module = types.ModuleType(name)
+            module.__dict__.update(attrs)
+            if name.count(".") == 0:
+                module.__path__ = []  # a package, for its submodules' imports
+        for name, source in sources.items():
+            sys.modules[name] = module = types.ModuleType(name)
+            module.__package__ = name.rpartition(".")[0]
+            exec(compile(source, f"official:{name}", "exec"), module.__dict__)
+            spaces[name] = module.__dict__
+    finally:
+        for name, module in saved.items():
+            if module is None:
+                sys.modules.pop(name, None)
+            else:
+                sys.modules[name] = module
+    return spaces
+
+
+def _holitom(source: str):
+    from ottvid_cli.compression.methods.holitom import HoliTomConfig
+
+    space = _exec_modules({"holitom_llava_arch": source}, LLAVA_STUBS)["holitom_llava_arch"]
+    h = space["LlavaMetaForCausalLM_holitom"]()
+
+    def run(features, saliency, ratio, **options):
+        """llava_arch.py:375-407 (the outer-LLM stage on the pooled features), keeping the positions of
+        what each merge returns."""
+        cfg = HoliTomConfig(ratio=ratio, exact=False, **options)
+        frames, tokens, _ = features.shape
+        normed = torch.nn.functional.normalize(features, p=2, dim=-1)
+        sim = torch.nn.functional.cosine_similarity(normed[:-1], normed[1:], dim=-1)
+        segments, reduced = h.select_static_windows(sim, frames, cfg.tau, cfg.max_window)
+        ratio = min(ratio / ((frames * tokens - reduced) / (frames * tokens)), 1)
+        sf, df, _, da, sp, dp = h.get_static_dynamic_features(features, saliency, segments, sim, cfg.tau)
+        flat, out = [], []
+        for i, (s, e) in enumerate(segments):
+            f, p = h.merge_tokens_by_attention_density(df[i], da[i], dp[i], ratio, cfg.d, cfg.beta, cfg.k)
+            flat += [(s + t) * tokens + p[t].long() for t in range(f.shape[0])]
+            out += list(f)
+            if e > s:
+                f, p = h.merge_tokens_by_density(sf[i].unsqueeze(0), sp[i], ratio, cfg.beta, cfg.k)
+                flat.append(s * tokens + p[0].long())
+                out.append(f[0])
+        flat, out = torch.cat(flat), torch.cat(out)
+        return flat.sort().values, out[flat.argsort()]
+
+    return run
+
+
+def _flashvid(source: str):
+    from ottvid_cli.compression.methods.flashvid import FlashVIDConfig
+
+    folder, commit, path, _, _ = OFFICIAL_SOURCES["flashvid"]
+    sources = {}
+    for sibling in ("configuration_flashvid", "token_selection"):  # utils.py's relative imports
+        sibling_path = str(pathlib.PurePosixPath(path).with_name(f"{sibling}.py"))
+        sources[f"flashvid_official.{sibling}"] = checkout_file(folder, commit, sibling_path)
+    if None in sources.values():
+        return None
+    sources["flashvid_official.utils"] = source
+    spaces = _exec_modules(sources, {"flashvid_official": {}})
+    compress = spaces["flashvid_official.utils"]["flashvid_compression"]
+    config_class = spaces["flashvid_official.configuration_flashvid"]["FlashVidConfig"]
+
+    def run(features, saliency, ratio, **options):
+        """flashvid_compression (the Qwen2.5-VL path, inner-LLM expansion off). Its positions are emitted
+        per segment and may repeat (see docs/methods.md): sorted here (stable), repeats kept."""
+        cfg = FlashVIDConfig(ratio=ratio, exact=False, **options)
+        config = config_class(retention_ratio=ratio, expansion=1.0, alpha=cfg.alpha,
+                              token_selection_method=cfg.selection, temporal_threshold=cfg.temporal_threshold,
+                              do_segment=cfg.do_segment, segment_threshold=cfg.segment_threshold,
+                              min_segment_num=cfg.min_segments, complementary_segment=cfg.complementary)
+        out, index = compress(features.clone(), saliency, config)
+        order = index.argsort(stable=True)
+        return index[order], out[order]
+
+    return run
+
+
+def _unicomp(source: str):
+    from ottvid_cli.compression.methods.unicomp import UniCompConfig
+
+    space = _exec_modules({"unicomp_llava_arch": source}, LLAVA_STUBS)["unicomp_llava_arch"]
+    u = space["LlavaMetaForCausalLM_ours"]()
+
+    def run(features, saliency, ratio, **options):
+        """llava_arch.py:260-285, the keys and the global features replaced as ours does (the group's first
+        frame); the official code keeps no positions: the features (newline tokens dropped) alone."""
+        cfg = UniCompConfig(ratio=ratio, exact=False, **options)
+        frames, tokens, dim = features.shape
+        fused, ids = u.frame_group_fusion(features, uniqueness=cfg.uf, min_interval=int(1 / ratio))
+        max_tokens = int(ratio * frames * tokens)
+        if fused.shape[0] * tokens <= max_tokens:
+            return fused.flatten(0, 1)
+        per_frame = u.token_allocation(fused, max_tokens=max_tokens, max_token_per_item=tokens,
+                                       global_metric=features[ids].mean(1))
+        out = u.spatial_dynamic_compression(fused, features[ids], per_frame, uniqueness=cfg.uc,
+                                            nextline_token=torch.zeros(1, dim))
+        return torch.cat(out[0::2])
+
+    return run
 
 
 def _divprune(source: str):
@@ -141,14 +277,37 @@ def _fastvid(source: str):
     return run
 
 
-def median_ms(fn, repeats: int) -> float:
-    fn()  # warm-up
+class OfficialTimeout(Exception):
+    """An official call ran past --official-timeout."""
+
+
+def _alarm(signum, frame):
+    raise OfficialTimeout
+
+
+def median_ms(fn, repeats: int, timeout: float | None = None):
+    """(median ms of `repeats` calls after one warm-up, the last result); (None, None) as soon as a call
+    runs past `timeout` seconds (checked when Python regains control between the operations it runs)."""
+    previous = signal.signal(signal.SIGALRM, _alarm) if timeout else None
     times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        fn()
-        times.append((time.perf_counter() - start) * 1e3)
-    return statistics.median(times)
+    try:
+        for i in range(repeats + 1):  # the first is the warm-up
+            if timeout:
+                signal.setitimer(signal.ITIMER_REAL, timeout)
+            start = time.perf_counter()
+            try:
+                result = fn()
+            except OfficialTimeout:
+                return None, None
+            finally:
+                if timeout:
+                    signal.setitimer(signal.ITIMER_REAL, 0)
+            if i:
+                times.append((time.perf_counter() - start) * 1e3)
+    finally:
+        if timeout:
+            signal.signal(signal.SIGALRM, previous)
+    return statistics.median(times), result
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -163,11 +322,14 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--dim", type=int, default=3584)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--no-official", action="store_true", help="time ours only")
+    parser.add_argument("--official-timeout", type=float, default=60.0, metavar="S",
+                        help="stop an official call after S seconds and show '> S s' (0: no limit; default 60)")
     args = parser.parse_args(argv)
     names = args.methods or [n for n in methods.names() if n != "none"]
     torch.set_num_threads(max(1, torch.get_num_threads()))
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, ratio {args.ratio}, D {args.dim}, "
-          f"median of {args.repeats}")
+          f"median of {args.repeats}, official calls stopped after "
+          f"{f'{args.official_timeout:g} s' if args.official_timeout else 'no limit'}")
     print(f"{'shape':<12} {'T x N':<9} {'method':<10} {'ours ms':>9} {'kept':>6} {'ours, exact=False':>18} "
           f"{'official ms':>12} {'kept':>6}")
     for shape in args.shapes:
@@ -175,17 +337,21 @@ def main(argv: list[str] | None = None) -> None:
         x, s, grid = video_tokens(t, n, args.dim)
         for name in names:
             run = lambda **o: methods.compress_with(name, x, s, grid, ratio=args.ratio, **o)  # noqa: E731
-            ours = median_ms(run, args.repeats)
-            kept = run().index.numel()
+            ours, out = median_ms(run, args.repeats)
+            kept = out.index.numel()
             theirs = None if args.no_official or name not in OFFICIAL_SOURCES else official(name)
-            same = other = "-"
+            same = other = other_kept = "-"
             if theirs is not None:  # ours with the official count, then the official itself
-                same = f"{median_ms(lambda: run(exact=False), args.repeats):.1f} ({run(exact=False).index.numel()})"
-                other = f"{median_ms(lambda: theirs(x, s, args.ratio), args.repeats):.1f}"
-                out = theirs(x, s, args.ratio)
-                other_kept = (out[0] if isinstance(out, tuple) else out).shape[0]
+                ms, out = median_ms(lambda: run(exact=False), args.repeats)
+                same = f"{ms:.1f} ({out.index.numel()})"
+                ms, out = median_ms(lambda: theirs(x, s, args.ratio), args.repeats, args.official_timeout)
+                if ms is None:
+                    other = f"> {args.official_timeout:g} s"
+                else:
+                    other = f"{ms:.1f}"
+                    other_kept = (out[0] if isinstance(out, tuple) else out).shape[0]
             print(f"{shape:<12} {f'{t}x{n}':<9} {name:<10} {ours:>9.1f} {kept:>6} {same:>18} {other:>12} "
-                  f"{other_kept if theirs is not None else '-':>6}", flush=True)
+                  f"{other_kept:>6}", flush=True)
 
 
 if __name__ == "__main__":

@@ -2,20 +2,16 @@
 
 The official comparison imports flashvid/utils.py of Fanziyang-v/FlashVID (with token_selection.py and
 configuration_flashvid.py, which need only torch) from a fetched checkout (/work/.mirror or
-$OTTVID_MIRROR), and skips without it.
+$OTTVID_MIRROR) through benchmarks/methods.py, and skips without it.
 """
 
 from __future__ import annotations
 
-import importlib
 import math
-import os
-import pathlib
-import subprocess
-import sys
 
 import pytest
 import torch
+from test_methods import official_or_skip
 
 from ottvid_cli.compression import methods
 from ottvid_cli.compression.methods.flashvid import FlashVIDConfig, adts, segment_frames
@@ -136,35 +132,10 @@ def test_validation():
 # the official code
 # ---------------------------------------------------------------------------------------------
 
-COMMIT = "1d37422c5afcaa15ee46b5355f5ba798fa93290a"
-
-
-@pytest.fixture(scope="module")
-def official(tmp_path_factory):
-    repo = pathlib.Path(os.environ.get("OTTVID_MIRROR", "/work/.mirror")) / "Fanziyang-v+FlashVID" / "repo"
-    package = tmp_path_factory.mktemp("official") / "flashvid_official"
-    package.mkdir()
-    (package / "__init__.py").write_text("")
-    try:
-        for name in ("utils", "token_selection", "configuration_flashvid"):
-            text = subprocess.run(["git", "-C", str(repo), "show", f"{COMMIT}:flashvid/{name}.py"],
-                                  capture_output=True, text=True, check=True).stdout
-            (package / f"{name}.py").write_text(text)
-    except (OSError, subprocess.CalledProcessError):
-        pytest.skip("the official FlashVID checkout is not available")
-    sys.path.insert(0, str(package.parent))
-    try:
-        utils = importlib.import_module("flashvid_official.utils")
-        config = importlib.import_module("flashvid_official.configuration_flashvid")
-    finally:
-        sys.path.remove(str(package.parent))
-    return utils, config.FlashVidConfig
-
-
 @pytest.mark.parametrize("selection", ["attn_div_v2", "attn_div"])
 @pytest.mark.parametrize("seed", [0, 1])
-def test_matches_the_official_code(official, selection, seed, monkeypatch):
-    utils, config_class = official
+def test_matches_the_official_code(selection, seed, monkeypatch):
+    official = official_or_skip("flashvid")
     g = torch.Generator().manual_seed(seed)
     t, side, d = 12, 6, 24
     base = torch.randn(1, side * side, d, generator=g)
@@ -174,8 +145,7 @@ def test_matches_the_official_code(official, selection, seed, monkeypatch):
     s = torch.rand(t, side * side, generator=g)
     # the official density noise (rand_like * 1e-6) as our deterministic tie-break: lower index first
     monkeypatch.setattr(torch, "rand_like", lambda a, **kw: -a * torch.arange(a.shape[-1], dtype=a.dtype))
-    tokens, index = utils.flashvid_compression(x.clone(), s, config_class(
-        retention_ratio=0.2, expansion=1.0, token_selection_method=selection))
+    index, tokens = official(x, s, 0.2, selection=selection)  # sorted by position, repeats kept
     monkeypatch.undo()
     ours = methods.compress_with("flashvid", x, s, (side, side), ratio=0.2, selection=selection, exact=False,
                                  bug_compatible=True)

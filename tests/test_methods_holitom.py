@@ -1,20 +1,16 @@
 """HoliTom (ottvid_cli/compression/methods/holitom.py): hand-computed steps, counts, the official code.
 
 The official comparison runs holitom/llava_arch.py of cokeshao/HoliTom from a fetched checkout
-(/work/.mirror or $OTTVID_MIRROR) with stand-ins for its llava imports, and skips without it.
+(/work/.mirror or $OTTVID_MIRROR) through benchmarks/methods.py, and skips without it.
 """
 
 from __future__ import annotations
 
 import math
-import os
-import pathlib
-import subprocess
-import sys
-import types
 
 import pytest
 import torch
+from test_methods import official_or_skip
 
 from ottvid_cli.compression import methods
 from ottvid_cli.compression.methods.holitom import beta_merge, dpc_knn, pairwise_distances, segment_dp, static_runs
@@ -122,64 +118,9 @@ def test_exact_when_merging_leaves_too_few():
 # the official code
 # ---------------------------------------------------------------------------------------------
 
-LLAVA_STUBS = {"llava": {},
-               "llava.constants": dict(IGNORE_INDEX=-100, IMAGE_TOKEN_INDEX=-200, DEFAULT_IMAGE_PATCH_TOKEN="",
-                                       DEFAULT_IM_START_TOKEN="", DEFAULT_IM_END_TOKEN=""),
-               "llava.mm_utils": dict(get_anyres_image_grid_shape=None),
-               "llava.utils": dict(rank0_print=lambda *a, **k: None, rank_print=lambda *a, **k: None)}
-
-
-def official_instance(folder: str, commit: str, path: str, class_name: str):
-    """An instance of `class_name` from `path` of a fetched checkout, executed with stand-ins for the
-    llava imports of an official llava_arch.py (also used by test_methods_unicomp.py); skips without it."""
-    repo = pathlib.Path(os.environ.get("OTTVID_MIRROR", "/work/.mirror")) / folder / "repo"
-    try:
-        source = subprocess.run(["git", "-C", str(repo), "show", f"{commit}:{path}"],
-                                capture_output=True, text=True, check=True).stdout
-    except (OSError, subprocess.CalledProcessError):
-        pytest.skip(f"the official checkout {folder} is not available")
-    saved = {name: sys.modules.get(name) for name in LLAVA_STUBS}
-    try:
-        for name, attrs in LLAVA_STUBS.items():
-            module = types.ModuleType(name)
-            module.__dict__.update(attrs)
-            sys.modules[name] = module
-        namespace: dict = {}
-        exec(compile(source, path, "exec"), namespace)
-    finally:
-        for name, module in saved.items():
-            if module is None:
-                sys.modules.pop(name, None)
-            else:
-                sys.modules[name] = module
-    return namespace[class_name]()
-
-
-def run_official(h, feat, attn, ratio, tau=0.8, beta=0.6, k=7):
-    """llava_arch.py:375-407 on the pooled features, keeping the positions of what it returns."""
-    frames, tokens, _ = feat.shape
-    normed = torch.nn.functional.normalize(feat, p=2, dim=-1)
-    sim = torch.nn.functional.cosine_similarity(normed[:-1], normed[1:], dim=-1)
-    segments, reduced = h.select_static_windows(sim, frames, tau, 1024)
-    ratio = min(ratio / ((frames * tokens - reduced) / (frames * tokens)), 1)
-    sf, df, _, da, sp, dp = h.get_static_dynamic_features(feat, attn, segments, sim, tau)
-    flat, out = [], []
-    for i, (s, e) in enumerate(segments):
-        f, p = h.merge_tokens_by_attention_density(df[i], da[i], dp[i], ratio, 0.0, beta, k)
-        flat += [(s + t) * tokens + p[t].long() for t in range(f.shape[0])]
-        out += list(f)
-        if e > s:
-            f, p = h.merge_tokens_by_density(sf[i].unsqueeze(0), sp[i], ratio, beta, k)
-            flat.append(s * tokens + p[0].long())
-            out.append(f[0])
-    flat, out = torch.cat(flat), torch.cat(out)
-    return flat.sort().values, out[flat.argsort()]
-
-
 @pytest.mark.parametrize("seed", [0, 1, 2])
 def test_matches_the_official_code(seed, monkeypatch):
-    h = official_instance("cokeshao+HoliTom", "e9b2972f6895c9e7d7fe74eb8c3a2ecaab8056e0", "holitom/llava_arch.py",
-                          "LlavaMetaForCausalLM_holitom")
+    official = official_or_skip("holitom")
     g = torch.Generator().manual_seed(seed)
     t, side, d = 12, 6, 24
     base = torch.randn(1, side * side, d, generator=g)
@@ -189,7 +130,7 @@ def test_matches_the_official_code(seed, monkeypatch):
     s = torch.rand(t, side * side, generator=g)
     # the official density noise (torch.rand * 1e-6) as our deterministic tie-break: lower index first
     monkeypatch.setattr(torch, "rand", lambda shape, **kw: -torch.arange(shape[-1], dtype=torch.float32).expand(shape))
-    index, features = run_official(h, x, s, 0.2)
+    index, features = official(x, s, 0.2)
     monkeypatch.undo()
     ours = methods.compress_with("holitom", x, s, (side, side), ratio=0.2, exact=False, bug_compatible=True)
     assert torch.equal(ours.index, index)

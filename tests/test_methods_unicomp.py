@@ -1,7 +1,7 @@
 """UniComp (ottvid_cli/compression/methods/unicomp.py): hand-computed steps, counts, the official code.
 
 The official comparison runs unicomp/llava_arch.py of TimeMarker-LLM/UniComp from a fetched checkout
-(/work/.mirror or $OTTVID_MIRROR) with stand-ins for its llava imports, and skips without it.
+(/work/.mirror or $OTTVID_MIRROR) through benchmarks/methods.py, and skips without it.
 """
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import math
 
 import pytest
 import torch
-from test_methods_holitom import official_instance
+from test_methods import official_or_skip
 
 from ottvid_cli.compression import methods
 from ottvid_cli.compression.methods.unicomp import capped_apportion, fuse_frames, official_allocation, sdc_select
@@ -113,30 +113,17 @@ def test_validation():
 # the official code
 # ---------------------------------------------------------------------------------------------
 
-def run_official(u, feat, ratio, uf=0.005, uc=0.2):
-    """llava_arch.py:260-285, keys and global features replaced as ours does (the group's first frame)."""
-    frames, tokens, dim = feat.shape
-    fused, ids = u.frame_group_fusion(feat, uniqueness=uf, min_interval=int(1 / ratio))
-    max_tokens = int(ratio * frames * tokens)
-    if fused.shape[0] * tokens <= max_tokens:
-        return fused.flatten(0, 1)
-    tpf = u.token_allocation(fused, max_tokens=max_tokens, max_token_per_item=tokens, global_metric=feat[ids].mean(1))
-    out = u.spatial_dynamic_compression(fused, feat[ids], tpf, uniqueness=uc, nextline_token=torch.zeros(1, dim))
-    return torch.cat(out[0::2])  # drop the newline tokens
-
-
 @pytest.mark.parametrize("seed", [0, 1])
 @pytest.mark.parametrize("ratio", [0.1, 0.25])
 def test_matches_the_official_code(seed, ratio):
-    u = official_instance("TimeMarker-LLM+UniComp", "1904269ef68d183d530d6b1981acdba4f2bf8c7e",
-                          "unicomp/llava_arch.py", "LlavaMetaForCausalLM_ours")
+    official = official_or_skip("unicomp")  # keys and global features replaced as ours does
     g = torch.Generator().manual_seed(seed)
     t, side, d = 24, 10, 32
     n = side * side
     x = torch.randn(1, n, d, generator=g) + 0.02 * torch.randn(t, n, d, generator=g)  # static: frames fuse
     x[8:16] += 1.5 * torch.randn(8, n, d, generator=g)
     x[:, :30] = torch.randn(1, 1, d, generator=g) + 0.05 * torch.randn(t, 30, d, generator=g)  # similar tokens
-    want = run_official(u, x, ratio)
+    want = official(x, None, ratio)
     ours = methods.compress_with("unicomp", x, None, (side, side), ratio=ratio, exact=False)
     assert ours.features.shape == want.shape
     assert torch.allclose(ours.features, want, atol=1e-6)
