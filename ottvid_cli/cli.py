@@ -260,12 +260,17 @@ def _settle(model, device, dtype, ratio, frames, fps, config_frames: bool = True
     return d.pick("model", model), d.pick("device", device), d.pick("dtype", dtype), d.pick("ratio", ratio), frames
 
 
-def _check_video(video: str, decoder: str = "auto") -> None:
-    """A missing file is refused at once; an unreadable one after opening it (no model loaded yet)."""
+def _check_file(video: str) -> None:
+    """A missing file or a folder is refused at once, before any import."""
     if not os.path.exists(video):
         _fail(f"video not found: {video}")
     if os.path.isdir(video):
         _fail(f"expected a video file, got a folder: {video}")
+
+
+def _check_video(video: str, decoder: str = "auto") -> None:
+    """A missing file is refused at once; an unreadable one after opening it (no model loaded yet)."""
+    _check_file(video)
     from .video import VideoError, check_video
 
     try:
@@ -395,7 +400,7 @@ def _answer(task: str, video: str, texts, options, ratio, frames, fps, max_frame
     """ask and ground: check everything, load, run each question (one preparation and one prefix for
     all, session.Engine), print each result, then report a failed picture. With --json, one question
     prints an object, several a list of them in order."""
-    from .report import render_run, to_json
+    from .report import render_run
 
     texts = [texts] if isinstance(texts, str) else list(texts)
     model, device, dtype, ratio, frames = _settle(model, device, dtype, ratio, frames, fps, task == "ask")
@@ -414,7 +419,7 @@ def _answer(task: str, video: str, texts, options, ratio, frames, fps, max_frame
         _fail(f"ground needs a Qwen2.5-VL model: {backbone.name} is not trained to give time spans "
               f"(the paper evaluates grounding on Qwen2.5-VL only)")
     engine = _engine(backbone, cache_dir)
-    results, documents, failure = [], [], ""
+    documents, failure = [], ""
     for i, text in enumerate(texts):
         if len(texts) > 1 and not as_json:
             out.print(f"{'question' if task == 'ask' else 'query'} {i + 1}: {text}", highlight=False, markup=False)
@@ -430,15 +435,22 @@ def _answer(task: str, video: str, texts, options, ratio, frames, fps, max_frame
             picture, failure = _write_picture(result.prepared, output)
             if picture is not None:
                 data["picture"] = picture
-        results.append(result)
         documents.append(data)
         if not as_json:
             render_run(data, out, streamed=stream.started)
+    _conclude(task, documents, as_json, failure)
+
+
+def _conclude(task: str, documents: list[dict], as_json: bool, failure: str = "") -> None:
+    """After every question of ask / ground (local or --server): the JSON (one object, or a list for
+    several questions), then a picture that could not be written (exit 4), then no span (exit 3)."""
+    from .report import to_json
+
     if as_json:
         typer.echo(to_json(documents[0] if len(documents) == 1 else documents))
     if failure:
         _fail(failure, code=EXIT_WRITE)
-    if task == "ground" and any(result.span is None for result in results):
+    if task == "ground" and any(data.get("span") is None for data in documents):
         _fail("no time span could be read from the model's reply (exit 3)", code=EXIT_NO_SPAN)
 
 
@@ -478,13 +490,60 @@ def _cache_path(value: str | None) -> str | None:
 
 def _remote(task, server, video, texts, options, ratio, frames, fps, max_frames, model, method, preset, as_json, quiet,
             max_new_tokens, device, dtype, attention, max_pixels, decoder, output, cache_dir) -> None:
-    """ask / ground --server: the flags that only a local run uses are refused, the rest sent."""
-    from .serve.client import remote
+    """ask / ground --server: the same checks as a local run (the flags only a local run uses are
+    refused), then one request per question to a running `ottvid serve`; prints as a local run
+    prints. Exit codes as a local run's (1: the server failed or cannot be reached)."""
+    from .report import render_run
+    from .serve.client import URL_SCHEMES, Client, ServerError, request_body, video_url
 
     local = {"--device": device, "--dtype": dtype, "--attention": attention, "--max-pixels": max_pixels,
              "--decoder": decoder, "--output": output, "--cache-dir": cache_dir}
-    remote(task, server, video, texts, options, ratio, frames, fps, max_frames, model, method, preset, as_json, quiet,
-           max_new_tokens, local)
+    for flag, value in local.items():
+        if value not in (None, "auto"):
+            _fail(f"{flag} does not apply with --server: the server runs the model with its own settings")
+    _, _, _, ratio, frames = _settle(model, None, None, ratio, frames, fps, task == "ask")
+    texts = [texts] if isinstance(texts, str) else list(texts)
+    if not texts or any(not t.strip() for t in texts):
+        _fail(f"the {'question' if task == 'ask' else 'query'} is empty")
+    sampling = _sampling(frames, fps, max_frames, None, "auto", 2.0 if task == "ground" else None)
+    if not video.startswith(URL_SCHEMES):
+        _check_file(video)
+    settings = {"ratio": ratio, "method": method, "preset": preset, "frames": sampling.frames, "fps": sampling.fps,
+                "max_frames": sampling.max_frames, "choices": list(options) if options else None}
+    client = Client(server, os.environ.get("OTTVID_API_KEY") or None)
+    documents = []
+    progress = _Progress(quiet)
+    try:
+        progress.step(f"asking {client.base}")
+        model = model or client.model()
+        url = video_url(video)
+        for i, text in enumerate(texts):
+            if len(texts) > 1 and not as_json:
+                progress.stop()
+                out.print(f"{'question' if task == 'ask' else 'query'} {i + 1}: {text}", highlight=False, markup=False)
+            stream = _Stream(progress, "answer: " if task == "ask" else "model said: ")
+
+            def send(url: str) -> dict:
+                body = request_body(model, task, url, text, settings, max_new_tokens)
+                return client.run(body, on_token=None if as_json else stream)
+
+            try:
+                data = send(url)
+            except ServerError as exc:
+                if exc.code != "media_not_allowed" or video.startswith(URL_SCHEMES):
+                    raise
+                url = video_url(video, upload=True)  # the server may not read our path: send the file
+                data = send(url)
+            stream.close()
+            documents.append(data)
+            if not as_json:
+                render_run(data, out, streamed=stream.started)
+    except ServerError as exc:
+        _fail(str(exc), code=exc.exit_code)
+    finally:
+        progress.stop()
+        client.close()
+    _conclude(task, documents, as_json)
 
 
 def _engine(backbone, cache_dir: str | None, keep_saliency: bool = False):

@@ -1,5 +1,5 @@
-"""`ottvid ask --server URL` (and `ground --server`): the same request sent to a running
-`ottvid serve`, with httpx; prints what a local run prints (`--json`: the same object).
+"""The client of a running `ottvid serve` (httpx) behind `ottvid ask --server URL` and `ground
+--server` (the command line's `_remote` checks, prints and exits; nothing here prints).
 
 A local video is first named by its path (a `file://` URL: nothing is copied when the server runs on
 this machine and may read it, under its --allowed-media-dir); if the server refuses the path (403),
@@ -11,7 +11,6 @@ from __future__ import annotations
 import base64
 import json
 import mimetypes
-import os
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -130,65 +129,3 @@ def request_body(model: str, task: str, url: str, text: str, options: dict[str, 
     if max_new_tokens is not None:
         body["max_tokens"] = max_new_tokens
     return body
-
-
-def remote(task: str, server: str, video: str, texts: str | list[str], choices, ratio, frames, fps, max_frames,
-           model, method, preset, as_json: bool, quiet: bool, max_new_tokens: int | None, local_only: dict) -> None:
-    """The `--server` path of `ask` / `ground`: checks as a local run does, then one request per
-    question; prints as a local run prints. Exit codes as the CLI's (1 the server failed or cannot be
-    reached, 2 bad input, 3 ground found no span)."""
-    from ..cli import EXIT_NO_SPAN, _fail, _Progress, _sampling, _settle, _Stream, out
-    from ..report import render_run, to_json
-
-    for flag, value in local_only.items():
-        if value not in (None, "auto"):
-            _fail(f"{flag} does not apply with --server: the server runs the model with its own settings")
-    _, _, _, ratio, frames = _settle(model, None, None, ratio, frames, fps, task == "ask")
-    texts = [texts] if isinstance(texts, str) else list(texts)
-    if not texts or any(not t.strip() for t in texts):
-        _fail(f"the {'question' if task == 'ask' else 'query'} is empty")
-    sampling = _sampling(frames, fps, max_frames, None, "auto", 2.0 if task == "ground" else None)
-    if not video.startswith(URL_SCHEMES):
-        if not os.path.exists(video):
-            _fail(f"video not found: {video}")
-        if os.path.isdir(video):
-            _fail(f"expected a video file, got a folder: {video}")
-    options = {"ratio": ratio, "method": method, "preset": preset, "frames": sampling.frames, "fps": sampling.fps,
-               "max_frames": sampling.max_frames, "choices": list(choices) if choices else None}
-    client = Client(server, os.environ.get("OTTVID_API_KEY") or None)
-    documents = []
-    progress = _Progress(quiet)
-    try:
-        progress.step(f"asking {client.base}")
-        model = model or client.model()
-        url = video_url(video)
-        for i, text in enumerate(texts):
-            if len(texts) > 1 and not as_json:
-                progress.stop()
-                out.print(f"{'question' if task == 'ask' else 'query'} {i + 1}: {text}", highlight=False, markup=False)
-            stream = _Stream(progress, "answer: " if task == "ask" else "model said: ")
-
-            def send(url: str) -> dict[str, Any]:
-                body = request_body(model, task, url, text, options, max_new_tokens)
-                return client.run(body, on_token=None if as_json else stream)
-
-            try:
-                data = send(url)
-            except ServerError as exc:
-                if exc.code != "media_not_allowed" or video.startswith(URL_SCHEMES):
-                    raise
-                url = video_url(video, upload=True)  # the server may not read our path: send the file
-                data = send(url)
-            stream.close()
-            documents.append(data)
-            if not as_json:
-                render_run(data, out, streamed=stream.started)
-    except ServerError as exc:
-        _fail(str(exc), code=exc.exit_code)
-    finally:
-        progress.stop()
-        client.close()
-    if as_json:
-        print(to_json(documents[0] if len(documents) == 1 else documents), flush=True)
-    if task == "ground" and any(data.get("span") is None for data in documents):
-        _fail("no time span could be read from the model's reply (exit 3)", code=EXIT_NO_SPAN)
