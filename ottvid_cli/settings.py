@@ -19,12 +19,11 @@ from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any, Mapping
 
-from .video import DECODERS  # noqa: F401  (numpy only: no torch)
-
 DEFAULT_MODEL = "Qwen/Qwen2.5-VL-7B-Instruct"
 DEVICES = "auto, cpu, cuda, cuda:N or mps"
 DTYPES = ("auto", "float32", "fp32", "bfloat16", "bf16", "float16", "fp16")
 ATTENTIONS = ("auto", "sdpa", "eager", "flash", "flash_attention_2")
+DECODERS = ("auto", "decord", "pyav")  # video decoders (video.py takes them from here)
 PRESETS = ("paper", "official")  # compression.config.PRESETS, without importing torch
 # compression.methods.names() without importing torch (tests/test_cli_methods.py checks they agree)
 METHODS = ("ottvid", "none", "topk", "divprune", "visionzip", "fastvid", "holitom", "flashvid", "unicomp")

@@ -22,7 +22,8 @@ from typing import Callable, Iterator
 
 import numpy as np
 
-DECODERS = ("auto", "decord", "pyav")
+from .settings import DECODERS
+
 
 
 class VideoError(ValueError):
