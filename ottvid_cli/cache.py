@@ -88,6 +88,8 @@ def _digest(key: dict[str, Any]) -> str:
 
 def _tensor_bytes(value: Any) -> int:
     if torch.is_tensor(value):
+        if value.is_sparse:  # what is stored: indices and values, not the dense size numel() reports
+            return _tensor_bytes([value._indices(), value._values()])
         return value.numel() * value.element_size()
     if isinstance(value, np.ndarray):
         return int(value.nbytes)
@@ -113,7 +115,8 @@ class Entry:
         total += _tensor_bytes([base.visual.features, base.visual.saliency, base.visual.extra])
         for p in self.compressions.values():
             if p.compressed is not None:
-                total += _tensor_bytes([p.compressed.features, p.compressed.index, p.compressed.assignment])
+                c = p.compressed
+                total += _tensor_bytes([c.features, c.index, c.assignment, c.selected, c.mixing])
         return total + sum(prefix.nbytes for prefix in self.prefixes.values())
 
 

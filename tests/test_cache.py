@@ -7,6 +7,7 @@ import shutil
 from pathlib import Path
 
 import pytest
+import torch
 
 from ottvid_cli import pipeline
 from ottvid_cli.backbones import load_backbone
@@ -131,3 +132,15 @@ def test_qwen3_vl_deepstack_comes_back_from_disk(tiny_qwen3_vl, tmp_path):
     loaded = Engine(backbone, cache_dir=tmp_path).ask(DATA / "bikes.mp4", "What happens?",
                                                       sampling=Sampling(frames=4), ratio=0.5, max_new_tokens=6)
     assert loaded.cache_hit and loaded.answer == first.answer and loaded.tokens == first.tokens
+
+
+def test_compression_bytes_count_the_sparse_merge_map_as_stored():
+    """The LRU bound counts a method's `mixing` by its indices and values, not its dense size."""
+    from ottvid_cli.cache import _tensor_bytes
+    from ottvid_cli.compression import methods
+
+    torch.manual_seed(0)
+    out = methods.compress_with("holitom", torch.randn(8, 16, 8), torch.rand(8, 16), (4, 4), ratio=0.25, tau=-1.0)
+    assert out.mixing is not None and out.mixing.is_sparse
+    stored = out.mixing._indices().numel() * 8 + out.mixing._values().numel() * 4
+    assert _tensor_bytes(out.mixing) == stored < out.mixing.numel() * 4
