@@ -91,10 +91,13 @@ def qwen2_5_vl_positions(
     `*_grid_thw` are the processor's patch grids, (N, 3) each (the merged grid divides H and W by
     `spatial_merge_size`); the sequences of the batch take the images and videos in order. Without
     `second_per_grid_ts` a video's temporal groups are 1 s apart. Padding (attention_mask 0) gets
-    position 1, as in Qwen's code; it is masked out anyway.
+    position 1, as in Qwen's code; it is masked out anyway. The bookkeeping runs on the host (a few
+    thousand integers): one transfer in, one out, whatever device the ids are on.
     """
     batch, length = mm_token_type_ids.shape
     device = mm_token_type_ids.device
+    mm_token_type_ids = mm_token_type_ids.cpu()
+    attention_mask = attention_mask.cpu() if attention_mask is not None else None
 
     def merged(grids: torch.Tensor | None) -> list[tuple[int, int, int]]:
         rows = grids.tolist() if grids is not None else []
@@ -110,7 +113,7 @@ def qwen2_5_vl_positions(
             raise ValueError(f"{len(seconds)} second_per_grid_ts for {len(videos)} videos")
     video_iter = iter(zip(videos, seconds))
 
-    out = torch.ones(3, batch, length, dtype=torch.long, device=device)
+    out = torch.ones(3, batch, length, dtype=torch.long)
     for b in range(batch):
         types = mm_token_type_ids[b]
         valid = attention_mask[b].bool() if attention_mask is not None else None
@@ -121,7 +124,7 @@ def qwen2_5_vl_positions(
             out[:, b] = positions
         else:
             out[:, b, valid] = positions
-    return out
+    return out.to(device)
 
 
 def _interleave(types: torch.Tensor, images: Iterator, videos: Iterator) -> Iterator[tuple[Sequence[int], float]]:
