@@ -2,18 +2,23 @@
 
     python benchmarks/methods.py                                   # every method, every shape, ratio 0.1
     python benchmarks/methods.py --methods fastvid visionzip --shapes qwen --repeats 5 --dim 3584
+    python benchmarks/methods.py --methods fastvid fastvid-ov --shapes llava-ov   # two FastVID paths
+    python benchmarks/methods.py --methods fastvid-llava-video --shapes llava-video   # the third (64 x 169 only)
 
 Times are the median of --repeats runs after one warm-up, float32 on the CPU, video-like tokens
 (benchmarks/synthetic.py). "official" runs the authors' own function on the same tensors: its
 source is read at run time from a checkout fetched under /work/.mirror (or $OTTVID_MIRROR) at the
 commits named in OFFICIAL_SOURCES and executed with stand-ins for the model objects it reads
 (nothing of it is copied into ottvid). Where the official code only exists inline in a model's
-forward (FastVID), the inline block is executed as it stands; HoliTom's and UniComp's llava_arch.py
-are executed whole (stand-ins for their llava imports) and their methods called in the order of the
-forward; FlashVID's flashvid/utils.py is imported with its two sibling modules. Methods with no
-official function (topk) or checkouts that are missing show "-". An official call running past
---official-timeout seconds is stopped and shown as "> S s" (UniComp's spatial step builds an (N, N, D)
-tensor per fused frame: tens of seconds per call at 16 x 256 x 3584 on videos whose frames do not fuse).
+forward (FastVID: the Qwen2.5-VL block, the LLaVA-OneVision block as "fastvid-ov" and the LLaVA-Video
+block as "fastvid-llava-video", which hard-codes 64 frames of 13 x 13 and runs on that shape only;
+their `torch.rand` density noise replaced by zeros), the inline block is executed as it stands; HoliTom's
+and UniComp's llava_arch.py are executed whole (stand-ins for their llava imports) and their methods
+called in the order of the forward; FlashVID's flashvid/utils.py is imported with its two sibling
+modules. Methods with no official function (topk) or checkouts that are missing show "-". An
+official call running past --official-timeout seconds is stopped and shown as "> S s" (UniComp's
+spatial step builds an (N, N, D) tensor per fused frame: tens of seconds per call at 16 x 256 x 3584
+on videos whose frames do not fuse).
 
 The same loaders serve tests/test_methods_*.py, which check that exact=False (and bug_compatible=True
 where it exists) reproduces the official kept positions and features.
@@ -55,11 +60,23 @@ OFFICIAL_SOURCES = {
                 "fastvid_qwen25vl/lmms-eval/lmms_eval/models/qwenvlutils/modeling_qwen2_5_vl.py",
                 "frame_global_features = frame_global_features / frame_global_features.norm",
                 "keep_indexs = keep_indexs.sort().values"),
+    "fastvid-ov": ("LunarShen+FastVID", "a40a109cb8df20e8c2c17c6850f8269717369990",
+                   "fastvid_llavaonevision/LLaVA-NeXT/llava/model/language_model/modeling_qwen2.py",
+                   "device_type = hidden_states.device", "keep_indexs = keep_indexs[sorted_indexs]"),
+    "fastvid-llava-video": ("LunarShen+FastVID", "a40a109cb8df20e8c2c17c6850f8269717369990",
+                            "fastvid_llavavideo/LLaVA-NeXT/llava/model/language_model/modeling_qwen2.py",
+                            "device = hidden_states.device", "keep_indexs = keep_indexs.sort().values"),
     "holitom": ("cokeshao+HoliTom", "e9b2972f6895c9e7d7fe74eb8c3a2ecaab8056e0", "holitom/llava_arch.py", None, None),
     "flashvid": ("Fanziyang-v+FlashVID", "1d37422c5afcaa15ee46b5355f5ba798fa93290a", "flashvid/utils.py", None, None),
     "unicomp": ("TimeMarker-LLM+UniComp", "1904269ef68d183d530d6b1981acdba4f2bf8c7e", "unicomp/llava_arch.py",
                 None, None),
 }
+# benchmark names that run a registered method with options: (method, options); the official code under
+# the same name in OFFICIAL_SOURCES
+VARIANTS = {"fastvid-ov": ("fastvid", {"path": "llava_onevision", "tau": 0.9}),
+            "fastvid-llava-video": ("fastvid", {"path": "llava_video", "tau": 0.9})}
+# the shape (T, N) an official block hard-codes: other shapes show "-"
+OFFICIAL_SHAPES = {"fastvid-llava-video": (64, 169)}
 # the llava imports of an official llava_arch.py (HoliTom, UniComp), as stand-ins
 LLAVA_STUBS = {"llava": {},
                "llava.constants": dict(IGNORE_INDEX=-100, IMAGE_TOKEN_INDEX=-200, DEFAULT_IMAGE_PATCH_TOKEN="",
@@ -100,8 +117,9 @@ def official(name: str):
     source = official_source(name)
     if source is None:
         return None
-    return {"divprune": _divprune, "visionzip": _visionzip, "fastvid": _fastvid, "holitom": _holitom,
-            "flashvid": _flashvid, "unicomp": _unicomp}[name](source)
+    return {"divprune": _divprune, "visionzip": _visionzip, "fastvid": _fastvid, "fastvid-ov": _fastvid_ov,
+            "fastvid-llava-video": _fastvid_llava_video, "holitom": _holitom, "flashvid": _flashvid,
+            "unicomp": _unicomp}[name](source)
 
 
 def _exec_modules(sources: dict[str, str], stubs: dict[str, dict]) -> dict[str, dict]:
@@ -196,9 +214,10 @@ def _unicomp(source: str):
     space = _exec_modules({"unicomp_llava_arch": source}, LLAVA_STUBS)["unicomp_llava_arch"]
     u = space["LlavaMetaForCausalLM_ours"]()
 
-    def run(features, saliency, ratio, **options):
-        """llava_arch.py:260-285, the keys and the global features replaced as ours does (the group's first
-        frame); the official code keeps no positions: the features (newline tokens dropped) alone."""
+    def run(features, saliency, ratio, frame_features=None, **options):
+        """llava_arch.py:260-285, the keys replaced as ours does (the group's first frame's features), the
+        global features `frame_features` (T, D') where given, else the per-frame mean token, as ours takes
+        them; the official code keeps no positions: the features (newline tokens dropped) alone."""
         cfg = UniCompConfig(ratio=ratio, exact=False, **options)
         frames, tokens, dim = features.shape
         fused, ids = u.frame_group_fusion(features, uniqueness=cfg.uf, min_interval=int(1 / ratio))
@@ -206,7 +225,8 @@ def _unicomp(source: str):
         if fused.shape[0] * tokens <= max_tokens:
             return fused.flatten(0, 1)
         per_frame = u.token_allocation(fused, max_tokens=max_tokens, max_token_per_item=tokens,
-                                       global_metric=features[ids].mean(1))
+                                       global_metric=(features.mean(1) if frame_features is None
+                                                      else frame_features)[ids])
         out = u.spatial_dynamic_compression(fused, features[ids], per_frame, uniqueness=cfg.uc,
                                             nextline_token=torch.zeros(1, dim))
         return torch.cat(out[0::2])
@@ -260,19 +280,90 @@ def _fastvid(source: str):
 
     code = compile(source, "official:fastvid", "exec")
 
-    def run(features, saliency, ratio, **options):
+    def run(features, saliency, ratio, noise=False, **options):
+        """The Qwen2.5-VL forward's FastVID block; noise=False zeroes its torch.rand (the density tie-break)."""
         cfg = FastVIDConfig(ratio=ratio, exact=False, **options)
         t, n, d = features.shape
         model = types.SimpleNamespace(fastvid_retention_ratio=ratio, fastvid_DySeg_c=cfg.c, fastvid_DySeg_tau=cfg.tau,
                                       fastvid_DySeg_ignore=cfg.ignore, fastvid_STPrune_d=cfg.d, fastvid_DTM_p=cfg.p,
                                       fastvid_DTM_beta=cfg.beta)
-        space = {"torch": torch, "self": model, "frame_global_features": features.mean(1),
+        space = {"torch": torch if noise else _TorchWithoutNoise(), "self": model,
+                 "frame_global_features": features.mean(1),
                  "frame_attn_weights": saliency, "video_hidden_states": features, "frame_num": t,
                  "frame_w": n, "frame_h": 1, "device_type": features.device, "keep_indexs": (),
                  "prompt_start_len": 0, "start_tokens": features.new_zeros(1, 0, d),
                  "end_tokens": features.new_zeros(1, 0, d), "cur_hidden_states": None}
         exec(code, space)
         return space["keep_indexs"], space["inputs_embeds"][0]
+
+    return run
+
+
+class _TorchWithoutNoise:
+    """torch, except that `rand` gives zeros: the official FastVID's density tie-break noise
+    (`torch.rand(...) * 1e-6`) neutralised, so that its decisions are reproducible."""
+
+    def __getattr__(self, name: str):
+        return getattr(torch, name)
+
+    @staticmethod
+    def rand(*shape, **kwargs) -> torch.Tensor:
+        return torch.zeros(*shape, **kwargs)
+
+
+def _fastvid_ov(source: str):
+    from ottvid_cli.compression.methods.fastvid import FastVIDConfig
+
+    code = compile(source, "official:fastvid-ov", "exec")
+
+    def run(features, saliency, ratio, frame_features=None, noise=False, **options):
+        """The LLaVA-OneVision forward's FastVID block (modeling_qwen2.py) on a sequence that is the video
+        alone; frame_features default to the per-frame mean token; noise=False zeroes its torch.rand."""
+        cfg = FastVIDConfig(ratio=ratio, exact=False, **{**options, "path": "llava_onevision"})
+        t, n, d = features.shape
+        model = types.SimpleNamespace(
+            fastvid_retention_ratio=ratio, fastvid_DySeg_c=cfg.c, fastvid_DySeg_tau=cfg.tau,
+            fastvid_STPrune_d=cfg.d, fastvid_DTM_p=cfg.p, fastvid_DTM_beta=cfg.beta, video_start_idx=0,
+            video_token_len=t * n, frame_num=t, frame_attn_weights=saliency.reshape(-1),
+            frame_global_features=features.mean(1) if frame_features is None else frame_features)
+        space = {"torch": torch if noise else _TorchWithoutNoise(), "F": torch.nn.functional, "self": model,
+                 "hidden_states": features.reshape(1, t * n, d), "seq_length": t * n}
+        exec(code, space)
+        return space["keep_indexs"], space["hidden_states"][0]
+
+    return run
+
+
+def _fastvid_llava_video(source: str):
+    from ottvid_cli.compression.methods.fastvid import FastVIDConfig
+
+    code = compile(source, "official:fastvid-llava-video", "exec")
+
+    def run(features, saliency, ratio, frame_features=None, noise=False, **options):
+        """The LLaVA-Video forward's FastVID block (fastvid_llavavideo modeling_qwen2.py, lines 894-1085) on a
+        sequence that is the video alone, laid out as the model does (a newline token after each row of 13:
+        14 slots a row; NaN rows here), on the shape it hard-codes (64 frames of 13 x 13; ValueError on
+        another); frame_features default to the per-frame mean token; noise=False zeroes its torch.rand.
+        Returns the kept flat indices t*169 + n (its newline tokens left out) and their features."""
+        cfg = FastVIDConfig(ratio=ratio, exact=False, **{**options, "path": "llava_video"})
+        t, n, d = features.shape
+        if (t, n) != OFFICIAL_SHAPES["fastvid-llava-video"]:
+            raise ValueError(f"the official LLaVA-Video block runs on 64 x 169 tokens only, got {t} x {n}")
+        grid = features.reshape(t * 13, 13, d)
+        newline = features.new_full((t * 13, 1, d), float("nan"))
+        video = torch.cat([grid, newline], 1).reshape(1, t * 13 * 14, d)
+        model = types.SimpleNamespace(
+            fastvid_retention_ratio=ratio, fastvid_DySeg_c=cfg.c, fastvid_DySeg_tau=cfg.tau,
+            fastvid_STPrune_d=cfg.d, fastvid_DTM_p=cfg.p, fastvid_DTM_beta=cfg.beta, video_start_idx=0,
+            video_token_len=video.shape[1], frame_num=t, frame_attn_weights=saliency.reshape(-1),
+            frame_global_features=features.mean(1) if frame_features is None else frame_features)
+        space = {"torch": torch if noise else _TorchWithoutNoise(), "self": model, "hidden_states": video,
+                 "seq_length": video.shape[1]}
+        exec(code, space)
+        slots = space["keep_indexs"]
+        visual = (slots + 1) % 14 != 0
+        flat = (slots // 14) * 13 + slots % 14
+        return flat[visual], space["hidden_states"][0][visual]
 
     return run
 
@@ -316,41 +407,51 @@ def main(argv: list[str] | None = None) -> None:
     from ottvid_cli.compression import methods
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--methods", nargs="*", default=None, help="registered names (default: all but none)")
+    parser.add_argument("--methods", nargs="*", default=None,
+                        help="registered names, or fastvid-ov / fastvid-llava-video (fastvid's LLaVA-OneVision / "
+                             "LLaVA-Video path); default: all but none, and both")
     parser.add_argument("--shapes", nargs="*", default=list(SHAPES), choices=list(SHAPES))
     parser.add_argument("--ratio", type=float, default=0.1)
     parser.add_argument("--dim", type=int, default=3584)
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--threads", type=int, default=None,
+                        help="torch CPU threads (default: torch's own; 1 avoids the waits of a machine shared with "
+                             "other jobs)")
     parser.add_argument("--no-official", action="store_true", help="time ours only")
     parser.add_argument("--official-timeout", type=float, default=60.0, metavar="S",
                         help="stop an official call after S seconds and show '> S s' (0: no limit; default 60)")
     args = parser.parse_args(argv)
-    names = args.methods or [n for n in methods.names() if n != "none"]
-    torch.set_num_threads(max(1, torch.get_num_threads()))
+    names = args.methods or [n for n in methods.names() if n != "none"] + list(VARIANTS)
+    torch.set_num_threads(max(1, args.threads or torch.get_num_threads()))
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, ratio {args.ratio}, D {args.dim}, "
           f"median of {args.repeats}, official calls stopped after "
           f"{f'{args.official_timeout:g} s' if args.official_timeout else 'no limit'}")
-    print(f"{'shape':<12} {'T x N':<9} {'method':<10} {'ours ms':>9} {'kept':>6} {'ours, exact=False':>18} "
+    print(f"{'shape':<12} {'T x N':<9} {'method':<20} {'ours ms':>9} {'kept':>6} {'ours, exact=False':>18} "
           f"{'official ms':>12} {'kept':>6}")
     for shape in args.shapes:
         t, n, _ = SHAPES[shape]
         x, s, grid = video_tokens(t, n, args.dim)
         for name in names:
-            run = lambda **o: methods.compress_with(name, x, s, grid, ratio=args.ratio, **o)  # noqa: E731
+            method, variant = VARIANTS.get(name, (name, {}))
+            run = lambda **o: methods.compress_with(method, x, s, grid, ratio=args.ratio,  # noqa: E731
+                                                    **{**variant, **o})
             ours, out = median_ms(run, args.repeats)
             kept = out.index.numel()
-            theirs = None if args.no_official or name not in OFFICIAL_SOURCES else official(name)
+            runs_here = OFFICIAL_SHAPES.get(name, (t, n)) == (t, n)
+            theirs = None if args.no_official or name not in OFFICIAL_SOURCES or not runs_here else official(name)
             same = other = other_kept = "-"
             if theirs is not None:  # ours with the official count, then the official itself
                 ms, out = median_ms(lambda: run(exact=False), args.repeats)
                 same = f"{ms:.1f} ({out.index.numel()})"
-                ms, out = median_ms(lambda: theirs(x, s, args.ratio), args.repeats, args.official_timeout)
+                official_options = {k: v for k, v in variant.items() if k != "path"}
+                ms, out = median_ms(lambda: theirs(x, s, args.ratio, **official_options), args.repeats,
+                                    args.official_timeout)
                 if ms is None:
                     other = f"> {args.official_timeout:g} s"
                 else:
                     other = f"{ms:.1f}"
                     other_kept = (out[0] if isinstance(out, tuple) else out).shape[0]
-            print(f"{shape:<12} {f'{t}x{n}':<9} {name:<10} {ours:>9.1f} {kept:>6} {same:>18} {other:>12} "
+            print(f"{shape:<12} {f'{t}x{n}':<9} {name:<20} {ours:>9.1f} {kept:>6} {same:>18} {other:>12} "
                   f"{other_kept:>6}", flush=True)
 
 

@@ -31,8 +31,10 @@ def make_config(ratio: float = 0.1, preset: str = "paper", backbone: Any = None,
                 config: Any = None, method: str = "ottvid", options: dict[str, Any] | None = None) -> Any:
     """The compression settings of `method`: `config` with this ratio (and `options`) when given;
     else for ottvid the preset ("paper", or "official": the authors' code, with the backbone's
-    `official_overrides`), for another registered method its defaults; `options` set config fields
-    (they win over the preset). None for method "none". ValueError for a bad preset or option."""
+    `official_overrides`), for another registered method its defaults with the backbone's
+    `method_defaults[method]` over them (e.g. FastVID's LLaVA-OneVision path on LLaVA-OneVision);
+    `options` set config fields (they win over the preset and the backbone's defaults). None for
+    method "none". ValueError for a bad preset or option."""
     options = dict(options or {})
     if method == "none":
         methods.make_config("none", 1.0, **options)  # no options: a ValueError naming none's
@@ -46,7 +48,8 @@ def make_config(ratio: float = 0.1, preset: str = "paper", backbone: Any = None,
         if preset != "paper":
             raise ValueError(f"preset {preset!r} is OTT-Vid's (the authors' code): method {method} has its own "
                              f"defaults, set with options")
-        return methods.make_config(method, ratio, **options)
+        defaults = dict((getattr(backbone, "method_defaults", None) or {}).get(method, {}))
+        return methods.make_config(method, ratio, **{**defaults, **options})
     overrides = dict(getattr(backbone, "official_overrides", {}) or {}) if preset == "official" else {}
     methods.make_config("ottvid", ratio, **options)  # unknown options: the registry's one-line error
     return OTTVidConfig.preset(preset, ratio=ratio, **{**overrides, **options})
@@ -177,7 +180,7 @@ def prepare(backbone, video: str | Path | Video, sampling: Sampling | None = Non
 def _default_config(method: str, backbone: Any) -> Any:
     if method == "none":
         return None
-    return make_config(backbone=backbone) if method == "ottvid" else methods.get(method).config()
+    return make_config(backbone=backbone, method=method)
 
 
 def _compress(backbone, visual, method: str, config: OTTVidConfig | None,
@@ -195,7 +198,8 @@ def _compress(backbone, visual, method: str, config: OTTVidConfig | None,
         if method == "ottvid":
             compressed = compress(visual.features, visual.saliency, visual.grid, config, timer=timer)
         else:  # another registered method (compression.methods)
-            compressed = methods.get(method).fn(visual.features, visual.saliency, visual.grid, config)
+            compressed = methods.get(method).fn(visual.features, visual.saliency, visual.grid, config,
+                                                signals=getattr(visual, "signals", None) or None)
     return compressed, watch.ms["compression"]
 
 

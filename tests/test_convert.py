@@ -6,7 +6,6 @@ from pathlib import Path
 import pytest
 import torch
 from safetensors import safe_open
-from safetensors.torch import save_file
 from typer.testing import CliRunner
 
 from ottvid_cli.backbones import load_backbone
@@ -14,25 +13,10 @@ from ottvid_cli.cli import app
 from ottvid_cli.compression import OTTVidConfig, compress
 from ottvid_cli.convert import rename
 from ottvid_cli.video import sample_frames
-from tiny_models import _build_qwen2_tokenizer, build_tiny_llava_onevision
+from tiny_models import build_tiny_llava_next, build_tiny_llava_onevision
 
 DATA = Path(__file__).parent / "data"
 runner = CliRunner()
-
-
-def to_llava_next(name: str) -> str:
-    """A saved transformers LLaVA-OneVision weight name -> the LLaVA-NeXT (LlavaQwenForCausalLM) name."""
-    if name.startswith("vision_tower."):
-        return "model.vision_tower.vision_tower.vision_model." + name[len("vision_tower."):]
-    if name.startswith("multi_modal_projector.linear_"):
-        index = {"1": "0", "2": "2"}[name.split("linear_")[1][0]]
-        return f"model.mm_projector.{index}.{name.rsplit('.', 1)[1]}"
-    if name == "language_model.lm_head.weight":
-        return "lm_head.weight"
-    if name.startswith("language_model.model."):
-        return name[len("language_model."):]
-    assert name == "image_newline", name
-    return "model.image_newline"
 
 
 @pytest.fixture(scope="module")
@@ -41,29 +25,7 @@ def llava_next(tmp_path_factory):
     head), a plain Qwen2 tokenizer without <image> / <video>."""
     ov = build_tiny_llava_onevision(tmp_path_factory.mktemp("ov"))
     src = tmp_path_factory.mktemp("llava-next")
-    with safe_open(str(ov / "model.safetensors"), framework="pt") as reader:
-        tensors = {to_llava_next(k): reader.get_tensor(k) for k in reader.keys()}
-    tensors["model.vision_tower.vision_tower.vision_model.head.probe"] = torch.zeros(1, 1, 32)
-    names = sorted(tensors)
-    save_file({k: tensors[k] for k in names[: len(names) // 2]}, str(src / "model-00001-of-00002.safetensors"))
-    save_file({k: tensors[k] for k in names[len(names) // 2:]}, str(src / "model-00002-of-00002.safetensors"))
-    ov_config = json.loads((ov / "config.json").read_text())
-    text = ov_config["text_config"]
-    config = {
-        "architectures": ["LlavaQwenForCausalLM"], "model_type": "llava",
-        **{k: text[k] for k in ("hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
-                                "num_key_value_heads", "vocab_size", "rms_norm_eps", "max_position_embeddings")},
-        "rope_theta": 1000000.0, "tie_word_embeddings": False,
-        "mm_vision_tower": "tiny-siglip", "mm_hidden_size": 32, "mm_projector_type": "mlp2x_gelu",
-        "mm_vision_select_layer": -2, "mm_vision_select_feature": "patch", "mm_patch_merge_type": "spatial_unpad",
-        "mm_spatial_pool_mode": "average", "mm_spatial_pool_stride": 2, "mm_newline_position": "frame",
-        "image_aspect_ratio": "anyres_max_9", "image_grid_pinpoints": "(1x1),...,(2x2)", "frames_upbound": 64,
-    }
-    (src / "config.json").write_text(json.dumps(config))
-    plain = _build_qwen2_tokenizer([("<|endoftext|>", True), ("<|im_start|>", True), ("<|im_end|>", True)],
-                                   "", ["<|im_start|>", "<|im_end|>"])
-    plain.save_pretrained(src)
-    return src, tensors
+    return src, build_tiny_llava_next(src, ov)
 
 
 @pytest.fixture(scope="module")

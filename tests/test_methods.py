@@ -18,6 +18,11 @@ from hypothesis import strategies as st
 from ottvid_cli.compression import methods
 
 NAMES = methods.names()
+# registered methods run with options, checked like a method of their own: fastvid's LLaVA-OneVision and
+# LLaVA-Video paths
+VARIANTS = {"fastvid-ov": ("fastvid", {"path": "llava_onevision", "tau": 0.9}),
+            "fastvid-llava-video": ("fastvid", {"path": "llava_video", "tau": 0.9})}
+CASES = NAMES + list(VARIANTS)
 DTYPES = [torch.float32, torch.bfloat16, torch.float16]
 
 
@@ -35,6 +40,12 @@ def official_or_skip(name: str):
 
 def ratio_for(name: str, ratio: float) -> float:
     return 1.0 if name == "none" else ratio
+
+
+def run(case: str, x, s, grid, ratio: float, **options):
+    """compress_with for a registered name or a VARIANTS entry (its options under the given ones)."""
+    name, variant = VARIANTS.get(case, (case, {}))
+    return methods.compress_with(name, x, s, grid, ratio=ratio, **{**variant, **options})
 
 
 def tokens(t: int, h: int, w: int, d: int, seed: int, dtype=torch.float32, drift: float = 0.5):
@@ -69,31 +80,31 @@ def check_contract(out, features, ratio, exact=True, name=None):
     assert report["kept"] == m
 
 
-@pytest.mark.parametrize("name", NAMES)
+@pytest.mark.parametrize("name", CASES)
 @settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(t=st.integers(1, 5), h=st.integers(1, 4), w=st.integers(1, 4), d=st.integers(1, 6),
        ratio=st.floats(0.01, 1.0), dtype=st.sampled_from(DTYPES), seed=st.integers(0, 2**16))
 def test_invariants(name, t, h, w, d, ratio, dtype, seed):
     ratio = ratio_for(name, ratio)
     x, s, grid = tokens(t, h, w, d, seed, dtype)
-    out = methods.compress_with(name, x, s, grid, ratio=ratio)
+    out = run(name, x, s, grid, ratio)
     check_contract(out, x, ratio, name=name)
-    again = methods.compress_with(name, x, s, grid, ratio=ratio)  # deterministic
+    again = run(name, x, s, grid, ratio)  # deterministic
     assert torch.equal(out.index, again.index) and torch.equal(out.assignment, again.assignment)
     assert torch.equal(out.features, again.features)
 
 
-@pytest.mark.parametrize("name", NAMES)
+@pytest.mark.parametrize("name", CASES)
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_identity_at_ratio_one(name, dtype):
     x, s, grid = tokens(3, 2, 3, 5, seed=1, dtype=dtype)
-    out = methods.compress_with(name, x, s, grid, ratio=1.0)
+    out = run(name, x, s, grid, 1.0)
     assert torch.equal(out.index, torch.arange(18))
     assert torch.equal(out.assignment, torch.arange(18))
     assert torch.equal(out.features, x.reshape(18, 5))
 
 
-@pytest.mark.parametrize("name", NAMES)
+@pytest.mark.parametrize("name", CASES)
 @pytest.mark.parametrize("case", ["one_frame", "one_token", "identical_frames", "zero_saliency", "constant_tokens"])
 def test_degenerate_inputs(name, case):
     t, h, w = {"one_frame": (1, 4, 4), "one_token": (6, 1, 1)}.get(case, (5, 3, 4))
@@ -105,16 +116,16 @@ def test_degenerate_inputs(name, case):
     if case == "constant_tokens":
         x = torch.ones_like(x)
     for ratio in ([1.0] if name == "none" else [0.05, 0.1, 0.25, 0.5]):
-        out = methods.compress_with(name, x, s, grid, ratio=ratio)
+        out = run(name, x, s, grid, ratio)
         check_contract(out, x, ratio, name=name)
 
 
-@pytest.mark.parametrize("name", NAMES)
+@pytest.mark.parametrize("name", CASES)
 def test_paper_shape_counts(name):
     """16 x 256 at ratio 0.1 gives 410 tokens (not the 400 or 416 of per-frame rounding)."""
     x, s, grid = tokens(16, 16, 16, 8, seed=5)
     ratio = ratio_for(name, 0.1)
-    out = methods.compress_with(name, x, s, grid, ratio=ratio)
+    out = run(name, x, s, grid, ratio)
     check_contract(out, x, ratio, name=name)
     assert out.features.shape[0] == (4096 if name == "none" else 410)
 
@@ -143,7 +154,7 @@ def test_bad_ratio_is_refused(name, ratio):
 
 def modes(name: str) -> list[dict]:
     """Default; exact=False; bug_compatible=True where the method has them."""
-    fields = {f.name for f in dataclasses.fields(methods.get(name).config)}
+    fields = {f.name for f in dataclasses.fields(methods.get(VARIANTS.get(name, (name,))[0]).config)}
     out = [{}]
     if "exact" in fields:
         out.append({"exact": False})
@@ -152,7 +163,7 @@ def modes(name: str) -> list[dict]:
     return out
 
 
-MODES = [(name, options) for name in NAMES for options in modes(name)]
+MODES = [(name, options) for name in CASES for options in modes(name)]
 MODE_IDS = [name + "".join(f"-{k}={v}" for k, v in options.items()) for name, options in MODES]
 # float32: each mixed row is a weighted sum of at most T*N rows, taken in another order than the method's
 RTOL, ATOL = 1e-5, 1e-5
@@ -191,7 +202,7 @@ def check_apply(out, x: torch.Tensor, seed: int) -> None:
 def test_apply_reproduces_the_features(name, options, ratio):
     for seed, drift in ((0, 0.1), (1, 0.5)):  # near-static frames merge a lot; drifting ones little
         x, s, grid = tokens(8, 4, 4, 8, seed=seed, drift=drift)
-        out = methods.compress_with(name, x, s, grid, ratio=ratio_for(name, ratio), **options)
+        out = run(name, x, s, grid, ratio_for(name, ratio), **options)
         check_apply(out, x, seed)
 
 
@@ -202,7 +213,7 @@ def test_apply_reproduces_the_features(name, options, ratio):
        seed=st.integers(0, 2**16))
 def test_apply_reproduces_the_features_on_drawn_shapes(name, options, t, h, w, d, ratio, dtype, drift, seed):
     x, s, grid = tokens(t, h, w, d, seed, dtype, drift=drift)
-    out = methods.compress_with(name, x, s, grid, ratio=ratio_for(name, ratio), **options)
+    out = run(name, x, s, grid, ratio_for(name, ratio), **options)
     check_apply(out, x, seed)
 
 
@@ -211,3 +222,15 @@ def test_apply_checks_its_rows():
     out = methods.compress_with("holitom", x, s, grid, ratio=0.5)
     with pytest.raises(ValueError, match=r"\(8, D'\)"):
         out.apply(torch.zeros(7, 4))
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_every_method_takes_signals(name):
+    """signals= reaches every method; signals equal to the fallbacks (saliency, the mean token) change nothing."""
+    x, s, grid = tokens(4, 3, 3, 6, seed=2)
+    ratio = ratio_for(name, 0.25)
+    base = methods.compress_with(name, x, s, grid, ratio=ratio)
+    signals = {"attention": s.clone(), "frame_features": x.float().mean(1), "source": "test"}
+    out = methods.compress_with(name, x, s, grid, ratio=ratio, signals=signals)
+    assert torch.equal(out.index, base.index) and torch.equal(out.assignment, base.assignment)
+    assert torch.equal(out.features, base.features)

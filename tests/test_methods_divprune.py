@@ -78,3 +78,34 @@ def test_official_count_at_paper_shape():
     x, s, grid = tokens(16, 16, 16, 4, seed=0)
     out = methods.compress_with("divprune", x, s, grid, ratio=0.1, exact=False)
     assert out.features.shape[0] == 16 * 26  # int(round(25.6)) per frame
+
+
+def reference_divprune(x, m):
+    """A straightforward DivPrune per frame (Python loops over picks), then the exact split of m: each frame
+    its first floor(m / T) picks, one more in the m mod T frames whose next pick is the farthest."""
+    t, n, _ = x.shape
+    picks, gains = [], []
+    for f in range(t):
+        unit = x[f] / x[f].norm(dim=-1, keepdim=True)
+        dist = (1.0 - unit @ unit.T).clamp_min(0.0)
+        isolation = [min(float(dist[j, k]) for k in range(n) if k != j) for j in range(n)]
+        order, gain = [max(range(n), key=lambda j: (isolation[j], -j))], [max(isolation)]
+        while len(order) < min(n, m // t + 1):
+            nearest = {j: min(float(dist[j, p]) for p in order) for j in range(n) if j not in order}
+            best = max(nearest, key=lambda j: (nearest[j], -j))
+            order.append(best)
+            gain.append(nearest[best])
+        picks.append(order)
+        gains.append(gain)
+    base, extra = divmod(m, t)
+    lucky = sorted(range(t), key=lambda f: (-gains[f][base] if base < len(gains[f]) else float("inf"), f))[:extra]
+    return sorted(f * n + j for f in range(t) for j in picks[f][:base + (f in lucky)])
+
+
+@pytest.mark.parametrize("seed", range(3))
+@pytest.mark.parametrize("ratio", [0.1, 0.27])
+def test_matches_a_straightforward_reference(seed, ratio):
+    x, s, grid = tokens(5, 5, 6, 16, seed=seed)
+    out = methods.compress_with("divprune", x, s, grid, ratio=ratio)
+    assert out.index.tolist() == reference_divprune(x, methods.target_count(ratio, 5, 30))
+    assert torch.equal(out.features, x.reshape(150, 16)[out.index])

@@ -1,4 +1,5 @@
-"""fastvid: DySeg, the STPrune plan, density anchors, DTM merging; against the official Qwen2.5-VL code."""
+"""fastvid's Qwen2.5-VL path: DySeg, the STPrune plan, density anchors, DTM merging; against the official
+Qwen2.5-VL code (the LLaVA-OneVision path: test_fastvid_onevision.py)."""
 
 import math
 
@@ -133,8 +134,23 @@ def test_not_exact_reproduces_the_official(options, ratio):
         torch.testing.assert_close(out.features, features)
 
 
+def test_qwen_path_reads_the_signals():
+    # attention ranks the salient tokens as saliency would; frame_features replace the mean token in DySeg
+    x, s, grid = tokens(6, 4, 4, 6, seed=2, drift=0.01)
+    attention = torch.rand(6, 16, generator=torch.Generator().manual_seed(3))
+    frame_features = torch.tensor([[1.0, 0.0]] * 3 + [[0.0, 1.0]] * 3)
+    signals = {"attention": attention, "frame_features": frame_features}
+    out = methods.compress_with("fastvid", x, s, grid, ratio=0.25, c=2, signals=signals)
+    assert out.report.details["segments"] == [3, 3] and out.report.details["signals"] == "signals"
+    same = methods.compress_with("fastvid", x, attention, grid, ratio=0.25, c=2,
+                                 signals={"frame_features": frame_features})
+    assert torch.equal(out.index, same.index) and torch.equal(out.features, same.features)
+    plain = methods.compress_with("fastvid", x, s, grid, ratio=0.25, c=2)
+    assert plain.report.details["signals"] == "fallback"
+
+
 @pytest.mark.parametrize("bad", [{"c": 0}, {"p": 1.5}, {"tau": float("nan")}, {"d": -0.1}, {"beta": 1.2},
-                                 {"bug_compatible": True}])
+                                 {"bug_compatible": True}, {"path": "llava"}, {"d": True}])
 def test_bad_options(bad):
     with pytest.raises((ValueError, TypeError)):
         methods.make_config("fastvid", **bad)

@@ -156,3 +156,100 @@ def test_matches_the_official_code(selection, seed, monkeypatch):
     order = index.argsort(stable=True)
     rows = torch.searchsorted(index[order], ours.index[once])
     assert torch.allclose(ours.features[once], tokens[order][rows], atol=1e-5)
+
+
+# ---------------------------------------------------------------------------------------------
+# the vectorised steps against straightforward per-frame / per-tree references
+# ---------------------------------------------------------------------------------------------
+
+def reference_parent(x, adts_mask, lengths, threshold):
+    """TSTM's candidate merges frame by frame (before the soft threshold): the most similar non-ADTS token
+    of the previous frame of the same segment, by cosine, kept when above `threshold`."""
+    t, n, _ = x.shape
+    parent = torch.arange(t * n)
+    start = 0
+    for length in lengths:
+        for f in range(start + 1, start + length):
+            a = x[f] / x[f].norm(dim=-1, keepdim=True)
+            b = x[f - 1] / x[f - 1].norm(dim=-1, keepdim=True)
+            cos = a @ b.T
+            cos[adts_mask[f]] = -1.0
+            cos[:, adts_mask[f - 1]] = -1.0
+            value, where = cos.max(-1)
+            for i in range(n):
+                if value[i] > threshold:
+                    parent[f * n + i] = (f - 1) * n + where[i]
+        start += length
+    return parent
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_tstm_matches_a_per_frame_reference(seed):
+    from ottvid_cli.compression.methods.flashvid import tstm
+
+    g = torch.Generator().manual_seed(seed)
+    t, n, d = 9, 12, 8
+    x = torch.randn(1, n, d, generator=g) + 0.4 * torch.randn(t, n, d, generator=g)
+    adts_mask = torch.rand(t, n, generator=g) < 0.2
+    lengths = [3, 1, 4, 1]
+    seg_of = torch.repeat_interleave(torch.arange(4), torch.tensor(lengths))
+    first = torch.ones(t, dtype=torch.bool)
+    first[1:] = seg_of[1:] != seg_of[:-1]
+    _, inv_norm = gram_cosine(x)
+    parent = tstm(x, inv_norm, adts_mask, first, seg_of, [0] * 4, lengths, 0.7)  # lower bound 0: no soft threshold
+    assert torch.equal(parent, reference_parent(x, adts_mask, lengths, 0.7))
+
+
+def test_tree_values_match_per_tree_means():
+    from ottvid_cli.compression.methods.flashvid import tree_values
+
+    g = torch.Generator().manual_seed(0)
+    flat = torch.randn(12, 5, generator=g)
+    # chains 0 <- 4 <- 8 and 1 <- 5, token 2 alone, 3 dropped (no tree), the rest alone
+    parent = torch.arange(12)
+    parent[4], parent[8], parent[5] = 0, 4, 1
+    root_of = parent[parent]
+    tree_root = torch.tensor([0, 1, 2, 6, 7, 9, 10, 11])
+    tree_id = torch.full((12,), -1)
+    tree_id[tree_root] = torch.arange(8)
+    target = tree_id[root_of]
+    joined = root_of != torch.arange(12)
+    values, size = tree_values(flat, tree_root, target, joined, None)
+    assert size.tolist() == [3, 2, 1, 1, 1, 1, 1, 1]
+    torch.testing.assert_close(values[0], flat[[0, 4, 8]].mean(0))
+    torch.testing.assert_close(values[1], flat[[1, 5]].mean(0))
+    assert torch.equal(values[2:], flat[[2, 6, 7, 9, 10, 11]])  # single tokens: bit for bit
+    values, size = tree_values(flat, tree_root, target, joined, parent)  # official: sum / (1 + direct children)
+    assert size.tolist()[:2] == [2, 2]
+    torch.testing.assert_close(values[0], flat[[0, 4, 8]].sum(0) / 2)
+
+
+def test_width_buckets():
+    from ottvid_cli.compression.methods.flashvid import width_buckets
+
+    assert width_buckets([100, 90, 30, 81, 5, 12, 79], floor=16) == [([0, 1, 3], 100), ([6], 79), ([2], 30),
+                                                                     ([4, 5], 16)]
+    assert width_buckets([3, 5, 1], floor=5) == [([0, 1, 2], 5)]
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_frame_clusters_match_one_frame_at_a_time(seed):
+    """The padded, width-bucketed DPC-kNN gives each frame what DPC-kNN on that frame's trees alone gives."""
+    from ottvid_cli.compression.methods.flashvid import frame_clusters
+    from ottvid_cli.compression.methods.holitom import dpc_knn, pairwise_distances
+
+    g = torch.Generator().manual_seed(seed)
+    n_kept = [40, 3, 0, 25, 38, 17, 1, 12]
+    clusters = [5, 2, 0, 4, 0, 3, 1, 12]
+    values = torch.randn(sum(n_kept), 16, generator=g)
+    centre, joins = frame_clusters(values, n_kept, clusters)
+    start = 0
+    for n, c in zip(n_kept, clusters):
+        rows = slice(start, start + n)
+        if c == 0:
+            assert not centre[rows].any() and (joins[rows] == -1).all()
+        else:
+            one, own = dpc_knn(pairwise_distances(values[rows][None]), torch.ones(1, n, dtype=torch.bool),
+                               torch.tensor([c]), torch.tensor([min(c, 7)]), order="score")
+            assert torch.equal(centre[rows], one[0]) and torch.equal(joins[rows], own[0] + start)
+        start += n

@@ -102,6 +102,44 @@ def test_exact_fills_and_caps():
     assert official.report.details["groups"] == [4, 4, 4, 4] and official.report.kept == 64
 
 
+def test_frame_features_signal_drives_the_allocation():
+    # three distinct frames of 4 dissimilar tokens, r = 0.5: int(6) tokens, cap min(4, 2 * (6 // 3)) = 4 and
+    # 3 > 6 // 4, so softmax(uniques) x 6. With SigLIP's frame features e0, e1, e1 the mean similarities
+    # are 1/3, 2/3, 2/3, uniques (5/9 - sims) sqrt(3) = .385, -.192, -.192, softmax x 6 = 2.83, 1.59,
+    # 1.59: officially floored to 2, 1, 1; exactly 6 by largest remainder: 3, 2, 1 (ties to the lower index)
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(3, 4, 16, generator=g)
+    first = {"frame_features": torch.tensor([[1.0, 0.0], [0.0, 1.0], [0.0, 1.0]]), "source": "siglip_head"}
+    last = {"frame_features": torch.tensor([[0.0, 1.0], [0.0, 1.0], [1.0, 0.0]])}
+    out = methods.compress_with("unicomp", x, None, (2, 2), ratio=0.5, signals=first)
+    assert out.report.details["signals"] == "siglip_head" and out.report.details["groups"] == [1, 1, 1]
+    assert out.report.details["allocation"] == [3, 2, 1] and out.report.details["kept"] == [3, 2, 1]
+    official = methods.compress_with("unicomp", x, None, (2, 2), ratio=0.5, exact=False, signals=first)
+    assert official.report.details["allocation"] == [2, 1, 1]
+    # the unique frame last: 1.59, 1.59, 2.83 -> 2, 1, 3 (officially 1, 1, 2)
+    out = methods.compress_with("unicomp", x, None, (2, 2), ratio=0.5, signals=last)
+    assert out.report.details["signals"] == "signals" and out.report.details["allocation"] == [2, 1, 3]
+    assert methods.compress_with("unicomp", x, None, (2, 2), ratio=0.5, exact=False,
+                                 signals=last).report.details["allocation"] == [1, 1, 2]
+    # without the signal: the frames' mean tokens decide
+    plain = methods.compress_with("unicomp", x, None, (2, 2), ratio=0.5)
+    assert plain.report.details["signals"] == "fallback" and plain.report.details["allocation"] == [2, 2, 2]
+
+
+def test_frame_features_signal_does_not_fuse():
+    # the official fuses frames on their mean tokens (frame_group_fusion), whatever the global features:
+    # identical frames fuse with distinct frame features, distinct frames do not with identical ones
+    g = torch.Generator().manual_seed(1)
+    same = torch.randn(1, 4, 16, generator=g).expand(3, 4, 16).contiguous()
+    distinct = {"frame_features": torch.eye(3)}
+    assert methods.compress_with("unicomp", same, None, (2, 2), ratio=0.5, exact=False,  # exact would cap the group
+                                 signals=distinct).report.details["groups"] == [3]
+    x = torch.randn(3, 4, 16, generator=g)
+    alike = {"frame_features": torch.ones(3, 2)}
+    assert methods.compress_with("unicomp", x, None, (2, 2), ratio=0.5,
+                                 signals=alike).report.details["groups"] == [1, 1, 1]
+
+
 def test_validation():
     with pytest.raises(ValueError, match="uc"):
         methods.make_config("unicomp", uc=-1)
@@ -115,16 +153,19 @@ def test_validation():
 
 @pytest.mark.parametrize("seed", [0, 1])
 @pytest.mark.parametrize("ratio", [0.1, 0.25])
-def test_matches_the_official_code(seed, ratio):
-    official = official_or_skip("unicomp")  # keys and global features replaced as ours does
+@pytest.mark.parametrize("with_signals", [False, True])
+def test_matches_the_official_code(seed, ratio, with_signals):
+    official = official_or_skip("unicomp")  # keys replaced as ours does; global features as ours takes them
     g = torch.Generator().manual_seed(seed)
     t, side, d = 24, 10, 32
     n = side * side
     x = torch.randn(1, n, d, generator=g) + 0.02 * torch.randn(t, n, d, generator=g)  # static: frames fuse
     x[8:16] += 1.5 * torch.randn(8, n, d, generator=g)
     x[:, :30] = torch.randn(1, 1, d, generator=g) + 0.05 * torch.randn(t, 30, d, generator=g)  # similar tokens
-    want = official(x, None, ratio)
-    ours = methods.compress_with("unicomp", x, None, (side, side), ratio=ratio, exact=False)
+    frame_features = torch.randn(t, 6, generator=g) if with_signals else None  # SigLIP's pooled output
+    signals = {"frame_features": frame_features} if with_signals else None
+    want = official(x, None, ratio, frame_features=frame_features)
+    ours = methods.compress_with("unicomp", x, None, (side, side), ratio=ratio, exact=False, signals=signals)
     assert ours.features.shape == want.shape
     assert torch.allclose(ours.features, want, atol=1e-6)
     assert len(ours.report.details["groups"]) < t  # frames were fused

@@ -1,4 +1,7 @@
-"""visionzip: dominant + contextual tokens per frame, bug_compatible, against the HoliTom video code."""
+"""visionzip: dominant + contextual tokens per frame, bug_compatible, the official layout, against the HoliTom
+video code."""
+
+import pathlib
 
 import pytest
 import torch
@@ -88,3 +91,141 @@ def test_bug_compatible_one_token_reproduces_the_official_rows():
     assert out.features.shape[0] == 4 * 20
     key = lambda rows: rows[torch.argsort(rows[:, 0])]  # noqa: E731
     torch.testing.assert_close(key(out.features), key(expected))
+
+
+# ---------------------------------------------------------------------------------------------
+# layout="official": Compressed.order, the sequence in which the official one_token path feeds rows
+# ---------------------------------------------------------------------------------------------
+
+def test_official_layout_by_hand():
+    # the frame of the hand-made case twice (frame 1 with reversed saliency): index [0, 1, 4, 6] in frame 0,
+    # rows 0-3; the official sequence per frame is the dominant tokens in position order, then the
+    # contextual ones (the targets) in position order
+    x = torch.cat([X, X])
+    s = torch.cat([S, S.flip(-1)])  # frame 1: tokens 6 and 1 are the most salient (positions 1, 6)
+    plain = methods.compress_with("visionzip", x, s, (2, 4), **OPTIONS)
+    out = methods.compress_with("visionzip", x, s, (2, 4), layout="official", **OPTIONS)
+    assert plain.order is None and torch.equal(plain.sequence(), torch.arange(plain.index.numel()))
+    # rows, position order: frame 0 -> 0:[0] 1:[1] 2:[4] 3:[6]; frame 1 (non-dominant list [0, 2, 3, 4, 5, 7],
+    # stride 3: targets 0 and 4) -> 4:[8] 5:[9] 6:[12] 7:[14]
+    assert out.index.tolist() == [0, 1, 4, 6, 8, 9, 12, 14]
+    assert out.order.tolist() == [1, 3, 0, 2, 5, 7, 4, 6]
+    assert out.index[out.order].tolist() == [1, 6, 0, 4, 9, 14, 8, 12]
+    # everything else is the position layout's: rows, index, assignment, the merge map
+    assert torch.equal(out.features, plain.features) and torch.equal(out.assignment, plain.assignment)
+    assert torch.equal(out.apply(x.reshape(16, -1)), plain.apply(x.reshape(16, -1)))  # index order
+    assert out.report.config["layout"] == "official"
+
+
+@pytest.mark.parametrize("options", [{}, {"exact": False}, {"ratio": 0.3}, {"ratio": 1.0}, {"dominant_ratio": 0.0},
+                                     {"dominant_ratio": 1.0}, {"exact": False, "bug_compatible": True}])
+def test_official_layout_is_a_permutation_grouped_by_frame(options):
+    x, s, grid = tokens(5, 4, 4, 6, seed=3)
+    options = {"ratio": 0.2, **options}
+    out = methods.compress_with("visionzip", x, s, grid, layout="official", **options)
+    check_contract(out, x, options["ratio"], exact=options.get("exact", True))
+    m = out.index.numel()
+    assert out.order.dtype == torch.long and torch.equal(out.order.sort().values, torch.arange(m))
+    frame = out.index[out.order] // 16
+    assert torch.all(frame[1:] >= frame[:-1])  # frame by frame
+    # within a frame: dominant (the most salient, d = int(k * dominant_ratio)) first, each part ascending
+    counts = torch.bincount(out.index // 16, minlength=5)
+    sequence = out.index[out.order]
+    for t in range(5):
+        here = sequence[frame == t] % 16
+        d = int(int(counts[t]) * out.report.config["dominant_ratio"])
+        top = torch.sort(s[t], descending=True, stable=True).indices[:d]
+        assert set(here[:d].tolist()) == set(top.tolist())
+        assert torch.all(here[:d].diff() > 0) and torch.all(here[d:].diff() > 0)
+
+
+def test_official_layout_with_grid_newline_is_the_position_order():
+    x, s, grid = tokens(3, 4, 4, 6, seed=1)
+    out = methods.compress_with("visionzip", x, s, grid, layout="official", grid_newline=True, exact=False,
+                                bug_compatible=True)
+    assert out.order is None  # the official grid path sorts by position
+
+
+def test_bad_layout():
+    with pytest.raises(ValueError, match="layout"):
+        methods.make_config("visionzip", layout="dominant")
+
+
+def test_dominant_ratio_one_drops_the_rest():
+    # no contextual target: every non-dominant token is dropped (the official divides by zero there)
+    x, s, grid = tokens(2, 4, 4, 6, seed=2)
+    out = methods.compress_with("visionzip", x, s, grid, ratio=0.25, dominant_ratio=1.0)
+    check_contract(out, x, 0.25)
+    assert int((out.assignment >= 0).sum()) == out.index.numel()
+
+
+@pytest.mark.parametrize("tokens_per_frame", [20, 7])
+def test_official_layout_gives_the_official_sequence(tokens_per_frame):
+    """HoliTom's visionzip (one_token) on the same tensors returns, frame by frame, the dominant then the
+    contextual tokens: our rows taken in `order` are that sequence (bug_compatible: the same arithmetic)."""
+    official = official_or_skip("visionzip")
+    for seed in range(3):
+        x, s, grid = tokens(4, 14, 14, 12, seed=seed)
+        expected = official(x, s, 0.1, tokens_per_frame=tokens_per_frame)
+        out = methods.compress_with("visionzip", x, s, grid, ratio=0.1, exact=False, bug_compatible=True,
+                                    tokens_per_frame=tokens_per_frame, layout="official")
+        torch.testing.assert_close(out.features[out.order], expected, rtol=0, atol=0)
+
+
+def test_llava_onevision_receives_the_rows_in_the_official_order(tiny_llava_ov):
+    """pipeline.prepare with visionzip layout="official" on the tiny LLaVA-OneVision: the adapter's
+    `llm_inputs` places the rows at the video slots in `order`, then the newline; the default layout
+    places them in position order; prefix reuse tells the two apart."""
+    from ottvid_cli import pipeline
+    from ottvid_cli.backbones import load_backbone
+    from ottvid_cli.backbones.base import _visual_key
+    from ottvid_cli.compression.methods.visionzip import VisionZipConfig
+    from ottvid_cli.video import sample_frames
+
+    backbone = load_backbone(str(tiny_llava_ov))
+    clip = sample_frames(pathlib.Path(__file__).parent / "data" / "cockatoo.mp4", 4)
+    official = pipeline.prepare(backbone, clip, method="visionzip",
+                                config=VisionZipConfig(ratio=0.1, layout="official"))
+    plain = pipeline.prepare(backbone, clip, method="visionzip", config=VisionZipConfig(ratio=0.1))
+    c = official.compressed
+    assert c.order is not None and not torch.equal(c.order, torch.arange(c.index.numel()))
+    assert torch.equal(c.features, plain.compressed.features) and torch.equal(c.index, plain.compressed.index)
+    placed = {}
+    for name, p in (("official", official), ("plain", plain)):
+        llm = backbone.llm_inputs(p.inputs, p.features, p.kept, compressed=p.compressed)
+        placed[name] = llm["mm_encoder_outputs"]["video"].pooler_output[0]
+        video = int((llm["input_ids"][0] == backbone.video_token_id).sum())
+        assert video == placed[name].shape[0] == c.index.numel() + 1  # the kept tokens and the newline
+    dtype = backbone.model.dtype
+    assert torch.equal(placed["official"][:-1], c.features[c.order].to(dtype))
+    assert torch.equal(placed["plain"][:-1], c.features.to(dtype))
+    torch.testing.assert_close(placed["official"][-1], backbone.model.model.image_newline)
+    # the embeddings the LLM gets: the video slots hold the rows in the official order
+    embedded = {}
+    for name, p in (("official", official), ("plain", plain)):
+        llm = backbone.llm_inputs(p.inputs, p.features, p.kept, compressed=p.compressed)
+        captured = {}
+        hook = backbone.model.model.language_model.register_forward_pre_hook(
+            lambda module, args, kwargs: captured.update(embeds=kwargs.get("inputs_embeds")), with_kwargs=True)
+        try:
+            backbone.model(**llm)
+        finally:
+            hook.remove()
+        slots = (llm["input_ids"][0] == backbone.video_token_id).nonzero().flatten()
+        embedded[name] = captured["embeds"][0, slots]
+    assert torch.equal(embedded["official"][:-1], c.features[c.order].to(dtype))
+    assert torch.equal(embedded["plain"][:-1], c.features.to(dtype))
+    key_official = _visual_key(official.features, official.kept, official.compressed)
+    key_plain = _visual_key(plain.features, plain.kept, plain.compressed)
+    assert not torch.equal(key_official[0], key_plain[0])
+
+
+def test_m_rope_backbones_refuse_an_order():
+    from ottvid_cli.backbones.qwen2_5_vl import Qwen25VL
+    from ottvid_cli.backbones.qwen3_vl import Qwen3VL
+
+    x, s, grid = tokens(2, 4, 4, 6, seed=0)
+    out = methods.compress_with("visionzip", x, s, grid, layout="official")
+    for adapter in (Qwen25VL, Qwen3VL):
+        with pytest.raises(ValueError, match="order"):
+            adapter.llm_inputs(None, {}, out.features, out.index, compressed=out)

@@ -8,7 +8,7 @@ from .base import (Backbone, Generated, VisualTokens, attention_implementation, 
 
 
 def load_backbone(model_id: str, device: str = "auto", dtype: str = "auto", attention: str = "auto",
-                  max_pixels: int | None = None):
+                  max_pixels: int | None = None, siglip_head: str | None = None):
     """Load a supported checkpoint (a Hugging Face id or a local folder) with its adapter.
 
     Raises ModelError with a one-line explanation when the device, dtype or attention is unusable
@@ -16,6 +16,11 @@ def load_backbone(model_id: str, device: str = "auto", dtype: str = "auto", atte
     weights are not available (offline and not in the Hugging Face cache), or the architecture is
     not supported. When the hub cannot be reached (or HF_HUB_OFFLINE is set), a hub id is loaded from
     the local cache without network attempts. The backbone's `load_ms` is the time this took.
+
+    siglip_head: LLaVA-OneVision only: a SigLIP vision checkpoint with its attention-pooling head (hub id
+    or folder, e.g. google/siglip-so400m-patch14-384), found by the same rules as the model; `encode`
+    then returns the signals FastVID's LLaVA-OneVision path reads (docs/llava.md). ModelError with
+    another model, or when the head cannot be loaded.
     """
     import time
 
@@ -43,8 +48,14 @@ def load_backbone(model_id: str, device: str = "auto", dtype: str = "auto", atte
     else:
         raise ModelError(f"unsupported model type {config.model_type!r} in {name} "
                          f"(supported: qwen2_5_vl, qwen3_vl, qwen3_vl_moe, llava_onevision)")
+    head = {}
+    if siglip_head is not None:
+        if config.model_type != "llava_onevision":
+            raise ModelError(f"a SigLIP head is for LLaVA-OneVision models; {name} is {config.model_type}")
+        head = {"siglip_head": model_source(siglip_head)}
     try:
-        backbone = adapter.load(model_id, device=device, dtype=dtype, attention=attention, max_pixels=max_pixels)
+        backbone = adapter.load(model_id, device=device, dtype=dtype, attention=attention, max_pixels=max_pixels,
+                                **head)
     except OSError as exc:
         if not is_local(model_id):
             raise ModelError(missing_weights_message(name)) from None

@@ -21,12 +21,17 @@ class VisualTokens:
     saliency: (T, N) >= 0 or None (not computed); grid: (H, W) with H * W = N.
     extra: other per-token encoder outputs the LLM needs, each compressed with the same decisions
     as `features` (Qwen3-VL: "deepstack", a tuple of (T, N, D) tensors); empty for most models.
+    signals: encoder outputs that compression methods may read besides the features, passed to every
+    method as `signals=` (docs/methods.md, "Per-backbone paths and signals"): "frame_features" (T, D')
+    and "attention" (T, N) float tensors, "source" a string naming where they came from; empty when
+    the backbone computes none (LLaVA-OneVision with a SigLIP head computes both).
     """
 
     features: torch.Tensor
     saliency: torch.Tensor | None
     grid: tuple[int, int]
     extra: dict[str, Any] = field(default_factory=dict)
+    signals: dict[str, Any] = field(default_factory=dict)
 
     @property
     def count(self) -> int:
@@ -107,9 +112,12 @@ def _same(a: torch.Tensor | None, b: torch.Tensor | None) -> bool:
 
 def _visual_key(features: torch.Tensor, kept: torch.Tensor, compressed: Any) -> tuple:
     """What a prefix's visual tokens are computed from, as tensors for `Prefix.matches`: the features,
-    kept indices and, with a `Compressed`, its assignment and merge map (Qwen3-VL's DeepStack follows them)."""
+    kept indices and, with a `Compressed`, its assignment and merge map (Qwen3-VL's DeepStack follows them);
+    the features in the LLM's order when the `Compressed` has an `order`."""
     if compressed is None:
         return features, kept, None, None, None
+    if getattr(compressed, "order", None) is not None:
+        features = features[compressed.order.to(features.device)]
     mixing = compressed.mixing
     if mixing is None:
         return features, kept, compressed.assignment, None, None
@@ -152,6 +160,7 @@ class Backbone(Protocol):
     default_frames: int  # frames `ask` samples by default
     grounds: bool  # whether the model is trained to answer with time spans
     official_overrides: dict  # OTTVidConfig.official() overrides that reproduce the authors' code on this model
+    method_defaults: dict  # method name -> config options that select its official path on this model
 
     def preprocess(self, frames, timestamps: list[float], duration: float, prompt: str,
                    history: Sequence[tuple[str, str]] = ()) -> Any:

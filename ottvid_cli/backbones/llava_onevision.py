@@ -5,6 +5,9 @@ transformers' `LlavaOnevisionForConditionalGeneration.get_video_features` runs S
 projector and 2x2 bilinear pooling (27x27 -> 14x14 = 196 tokens a frame), then appends one
 learned newline token after the whole video. Positions are plain 1-D and contiguous: dropping
 tokens from the sequence is all that compression needs.
+
+With a SigLIP attention-pooling head (`load(..., siglip_head=...)`, docs/llava.md), `encode` also
+returns FastVID's signals: each frame's pooled global feature and the head's attention on the grid.
 """
 
 from __future__ import annotations
@@ -19,8 +22,8 @@ import torch
 import torch.nn.functional as F
 
 from ..timing import Stopwatch
-from .base import (KeptTokenGeneration, VisualTokens, attention_implementation, chat_text, resolve_device,
-                   resolve_dtype)
+from .base import (KeptTokenGeneration, ModelError, VisualTokens, attention_implementation, chat_text,
+                   resolve_device, resolve_dtype)
 from .saliency import mean_attention_received
 
 
@@ -32,14 +35,32 @@ class LlavaOneVision(KeptTokenGeneration):
     grounds = False  # the paper evaluates grounding on Qwen2.5-VL only
     # `--preset official`: the authors' LLaVA path rounds K (llava_vid.py `_run_spatial_llava`)
     official_overrides = {"k_rounding": "round"}
+    # the peer methods' official LLaVA-OneVision paths (docs/methods.md, "Per-backbone paths and signals"):
+    # FastVID's fastvid_llavaonevision (its scripts/eval.sh: DySeg_tau 0.9)
+    method_defaults = {"fastvid": {"path": "llava_onevision", "tau": 0.9},
+                       # FlashVID's LLaVA-OneVision run (scripts/llava_ov.sh); its Qwen2.5-VL run cuts 4, ADTS v1
+                       "flashvid": {"min_segments": 8, "selection": "attn_div_v2"}}
+    # their LLaVA-Video paths, for a converted LLaVA-Video checkpoint (`__init__` picks): FastVID's
+    # fastvid_llavavideo (its scripts/eval.sh: DySeg_c 8, DySeg_tau 0.9, STPrune_d 0.4, DTM_p 4, DTM_beta 0.6;
+    # the others are the registry's defaults already); FlashVID's LLaVA-Video run (scripts/llava_vid.sh)
+    video_method_defaults = {"fastvid": {"path": "llava_video", "tau": 0.9},
+                             "flashvid": {"min_segments": 8, "selection": "attn_div_v2"}}
 
-    def __init__(self, model, processor, name: str, settings: dict | None = None):
+    def __init__(self, model, processor, name: str, settings: dict | None = None, siglip_head: Any = None,
+                 siglip_head_name: str | None = None):
         """settings: a converted LLaVA-Video checkpoint's own pooling and newline rules (ottvid.json);
-        None for a transformers LLaVA-OneVision checkpoint (bilinear 2x, one newline per video)."""
+        None for a transformers LLaVA-OneVision checkpoint (bilinear 2x, one newline per video).
+        siglip_head: SigLIP's `post_layernorm` and attention-pooling `head` (a ModuleDict, from
+        `load_siglip_head`), or None; with it `encode` also returns the signals FastVID reads."""
         self.model = model
+        self.siglip_head = siglip_head
+        self.siglip_head_name = siglip_head_name
         self.processor = processor
         self.name = name
         self.settings = settings
+        # the peer methods' official paths for this checkpoint: LLaVA-OneVision's, or LLaVA-Video's when converted
+        chosen = type(self).method_defaults if settings is None else type(self).video_method_defaults
+        self.method_defaults = {method: dict(options) for method, options in chosen.items()}
         self.device = next(model.parameters()).device
         self.video_token_id = model.config.video_token_index
         vision = model.config.vision_config
@@ -60,7 +81,10 @@ class LlavaOneVision(KeptTokenGeneration):
 
     @classmethod
     def load(cls, model_id: str, device: str = "auto", dtype: str = "auto", attention: str = "auto",
-             max_pixels: int | None = None) -> "LlavaOneVision":
+             max_pixels: int | None = None, siglip_head: str | None = None) -> "LlavaOneVision":
+        """siglip_head: a SigLIP vision checkpoint that has its attention-pooling head (a hub id or a
+        folder, e.g. google/siglip-so400m-patch14-384, the tower LLaVA-OneVision was trained from):
+        its post_layernorm and head are kept (`load_siglip_head`); None: no head, no signals."""
         from transformers import AutoProcessor, LlavaOnevisionForConditionalGeneration
 
         dev = resolve_device(device)
@@ -69,7 +93,34 @@ class LlavaOneVision(KeptTokenGeneration):
         ).to(dev).eval()
         settings_file = os.path.join(model_id, "ottvid.json")
         settings = json.loads(open(settings_file).read()) if os.path.isfile(settings_file) else None
-        return cls(model, AutoProcessor.from_pretrained(model_id), name=model_id, settings=settings)
+        head = None
+        if siglip_head is not None:
+            head = cls.load_siglip_head(siglip_head, model.config.vision_config.hidden_size, dev, model.dtype)
+        return cls(model, AutoProcessor.from_pretrained(model_id), name=model_id, settings=settings,
+                   siglip_head=head, siglip_head_name=siglip_head)
+
+    @staticmethod
+    def load_siglip_head(source: str, width: int, device: torch.device, dtype: torch.dtype) -> torch.nn.ModuleDict:
+        """SigLIP's post_layernorm and attention-pooling head from a vision checkpoint that has them
+        (transformers' SiglipVisionModel; its embeddings and encoder are dropped, as FastVID's
+        SigLipVisionAbstract.load_model does). ModelError when it cannot be read, has no head
+        (vision_use_head=False, as in LLaVA-OneVision checkpoints) or is not `width` wide."""
+        from transformers import SiglipVisionModel
+
+        try:
+            vision = SiglipVisionModel.from_pretrained(source, dtype=dtype)
+        except (OSError, ValueError) as exc:
+            reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            raise ModelError(f"cannot load the SigLIP head {source}: {reason[:200]}") from None
+        if not getattr(vision.config, "vision_use_head", False) or getattr(vision, "head", None) is None:
+            raise ModelError(f"{source} has no SigLIP attention-pooling head (vision_use_head=False): use the "
+                             f"original SigLIP checkpoint, e.g. google/siglip-so400m-patch14-384")
+        if vision.config.hidden_size != width:
+            raise ModelError(f"the SigLIP head {source} is {vision.config.hidden_size} wide, the model's vision "
+                             f"tower {width}: they do not belong together")
+        head = torch.nn.ModuleDict({"post_layernorm": vision.post_layernorm, "head": vision.head})
+        del vision
+        return head.to(device).eval().requires_grad_(False)
 
     def preprocess(self, frames: np.ndarray, timestamps: list[float], duration: float, prompt: str,
                    history: Sequence[tuple[str, str]] = ()) -> Any:
@@ -131,6 +182,10 @@ class LlavaOneVision(KeptTokenGeneration):
             attn = self.last_vision_attention()
             handles = [attn.q_proj.register_forward_hook(lambda m, a, out: capture.__setitem__("q", out)),
                        attn.k_proj.register_forward_hook(lambda m, a, out: capture.__setitem__("k", out))]
+            if self.siglip_head is not None:  # the tower's selected hidden state, as the projector receives it
+                projector = self.model.model.multi_modal_projector
+                handles.append(projector.register_forward_pre_hook(
+                    lambda m, args: capture.__setitem__("hidden", args[0])))
         frames = inputs["pixel_values_videos"].shape[1]
         try:
             with watch("vision"):
@@ -139,10 +194,31 @@ class LlavaOneVision(KeptTokenGeneration):
             for handle in handles:
                 handle.remove()
         sal = None
+        signals: dict[str, Any] = {}
         if saliency:
             with watch("saliency"):
                 sal = self._saliency(capture, frames)
-        return VisualTokens(features=tokens, saliency=sal, grid=self.grid)
+                if self.siglip_head is not None:
+                    signals = self._head_signals(capture["hidden"], frames)
+        return VisualTokens(features=tokens, saliency=sal, grid=self.grid, signals=signals)
+
+    def _head_signals(self, hidden: torch.Tensor, frames: int) -> dict[str, Any]:
+        """FastVID's signals from the SigLIP head (fastvid_llavaonevision llava_arch.py `encode_images`,
+        siglip_encoder.py `SigLipVisionAbstract.forward`): post_layernorm on the tower's hidden state
+        (T, 729, C), then the head: "frame_features" (T, C) its pooled output, "attention" (T, N) its
+        probe's attention averaged over heads, pooled onto the grid like the features (`get_attn_2dPool`:
+        27x27 bilinearly to 14x14 on LLaVA-OneVision, fastvid_llavaonevision llava_arch.py lines 188-199,
+        2x2 average pooling to 13x13 on a converted LLaVA-Video, fastvid_llavavideo llava_arch.py lines
+        188-197, `avg_pool2d(frame_attn_weights, stride)`; both as `_pool` pools the features)."""
+        head = self.siglip_head
+        states = head["post_layernorm"](hidden.to(head["post_layernorm"].weight.dtype))
+        pooled, attention = siglip_pool(head["head"], states)
+        rows, cols = self.patch_grid
+        if attention.shape[-1] != rows * cols:
+            raise ValueError(f"the SigLIP head saw {attention.shape[-1]} tokens a frame, not the {rows}x{cols} patches")
+        maps = attention.float().reshape(frames, 1, rows, cols)
+        return {"frame_features": pooled.float(), "attention": self._pool(maps).reshape(frames, -1),
+                "source": "siglip_head"}
 
     def _features(self, pixels: torch.Tensor) -> torch.Tensor:
         """(1, T, 3, H, W) pixels -> (T, N, D) pooled, projected tokens in raster order."""
@@ -181,9 +257,20 @@ class LlavaOneVision(KeptTokenGeneration):
     def llm_inputs(self, inputs: Any, features: torch.Tensor, kept: torch.Tensor,
                    compressed: Any = None) -> dict[str, Any]:
         """Inputs for generate() with only the kept visual tokens, each in its own slot of the model's
-        layout, and every newline token where the model puts it. Positions stay 1-D and contiguous."""
+        layout, and every newline token where the model puts it. Positions stay 1-D and contiguous.
+
+        With `compressed.order` (VisionZip's official layout) the kept visual slots, which the layout
+        puts in ascending position, are filled with the rows in that order instead: the i-th kept
+        slot gets row order[i]. The newline tokens stay where the layout puts them; the positions
+        are the sequence's, renumbered 0..L'-1 as always."""
         from transformers.modeling_outputs import BaseModelOutputWithPooling
 
+        order = getattr(compressed, "order", None)
+        if order is not None:
+            if order.shape != (features.shape[0],):
+                raise ValueError(f"compressed.order must be a permutation of the {features.shape[0]} rows, "
+                                 f"got shape {tuple(order.shape)}")
+            features = features[order.to(features.device)]
         ids, mask = inputs["input_ids"], inputs["attention_mask"]
         frames = inputs["pixel_values_videos"].shape[1]
         layout = self.layout(frames).to(ids.device)
@@ -195,7 +282,7 @@ class LlavaOneVision(KeptTokenGeneration):
         placed_layout = layout[slot_kept]
         newline = self.model.model.image_newline.to(features.device, self.model.dtype)
         placed = newline.expand(placed_layout.numel(), -1).clone()
-        placed[placed_layout >= 0] = features.to(self.model.dtype)  # kept ascending = layout order
+        placed[placed_layout >= 0] = features.to(self.model.dtype)  # in `order`, else kept ascending = layout order
         batch = ids.shape[0]
         return {"input_ids": ids[keep].view(batch, -1), "attention_mask": mask[keep].view(batch, -1),
                 "mm_encoder_outputs": {"video": BaseModelOutputWithPooling(pooler_output=placed[None])}}
@@ -207,3 +294,12 @@ class LlavaOneVision(KeptTokenGeneration):
         config = self.model.config
         return (llm_prefill_flops(config.text_config, llm_tokens),
                 siglip_video_flops(config.vision_config, frames, config.text_config.hidden_size))
+
+
+def siglip_pool(head: torch.nn.Module, states: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """transformers' SiglipMultiheadAttentionPoolingHead.forward on (B, S, C), keeping the attention
+    weights it drops: (pooled (B, C), the probe's attention to each token averaged over heads (B, S))."""
+    probe = head.probe.expand(states.shape[0], -1, -1)
+    out, weights = head.attention(probe, states, states, need_weights=True, average_attn_weights=True)
+    out = out + head.mlp(head.layernorm(out))
+    return out[:, 0], weights[:, 0]

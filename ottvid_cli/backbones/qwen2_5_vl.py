@@ -25,6 +25,14 @@ from .saliency import mean_attention_received
 DEFAULT_MAX_PIXELS = 448 * 448
 
 
+def refuse_order(compressed: Any) -> None:
+    """ValueError for a `Compressed` with an `order` (VisionZip's LLaVA-OneVision layout): on M-RoPE
+    models every row sits at its root's position, and the sequence follows ascending positions."""
+    if getattr(compressed, "order", None) is not None:
+        raise ValueError("Compressed.order (a LLaVA-OneVision token layout, e.g. visionzip layout='official') is "
+                         "not supported on M-RoPE models, whose tokens keep their positions: use the default layout")
+
+
 class Qwen25VL(KeptTokenGeneration):
     """Adapter for Qwen2_5_VLForConditionalGeneration and its processor."""
 
@@ -33,6 +41,7 @@ class Qwen25VL(KeptTokenGeneration):
     grounds = True
     default_max_pixels = DEFAULT_MAX_PIXELS
     official_overrides: dict = {}  # `--preset official`: the authors' Qwen2.5-VL path is official()'s default
+    method_defaults: dict = {}  # the peer methods' defaults are their Qwen2.5-VL paths already
 
     def __init__(self, model, processor, name: str, max_pixels: int = DEFAULT_MAX_PIXELS):
         self.model = model
@@ -228,6 +237,7 @@ class Qwen25VL(KeptTokenGeneration):
         """
         from transformers.modeling_outputs import BaseModelOutputWithPooling
 
+        refuse_order(compressed)
         encoded = BaseModelOutputWithPooling(pooler_output=(features.to(self.model.dtype),))
         return {**self.kept_sequence(inputs, kept), "mm_encoder_outputs": {"video": encoded}}
 

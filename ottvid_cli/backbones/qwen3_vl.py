@@ -27,7 +27,7 @@ import torch
 
 from ..compression.ottvid import Compressed
 from .positions import qwen3_vl_positions
-from .qwen2_5_vl import Qwen25VL
+from .qwen2_5_vl import Qwen25VL, refuse_order
 
 # 256 merged tokens per temporal group (16 x 16 at patch 16, merge 2): the token budget of the
 # paper's Qwen2.5-VL setting (448 x 448 at patch 14).
@@ -41,6 +41,7 @@ class Qwen3VL(Qwen25VL):
     default_frames = 32  # `ask`, as for Qwen2.5-VL (the paper's VQA setting); `ground` samples 2 fps
     grounds = True
     official_overrides: dict = {}
+    method_defaults: dict = {}  # the peer methods' defaults are their Qwen2.5-VL paths already
     default_max_pixels = DEFAULT_MAX_PIXELS
 
     @classmethod
@@ -139,6 +140,7 @@ class Qwen3VL(Qwen25VL):
         """
         from transformers.models.qwen3_vl.modeling_qwen3_vl import BaseModelOutputWithDeepstackFeatures
 
+        refuse_order(compressed)
         deepstack = getattr(inputs, "ottvid_deepstack", None)
         if deepstack is None:
             raise ValueError("encode(inputs) must run before llm_inputs: Qwen3-VL needs its DeepStack features")

@@ -101,7 +101,15 @@ class Compressed:
     device) with features == mixing @ flat input (up to float rounding), for methods whose outputs
     are weighted combinations; None means each output row is the uniform average of its
     `assignment` members (OTT-Vid, pure pruning). `apply` merges any other per-token tensor with
-    the same decisions (Qwen3-VL's DeepStack features)."""
+    the same decisions (Qwen3-VL's DeepStack features).
+
+    order: the sequence in which the LLM receives the output rows, a permutation (M,) long of
+    0..M-1 on the features' device: the LLM's i-th visual token is row order[i]. None (the default,
+    every method but VisionZip with layout="official") means ascending `index`, i.e. the rows as
+    they are. It changes only where rows sit in the sequence, never the rows, `index` (still
+    ascending), `assignment` or `apply` (rows in `index` order). LLaVA-OneVision fills its visual
+    slots in this order (1-D positions, renumbered in sequence); the M-RoPE backbones (Qwen2.5-VL,
+    Qwen3-VL), whose positions come from each row's root, refuse a Compressed with an order."""
 
     features: torch.Tensor
     index: torch.Tensor
@@ -109,13 +117,22 @@ class Compressed:
     report: CompressionReport
     selected: torch.Tensor | None = None  # (T, K) tokens the spatial stage kept in each group
     mixing: torch.Tensor | None = None  # sparse (M, T*N) float32, None: uniform over `assignment`
+    order: torch.Tensor | None = None  # (M,) LLM sequence order of the rows, None: ascending index
+
+    def sequence(self) -> torch.Tensor:
+        """(M,) the rows in the order the LLM receives them: `order`, or 0..M-1 when it is None."""
+        if self.order is None:
+            return torch.arange(self.index.numel(), device=self.index.device)
+        return self.order
 
     def apply(self, rows: torch.Tensor) -> torch.Tensor:
         """The same merge applied to another per-token tensor: rows (T*N, D') in the input's flat
         order -> (M, D') float32 on rows' device. Without `mixing`: each output the uniform average
         of its assignment members by compression's own `average_components` (a token kept alone
         comes out bit-identical; ottvid's main features are reproduced bit for bit); with it, the
-        sparse product mixing @ rows (a token kept alone has the single weight 1: bit-identical)."""
+        sparse product mixing @ rows (a token kept alone has the single weight 1: bit-identical).
+        Rows come back in `index` order whatever `order` says (take `[self.sequence()]` for the
+        LLM's order)."""
         tokens = self.assignment.numel()
         if rows.dim() != 2 or rows.shape[0] != tokens:
             raise ValueError(f"rows must be (T*N, D') = ({tokens}, D'), got shape {tuple(rows.shape)}")

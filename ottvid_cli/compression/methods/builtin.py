@@ -12,7 +12,8 @@ from .registry import MethodReport, register
 
 
 @register("ottvid", OTTVidConfig, "OTT-Vid: coverage selection + optimal-transport temporal merging (the paper)")
-def ottvid(features: torch.Tensor, saliency: torch.Tensor, grid: tuple[int, int], config: OTTVidConfig) -> Compressed:
+def ottvid(features: torch.Tensor, saliency: torch.Tensor, grid: tuple[int, int], config: OTTVidConfig,
+           signals: dict[str, torch.Tensor] | None = None) -> Compressed:
     return compress(features, saliency, grid, config)
 
 
@@ -28,7 +29,8 @@ class NoneConfig:
 
 
 @register("none", NoneConfig, "no compression: every visual token reaches the LLM")
-def none(features: torch.Tensor, saliency: torch.Tensor | None, grid: tuple[int, int], config: NoneConfig) -> Compressed:
+def none(features: torch.Tensor, saliency: torch.Tensor | None, grid: tuple[int, int], config: NoneConfig,
+         signals: dict[str, torch.Tensor] | None = None) -> Compressed:
     groups, tokens = features.shape[:2]
     every = torch.arange(groups * tokens, device=features.device)
     report = MethodReport(method="none", T=groups, N=tokens, M=groups * tokens, kept=groups * tokens,

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import asdict
-from typing import Any
+from typing import Any, Mapping
 
 import torch
 
@@ -52,6 +52,24 @@ def check_inputs(features: torch.Tensor, saliency: torch.Tensor | None,
     if not bool(torch.isfinite(features.sum(dtype=torch.float32))) and not bool(torch.isfinite(features).all()):
         raise ValueError("features contain NaN or Inf")
     return groups, tokens, s
+
+
+def signal(signals: Mapping[str, Any] | None, name: str, shape: tuple[int, int | None],
+           device: torch.device) -> torch.Tensor | None:
+    """signals[name] as float32 on `device`, None when absent (registry.py, "signals"). shape: (T, N), or
+    (T, None) for any width >= 1; ValueError on another shape or on NaN / Inf."""
+    value = (signals or {}).get(name)
+    if value is None:
+        return None
+    if not torch.is_tensor(value) or value.dim() != 2 or value.shape[0] != shape[0] \
+            or (shape[1] is not None and value.shape[1] != shape[1]) or value.shape[1] < 1:
+        want = f"({shape[0]}, {shape[1] if shape[1] is not None else 'D'})"
+        got = tuple(value.shape) if torch.is_tensor(value) else type(value).__name__
+        raise ValueError(f"signals[{name!r}] must be a {want} tensor, got {got}")
+    value = value.to(device=device, dtype=torch.float32)
+    if not bool(torch.isfinite(value).all()):
+        raise ValueError(f"signals[{name!r}] contains NaN or Inf")
+    return value
 
 
 def descending(score: torch.Tensor) -> torch.Tensor:

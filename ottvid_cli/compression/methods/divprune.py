@@ -77,7 +77,7 @@ def pick_gain(sim: torch.Tensor, order: torch.Tensor, step: int) -> torch.Tensor
 
 @register("divprune", DivPruneConfig, "DivPrune: max-min diversity (farthest-point) selection per frame")
 def divprune(features: torch.Tensor, saliency: torch.Tensor, grid: tuple[int, int],
-             config: DivPruneConfig) -> Compressed:
+             config: DivPruneConfig, signals: dict[str, torch.Tensor] | None = None) -> Compressed:
     groups, tokens, _, report, done = begin("divprune", features, saliency, grid, config)
     if done is not None:
         return done

@@ -255,7 +255,7 @@ def segment_dp(run: torch.Tensor, groups: int, max_window: int) -> tuple[list[tu
 @register("holitom", HoliTomConfig,
           "HoliTom (outer-LLM): DP temporal segmentation, static window merging, attention top-k + DPC-kNN")
 def holitom(features: torch.Tensor, saliency: torch.Tensor | None, grid: tuple[int, int],
-            config: HoliTomConfig) -> Compressed:
+            config: HoliTomConfig, signals: dict[str, torch.Tensor] | None = None) -> Compressed:
     groups, tokens, sal = check_inputs(features, saliency, grid)
     dim, device = features.shape[-1], features.device
     total = groups * tokens

@@ -1,6 +1,6 @@
 """The method registry: every token-compression method as a pure function with compress()'s contract.
 
-    fn(features (T, N, D), saliency (T, N), grid (H, W), config) -> Compressed
+    fn(features (T, N, D), saliency (T, N), grid (H, W), config, signals=None) -> Compressed
 
 `Compressed.features` (M, D) in the input dtype; `index` (M,) ascending unique flat indices t*N + n
 of each output token's position (its root's); `assignment` (T*N,) output row representing each
@@ -8,6 +8,12 @@ input token, -1 if dropped; `report` any object with `to_dict()`; `mixing` the s
 merge map with features == mixing @ flat input, or None when each output is the uniform average of
 its assignment members (`Compressed.apply` follows either). Each method has a frozen config
 dataclass whose first field is `ratio` and whose defaults are the official ones.
+
+`signals`: optional encoder outputs a method's official code reads besides the features, by name
+(docs/methods.md, "Per-backbone paths and signals"): "attention" (T, N) per-token attention and
+"frame_features" (T, D') per-frame global features, with an optional "source" string naming where
+they came from (e.g. "siglip_head"). A method uses the ones it knows and ignores the rest; without
+them it falls back to `saliency` and the features (the default).
 """
 
 from __future__ import annotations
@@ -19,7 +25,7 @@ import torch
 
 from ..ottvid import Compressed
 
-MethodFn = Callable[[torch.Tensor, torch.Tensor, tuple[int, int], Any], Compressed]
+MethodFn = Callable[..., Compressed]  # (features, saliency, grid, config, signals=None) -> Compressed
 
 
 @dataclass(frozen=True)
@@ -92,9 +98,10 @@ def make_config(name: str, ratio: float = 0.1, **options: Any) -> Any:
 
 
 def compress_with(name: str, features: torch.Tensor, saliency: torch.Tensor | None, grid: tuple[int, int],
-                  ratio: float = 0.1, **options: Any) -> Compressed:
-    """Compress with method `name` at `ratio`; `options` set fields of its config."""
-    return get(name).fn(features, saliency, grid, make_config(name, ratio, **options))
+                  ratio: float = 0.1, signals: dict[str, Any] | None = None, **options: Any) -> Compressed:
+    """Compress with method `name` at `ratio`; `options` set fields of its config; `signals` go to the
+    method (those it does not use are ignored)."""
+    return get(name).fn(features, saliency, grid, make_config(name, ratio, **options), signals=signals)
 
 
 def target_count(ratio: float, groups: int, tokens: int) -> int:

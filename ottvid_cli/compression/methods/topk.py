@@ -41,7 +41,8 @@ def frame_counts(saliency: torch.Tensor, order: torch.Tensor, total: int) -> tor
 
 
 @register("topk", TopKConfig, "saliency top-k per frame (App. B.1 Top-K), budget split over frames")
-def topk(features: torch.Tensor, saliency: torch.Tensor, grid: tuple[int, int], config: TopKConfig) -> Compressed:
+def topk(features: torch.Tensor, saliency: torch.Tensor, grid: tuple[int, int], config: TopKConfig,
+         signals: dict[str, torch.Tensor] | None = None) -> Compressed:
     groups, tokens, s, report, done = begin("topk", features, saliency, grid, config)
     if done is not None:
         return done

@@ -1,19 +1,24 @@
 """UniComp (official code `TimeMarker-LLM/UniComp`, unicomp/llava_arch.py): frame group fusion,
 uniqueness-driven token allocation over the fused frames, and spatial dynamic compression (SDC)
 inside each fused frame. See docs/methods.md ("unicomp") for every decision.
+
+Signals (optional): signals["frame_features"] (T, D'), SigLIP's pooled head output per frame, is the
+global frame feature of the allocation, as the official reads it; without it each frame's mean token
+stands in.
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 
 from ..ottvid import Compressed
 from ..spatial import gram_cosine
-from .common import (assemble, check_flags, check_inputs, check_ratio, identity, new_report, sparse_mixing,
-                     spread_frames)
+from .common import (assemble, check_flags, check_inputs, check_ratio, identity, new_report, signal,
+                     sparse_mixing, spread_frames)
 from .holitom import Timer
 from .registry import register
 
@@ -143,13 +148,19 @@ def first_ranks(mask: torch.Tensor, order: torch.Tensor, counts: torch.Tensor) -
 @register("unicomp", UniCompConfig,
           "UniComp: frame group fusion, uniqueness token allocation, spatial dynamic compression")
 def unicomp(features: torch.Tensor, saliency: torch.Tensor | None, grid: tuple[int, int],
-            config: UniCompConfig) -> Compressed:
+            config: UniCompConfig, signals: dict[str, Any] | None = None) -> Compressed:
+    """UniComp on `config`; `signals["frame_features"]` (T, D') is the global frame feature of the
+    allocation where given (`frame_global_features`), else each frame's mean token."""
     groups, tokens, _ = check_inputs(features, saliency, grid)
     dim, device = features.shape[-1], features.device
     total = groups * tokens
     report = new_report("unicomp", groups, tokens, config)
+    frame_features = signal(signals, "frame_features", (groups, None), device)
+    used = _signals_used(signals, frame_features is not None)
     if config.ratio >= 1.0:  # keep everything (the official code would still merge; see docs)
-        return identity(features, report)
+        out = identity(features, report)
+        out.report.details = {"signals": used}
+        return out
     target = report.M
     timer = Timer()
     x = features.float()
@@ -177,7 +188,7 @@ def unicomp(features: torch.Tensor, saliency: torch.Tensor | None, grid: tuple[i
     budget = target if config.exact else int(config.ratio * groups * tokens)
     flat = torch.arange(total, device=device).view(groups, tokens)
     root_pos = flat[first]  # (F, N): each fused token sits at its group's first frame
-    details = {"groups": [int(v) for v in lengths.tolist()], "capped_groups": short}
+    details = {"groups": [int(v) for v in lengths.tolist()], "capped_groups": short, "signals": used}
     if fused_n * tokens <= budget:  # nothing to compress beyond the fusion
         owner = root_pos[group_of].reshape(-1)
         report.details = {**details, "allocation": [tokens] * fused_n}
@@ -185,9 +196,10 @@ def unicomp(features: torch.Tensor, saliency: torch.Tensor | None, grid: tuple[i
         report.timings_ms = timer.done()
         return out
 
-    # 2. Token allocation over the fused frames, from the uniqueness of their global features (the
-    # token mean of each group's first frame stands for SigLIP's pooled frame feature).
-    glob = torch.nn.functional.normalize(frame_mean[first], dim=-1)
+    # 2. Token allocation over the fused frames, from the uniqueness of their global features: SigLIP's
+    # pooled head output of each group's first frame (frame_global_features[selected_ids], line 268) when
+    # the backbone gives it, else that frame's token mean.
+    glob = torch.nn.functional.normalize((frame_mean if frame_features is None else frame_features)[first], dim=-1)
     sims = (glob @ glob.T).mean(-1)
     uniques = (sims.mean() - sims) * math.sqrt(fused_n)
     cap = min(tokens, max(1, int((budget // fused_n) * 2)))
@@ -260,3 +272,12 @@ def unicomp(features: torch.Tensor, saliency: torch.Tensor | None, grid: tuple[i
     timer.lap("assemble")
     report.timings_ms = timer.done()
     return out
+
+
+def _signals_used(signals: dict[str, Any] | None, frame_features: bool) -> str:
+    """What the report says: the signals' source (signals["source"], else "signals") when frame_features
+    was used, else "fallback" (each frame's mean token)."""
+    if not frame_features:
+        return "fallback"
+    source = (signals or {}).get("source")
+    return source if isinstance(source, str) and source else "signals"

@@ -5,7 +5,8 @@ Steps per frame with a budget of k tokens (docs/methods.md): d = int(k * dominan
 tokens, the most salient; c = k - d contextual targets, taken from the list of the other tokens in
 ascending position at a floored stride (every max(1, (N - d) // c)-th entry, the first c of them);
 every remaining token joins its most similar target (cosine on the features); a contextual token is
-the average of its target and the tokens that joined it.
+the average of its target and the tokens that joined it. layout="official" also gives the order in
+which the official one_token path feeds the rows to the LLM (`Compressed.order`).
 """
 
 from __future__ import annotations
@@ -15,10 +16,13 @@ from dataclasses import dataclass
 import torch
 
 from ..ottvid import Compressed
-from .common import (assemble, begin, check_flags, check_ratio, descending, joined_mean, roots_of, rows_of,
-                     sparse_mixing, uniform_average)
+from .common import (assemble, begin, check_flags, check_ratio, descending, joined_mean, rank_mask, roots_of,
+                     rows_of, sparse_mixing, uniform_average)
 from .registry import register
 from .topk import frame_counts
+
+
+LAYOUTS = ("position", "official")
 
 
 @dataclass(frozen=True)
@@ -34,7 +38,11 @@ class VisionZipConfig:
     the kept tokens by position; only bug_compatible changes anything with it.
     bug_compatible: the official arithmetic (needs exact=False): a contextual token is its target
     plus the mean of the joined tokens (not their average); with grid_newline, the dominant tokens'
-    features are placed at positions taken in saliency order, so they land on each other's positions."""
+    features are placed at positions taken in saliency order, so they land on each other's positions.
+    layout: the order in which the LLM receives the rows (`Compressed.order`). "position" (None:
+    ascending position); "official": the one_token layout of the official code, frame by frame
+    the frame's dominant tokens then its contextual ones, each group in ascending position (with
+    grid_newline the official sorts by position, so this is the position order there too)."""
 
     ratio: float = 0.1
     exact: bool = True
@@ -42,6 +50,7 @@ class VisionZipConfig:
     tokens_per_frame: int | None = None
     grid_newline: bool = False
     bug_compatible: bool = False
+    layout: str = "position"
 
     def __post_init__(self) -> None:
         check_ratio(self.ratio)
@@ -56,6 +65,8 @@ class VisionZipConfig:
                 raise ValueError("tokens_per_frame fixes the official per-frame count: set exact=False too")
         if not isinstance(self.grid_newline, bool):
             raise ValueError(f"grid_newline must be True or False, got {self.grid_newline!r}")
+        if self.layout not in LAYOUTS:
+            raise ValueError(f"layout must be one of {', '.join(LAYOUTS)}, got {self.layout!r}")
 
 
 def split_frame(k: int, n: int, dominant_ratio: float) -> tuple[int, int, int]:
@@ -67,19 +78,22 @@ def split_frame(k: int, n: int, dominant_ratio: float) -> tuple[int, int, int]:
 
 
 def zip_frames(x: torch.Tensor, s: torch.Tensor, k: int, dominant_ratio: float,
-               scramble: bool) -> tuple[torch.Tensor, torch.Tensor]:
+               scramble: bool) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """VisionZip on G frames that all keep k tokens: (owner (G, N) frame-local, -1 dropped;
-    source (G, N): for each kept position, the frame-local token whose own features it carries)."""
+    source (G, N): for each kept position, the frame-local token whose own features it carries;
+    is_dominant (G, N) bool: the dominant tokens)."""
     groups, n, _ = x.shape
     node = torch.arange(n, device=x.device).expand(groups, n)
     owner = torch.full((groups, n), -1, dtype=torch.long, device=x.device)
     source = node.clone()
+    is_dominant = torch.zeros(groups, n, dtype=torch.bool, device=x.device)
     if k == 0:
-        return owner, source
+        return owner, source, is_dominant
     dominant, contextual, stride = split_frame(k, n, dominant_ratio)
     order = descending(s)
     top = order[:, :dominant]  # saliency order
     owner.scatter_(1, top, top)
+    is_dominant.scatter_(1, top, True)
     if scramble and dominant:  # official grid mode: ascending features paired with saliency-ordered positions
         source.scatter_(1, top, top.sort(-1).values)
     rest = order[:, dominant:].sort(-1).values  # non-dominant tokens, ascending position
@@ -87,7 +101,7 @@ def zip_frames(x: torch.Tensor, s: torch.Tensor, k: int, dominant_ratio: float,
     is_target = (slots % stride == 0) & (slots // stride < contextual)
     targets, others = rest[:, is_target], rest[:, ~is_target]
     owner.scatter_(1, targets, targets)
-    if others.shape[1]:
+    if others.shape[1] and contextual:  # no target (dominant_ratio 1): the others are dropped
         # most similar target by cosine; the joining token's own norm does not change its argmax,
         # so every token is scored against the unit targets in one product and the others read off
         aims = x.gather(1, targets.unsqueeze(-1).expand(-1, -1, x.shape[-1])).float()
@@ -95,7 +109,17 @@ def zip_frames(x: torch.Tensor, s: torch.Tensor, k: int, dominant_ratio: float,
         sims = torch.bmm(x.float(), aims.transpose(1, 2))  # (G, N, c)
         best = sims.gather(1, others.unsqueeze(-1).expand(-1, -1, contextual)).argmax(-1)  # first maximum
         owner.scatter_(1, others, targets.gather(1, best))
-    return owner, source
+    return owner, source, is_dominant
+
+
+def official_order(index: torch.Tensor, is_dominant: torch.Tensor, tokens: int) -> torch.Tensor:
+    """`Compressed.order` of the official one_token layout (HoliTom visionzip/llava_arch.py, the inner
+    `visionzip`, line 180: `torch.cat([dominant_tokens, contextual_tokens], dim=1)` per frame, then
+    the frames flattened in turn): frame by frame, the dominant rows then the contextual ones, each
+    group in ascending position (`masked_select` keeps the dominant tokens in position order, and the
+    targets are taken in position order). index (M,) ascending; is_dominant (T*N,) bool."""
+    key = (index // tokens) * 2 + (~is_dominant[index]).long()
+    return torch.sort(key, stable=True).indices
 
 
 def bug_mixing(owner: torch.Tensor, index: torch.Tensor, own: torch.Tensor, count: torch.Tensor) -> torch.Tensor:
@@ -111,9 +135,13 @@ def bug_mixing(owner: torch.Tensor, index: torch.Tensor, own: torch.Tensor, coun
 
 @register("visionzip", VisionZipConfig, "VisionZip (video): dominant tokens by saliency + contextual merging per frame")
 def visionzip(features: torch.Tensor, saliency: torch.Tensor, grid: tuple[int, int],
-              config: VisionZipConfig) -> Compressed:
+              config: VisionZipConfig, signals: dict[str, torch.Tensor] | None = None) -> Compressed:
     groups, tokens, s, report, done = begin("visionzip", features, saliency, grid, config)
-    if done is not None:
+    official = config.layout == "official" and not config.grid_newline  # grid: the official sorts by position
+    if done is not None:  # every token kept: the official k = N split, nothing merged
+        if official:
+            dominant = torch.full((groups,), int(tokens * config.dominant_ratio), device=s.device)
+            done.order = official_order(done.index, rank_mask(descending(s), dominant).reshape(-1), tokens)
         return done
     if config.exact:
         counts = frame_counts(s, descending(s), report.M)
@@ -122,11 +150,13 @@ def visionzip(features: torch.Tensor, saliency: torch.Tensor, grid: tuple[int, i
         counts = torch.full((groups,), min(per_frame, tokens), dtype=torch.long, device=s.device)
     owner = torch.full((groups, tokens), -1, dtype=torch.long, device=s.device)
     source = torch.arange(tokens, device=s.device).repeat(groups, 1)
+    is_dominant = torch.zeros(groups, tokens, dtype=torch.bool, device=s.device)
     scramble = config.bug_compatible and config.grid_newline
     for k in counts.unique().tolist():  # at most two distinct budgets
         frames = (counts == k).nonzero().squeeze(1)
         part = features if frames.numel() == groups else features[frames]
-        owner[frames], source[frames] = zip_frames(part, s[frames], k, config.dominant_ratio, scramble)
+        owner[frames], source[frames], is_dominant[frames] = zip_frames(part, s[frames], k, config.dominant_ratio,
+                                                                        scramble)
     offset = (torch.arange(groups, device=s.device) * tokens).unsqueeze(-1)
     owner = torch.where(owner >= 0, owner + offset, owner).reshape(-1)
     flat = features.reshape(groups * tokens, -1)
@@ -145,4 +175,7 @@ def visionzip(features: torch.Tensor, saliency: torch.Tensor, grid: tuple[int, i
     report.details = {"per_frame": counts.tolist(),
                       "dominant_contextual": {int(k): list(split_frame(int(k), tokens, config.dominant_ratio)[:2])
                                               for k in counts.unique().tolist()}}
-    return assemble(flat, owner, report, features=rows, mixing=mixing)
+    out = assemble(flat, owner, report, features=rows, mixing=mixing)
+    if official:
+        out.order = official_order(out.index, is_dominant.reshape(-1), tokens)
+    return out
