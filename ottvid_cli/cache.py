@@ -35,16 +35,28 @@ _HASHES_MAX = 4096
 
 def content_hash(path: str | Path) -> str:
     """blake2b (128-bit) of the file's bytes, streamed in 1 MiB chunks; memoised by (real path, size,
-    mtime_ns, inode), so a file rewritten in place is hashed again."""
-    st = os.stat(path)
-    memo = (os.path.realpath(path), st.st_size, st.st_mtime_ns, st.st_ino)
+    mtime_ns, inode), so a file rewritten in place is hashed again. For a folder of frame images
+    (video.frame_files): of each image's name and bytes in order, memoised by every image's stat."""
+    folder = os.path.isdir(path)
+    if folder:
+        from .video import frame_files
+
+        files = frame_files(path)
+    else:
+        files = [os.fspath(path)]
+    stats = [os.stat(f) for f in files]
+    memo = (os.path.realpath(path), *((os.path.basename(f), st.st_size, st.st_mtime_ns, st.st_ino)
+                                      for f, st in zip(files, stats)))
     if memo in _HASHES:
         _HASHES.move_to_end(memo)
         return _HASHES[memo]
     digest = hashlib.blake2b(digest_size=16)
-    with open(path, "rb") as f:
-        while chunk := f.read(CHUNK):
-            digest.update(chunk)
+    for file, st in zip(files, stats):
+        if folder:  # each image's name and length frame its bytes
+            digest.update(f"{os.path.basename(file)}\0{st.st_size}\0".encode())
+        with open(file, "rb") as f:
+            while chunk := f.read(CHUNK):
+                digest.update(chunk)
     value = digest.hexdigest()
     _HASHES[memo] = value
     while len(_HASHES) > _HASHES_MAX:
@@ -70,9 +82,13 @@ def video_key(backbone: Any, video: Any, sampling: Any) -> dict[str, Any]:
     config = getattr(model, "config", None)
     fingerprint = hashlib.blake2b(config.to_json_string(use_diff=False).encode(), digest_size=8).hexdigest() \
         if config is not None else None
-    return {"format": FORMAT, "video": content, "sampling": dataclasses.asdict(sampling),
-            "model": str(getattr(backbone, "name", type(backbone).__name__)), "model_config": fingerprint,
-            "dtype": str(getattr(model, "dtype", "")), "max_pixels": getattr(backbone, "max_pixels", None)}
+    key = {"format": FORMAT, "video": content, "sampling": dataclasses.asdict(sampling),
+           "model": str(getattr(backbone, "name", type(backbone).__name__)), "model_config": fingerprint,
+           "dtype": str(getattr(model, "dtype", "")), "max_pixels": getattr(backbone, "max_pixels", None)}
+    head = getattr(backbone, "siglip_head_name", None)
+    if head is not None:  # LLaVA-OneVision's SigLIP head: its signals are part of the encoded video
+        key["siglip_head"] = str(head)
+    return key
 
 
 def compression_key(method: str, config: Any) -> str:
@@ -112,11 +128,12 @@ class Entry:
     def nbytes(self) -> int:
         base = self.base
         total = _tensor_bytes(dict(base.inputs)) + _tensor_bytes(base.clip.frames)
-        total += _tensor_bytes([base.visual.features, base.visual.saliency, base.visual.extra])
+        total += _tensor_bytes([base.visual.features, base.visual.saliency, base.visual.extra,
+                                getattr(base.visual, "signals", {})])
         for p in self.compressions.values():
             if p.compressed is not None:
                 c = p.compressed
-                total += _tensor_bytes([c.features, c.index, c.assignment, c.selected, c.mixing])
+                total += _tensor_bytes([c.features, c.index, c.assignment, c.selected, c.mixing, c.order])
         return total + sum(prefix.nbytes for prefix in self.prefixes.values())
 
 
@@ -210,6 +227,10 @@ class PreparedCache:
         deepstack = visual.extra.get("deepstack", ())
         for i, layer in enumerate(deepstack):
             tensors[f"visual.deepstack.{i}"] = layer
+        signals = getattr(visual, "signals", {}) or {}
+        for k, v in signals.items():
+            if torch.is_tensor(v):
+                tensors[f"visual.signals.{k}"] = v
         stubs, others = {}, {}
         for k, v in prepared.inputs.items():
             if k == "pixel_values_videos":  # not needed once encoded: kept as its shape and dtype only
@@ -223,6 +244,7 @@ class PreparedCache:
         meta = {
             "key": key, "prompt": prepared.prompt, "frames": prepared.frames, "timings_ms": prepared.timings_ms,
             "grid": list(visual.grid), "deepstack": len(deepstack), "stubs": stubs, "others": others,
+            "signals": {k: v for k, v in signals.items() if not torch.is_tensor(v)},
             "clip": {"path": str(clip.path), "timestamps": [float(t) for t in clip.timestamps],
                      "indices": [int(i) for i in clip.indices], "duration": float(clip.duration),
                      "total_frames": int(clip.total_frames), "average_fps": float(clip.average_fps),
@@ -282,8 +304,10 @@ def _restore(meta: dict[str, Any], data_path: Path, backbone: Any) -> Any:
     if meta["deepstack"]:
         extra["deepstack"] = tuple(tensors[f"visual.deepstack.{i}"] for i in range(meta["deepstack"]))
         inputs.ottvid_deepstack = extra["deepstack"]  # Qwen3-VL's llm_inputs reads them from the inputs
+    signals = {**meta.get("signals", {}), **{k.removeprefix("visual.signals."): v for k, v in tensors.items()
+                                             if k.startswith("visual.signals.")}}
     visual = VisualTokens(features=tensors["visual.features"], saliency=tensors.get("visual.saliency"),
-                          grid=tuple(meta["grid"]), extra=extra)
+                          grid=tuple(meta["grid"]), extra=extra, signals=signals)
     sampling = Sampling(**meta["key"]["sampling"])
     return Prepared(backbone=backbone, clip=clip, sampling=sampling, prompt=meta["prompt"], inputs=inputs,
                     visual=visual, method="none", config=None, compressed=None, frames=meta["frames"],

@@ -152,6 +152,10 @@ ATTENTION = typer.Option("auto", "--attention", callback=_checked(check_choice, 
                          help="auto (sdpa), eager, or flash (needs flash-attn).")
 MAX_PIXELS = typer.Option(None, "--max-pixels", show_default="448*448", callback=_checked(check_count, "--max-pixels"),
                           help="Pixels per frame at most (Qwen2.5-VL).")
+SIGLIP_HEAD = typer.Option(None, "--siglip-head", metavar="ID_OR_DIR",
+                           help="LLaVA-OneVision / LLaVA-Video: a SigLIP checkpoint with its attention-pooling head "
+                                "(e.g. google/siglip-so400m-patch14-384), whose signals FastVID and UniComp read as "
+                                "their official code does (docs/llava.md).")
 RATIO = typer.Option(None, "--ratio", "-r", show_default="0.1", callback=_checked(check_ratio),
                      help="Share of visual tokens kept, in (0, 1].")
 RATIOS = typer.Option(None, "--ratio", "-r", show_default="0.1", callback=_checked(check_ratio),
@@ -260,17 +264,19 @@ def _settle(model, device, dtype, ratio, frames, fps, config_frames: bool = True
     return d.pick("model", model), d.pick("device", device), d.pick("dtype", dtype), d.pick("ratio", ratio), frames
 
 
-def _check_file(video: str) -> None:
-    """A missing file or a folder is refused at once, before any import."""
+def _check_file(video: str, folders: bool = False) -> None:
+    """A missing file is refused at once, before any import; so is a folder unless `folders` (a
+    folder of frame images, which a local run reads)."""
     if not os.path.exists(video):
         _fail(f"video not found: {video}")
-    if os.path.isdir(video):
+    if os.path.isdir(video) and not folders:
         _fail(f"expected a video file, got a folder: {video}")
 
 
 def _check_video(video: str, decoder: str = "auto") -> None:
-    """A missing file is refused at once; an unreadable one after opening it (no model loaded yet)."""
-    _check_file(video)
+    """A missing file is refused at once; an unreadable one (or a folder without readable frame
+    images) after opening it (no model loaded yet)."""
+    _check_file(video, folders=True)
     from .video import VideoError, check_video
 
     try:
@@ -340,17 +346,22 @@ def _sampling(frames, fps, max_frames, max_pixels, decoder, default_fps=None):
     return Sampling(frames=frames, fps=fps, max_frames=max_frames, max_pixels=max_pixels, decoder=decoder)
 
 
-def _load(model: str, device: str, dtype: str, attention: str, max_pixels: int | None, progress: _Progress):
-    """Load the model (progress on stderr); the time it took is the backbone's `load_ms`."""
+def _load(model: str, device: str, dtype: str, attention: str, max_pixels: int | None, progress: _Progress,
+          siglip_head: str | None = None):
+    """Load the model (and a SigLIP head, LLaVA only; progress on stderr); the time it took is the
+    backbone's `load_ms`."""
     from .settings import ModelError, model_source
 
     progress.step(f"loading {model}")
     try:
         model_source(model)  # an unavailable hub model fails here, before torch is imported
+        if siglip_head is not None:
+            model_source(siglip_head)
         _quiet_libraries(progress.quiet)
         from .backbones import load_backbone
 
-        return load_backbone(model, device=device, dtype=dtype, attention=attention, max_pixels=max_pixels)
+        return load_backbone(model, device=device, dtype=dtype, attention=attention, max_pixels=max_pixels,
+                             siglip_head=siglip_head)
     except ModelError as exc:
         progress.stop()
         _fail(str(exc), code=EXIT_RUN)
@@ -396,7 +407,7 @@ def _write_picture(prepared, path: str, max_tiles: int | None = None) -> tuple[d
 
 def _answer(task: str, video: str, texts, options, ratio, frames, fps, max_frames, model, method, preset,
             as_json, device, dtype, attention, max_pixels, max_new_tokens, output, decoder, quiet,
-            cache_dir=None, method_args=None) -> None:
+            cache_dir=None, method_args=None, siglip_head=None) -> None:
     """ask and ground: check everything, load, run each question (one preparation and one prefix for
     all, session.Engine), print each result, then report a failed picture. With --json, one question
     prints an object, several a list of them in order."""
@@ -412,7 +423,7 @@ def _answer(task: str, video: str, texts, options, ratio, frames, fps, max_frame
     ratio = 1.0 if method == "none" else ratio
     method_options = _method_options([method], [ratio], preset, method_args)[method]
     progress = _Progress(quiet)
-    backbone = _load(model, device, dtype, attention, max_pixels, progress)
+    backbone = _load(model, device, dtype, attention, max_pixels, progress, siglip_head)
     config = _method_config(backbone, method, ratio, preset, method_options)
     if task == "ground" and not getattr(backbone, "grounds", False):
         progress.stop()
@@ -489,7 +500,8 @@ def _cache_path(value: str | None) -> str | None:
 
 
 def _remote(task, server, video, texts, options, ratio, frames, fps, max_frames, model, method, preset, as_json, quiet,
-            max_new_tokens, device, dtype, attention, max_pixels, decoder, output, cache_dir) -> None:
+            max_new_tokens, device, dtype, attention, max_pixels, decoder, output, cache_dir,
+            siglip_head=None) -> None:
     """ask / ground --server: the same checks as a local run (the flags only a local run uses are
     refused), then one request per question to a running `ottvid serve`; prints as a local run
     prints. Exit codes as a local run's (1: the server failed or cannot be reached)."""
@@ -497,7 +509,7 @@ def _remote(task, server, video, texts, options, ratio, frames, fps, max_frames,
     from .serve.client import URL_SCHEMES, Client, ServerError, request_body, video_url
 
     local = {"--device": device, "--dtype": dtype, "--attention": attention, "--max-pixels": max_pixels,
-             "--decoder": decoder, "--output": output, "--cache-dir": cache_dir}
+             "--decoder": decoder, "--output": output, "--cache-dir": cache_dir, "--siglip-head": siglip_head}
     for flag, value in local.items():
         if value not in (None, "auto"):
             _fail(f"{flag} does not apply with --server: the server runs the model with its own settings")
@@ -604,7 +616,7 @@ def list_methods(as_json: bool = JSON) -> None:
 
 @app.command()
 def ask(
-    video: str = typer.Argument(..., help="Video file."),
+    video: str = typer.Argument(..., help="Video file, or a folder of frame images (read at 3 fps)."),
     questions: list[str] = typer.Argument(..., help="Question(s) about the video: one preparation and one prefill "
                                                     "of the video for all, one answer each."),
     choice: list[str] = typer.Option(None, "--choice", "-c", "--options",
@@ -624,6 +636,7 @@ def ask(
     dtype: str = DTYPE,
     attention: str = ATTENTION,
     max_pixels: int = MAX_PIXELS,
+    siglip_head: str = SIGLIP_HEAD,
     decoder: str = DECODER,
     max_new_tokens: int = typer.Option(64, "--max-new-tokens", callback=_checked(check_count, "--max-new-tokens"),
                                        help=TOKENS),
@@ -636,14 +649,16 @@ def ask(
         if method_args:
             _fail("--method-arg is for a model run here: a server uses its methods' defaults")
         return _remote("ask", server, video, questions, choice, ratio, frames, fps, max_frames, model, method, preset,
-                       as_json, quiet, max_new_tokens, device, dtype, attention, max_pixels, decoder, output, cache_dir)
+                       as_json, quiet, max_new_tokens, device, dtype, attention, max_pixels, decoder, output, cache_dir,
+                       siglip_head=siglip_head)
     _answer("ask", video, questions, choice, ratio, frames, fps, max_frames, model, method, preset, as_json, device,
-            dtype, attention, max_pixels, max_new_tokens, output, decoder, quiet, _cache_path(cache_dir), method_args)
+            dtype, attention, max_pixels, max_new_tokens, output, decoder, quiet, _cache_path(cache_dir), method_args,
+            siglip_head=siglip_head)
 
 
 @app.command()
 def ground(
-    video: str = typer.Argument(..., help="Video file."),
+    video: str = typer.Argument(..., help="Video file, or a folder of frame images (read at 3 fps)."),
     query: str = typer.Argument(..., help="What happens, e.g. 'person opens the door'."),
     ratio: float = RATIO,
     fps: float = FPS,
@@ -660,6 +675,7 @@ def ground(
     dtype: str = DTYPE,
     attention: str = ATTENTION,
     max_pixels: int = MAX_PIXELS,
+    siglip_head: str = SIGLIP_HEAD,
     decoder: str = DECODER,
     max_new_tokens: int = typer.Option(48, "--max-new-tokens", callback=_checked(check_count, "--max-new-tokens"),
                                        help=TOKENS),
@@ -671,14 +687,16 @@ def ground(
         if method_args:
             _fail("--method-arg is for a model run here: a server uses its methods' defaults")
         return _remote("ground", server, video, query, None, ratio, frames, fps, max_frames, model, method, preset,
-                       as_json, quiet, max_new_tokens, device, dtype, attention, max_pixels, decoder, output, cache_dir)
+                       as_json, quiet, max_new_tokens, device, dtype, attention, max_pixels, decoder, output, cache_dir,
+                       siglip_head=siglip_head)
     _answer("ground", video, query, None, ratio, frames, fps, max_frames, model, method, preset, as_json, device,
-            dtype, attention, max_pixels, max_new_tokens, output, decoder, quiet, _cache_path(cache_dir), method_args)
+            dtype, attention, max_pixels, max_new_tokens, output, decoder, quiet, _cache_path(cache_dir), method_args,
+            siglip_head=siglip_head)
 
 
 @app.command()
 def chat(
-    video: str = typer.Argument(..., help="Video file."),
+    video: str = typer.Argument(..., help="Video file, or a folder of frame images (read at 3 fps)."),
     history: bool = typer.Option(False, "--history", help="Send the earlier questions and answers with each question."),
     ratio: float = RATIO,
     frames: int = FRAMES,
@@ -692,6 +710,7 @@ def chat(
     dtype: str = DTYPE,
     attention: str = ATTENTION,
     max_pixels: int = MAX_PIXELS,
+    siglip_head: str = SIGLIP_HEAD,
     decoder: str = DECODER,
     max_new_tokens: int = typer.Option(64, "--max-new-tokens", callback=_checked(check_count, "--max-new-tokens"),
                                        help=TOKENS),
@@ -706,7 +725,7 @@ def chat(
     cache_dir = _cache_path(cache_dir)
     _check_video(video, decoder)
     progress = _Progress(quiet)
-    backbone = _load(model, device, dtype, attention, max_pixels, progress)
+    backbone = _load(model, device, dtype, attention, max_pixels, progress, siglip_head)
     progress.stop()
     session = Chat(_engine(backbone, cache_dir, keep_saliency=True), video, sampling, ratio, method, preset,
                    max_new_tokens, history)
@@ -750,7 +769,7 @@ def chat(
 
 @app.command()
 def show(
-    video: str = typer.Argument(..., help="Video file."),
+    video: str = typer.Argument(..., help="Video file, or a folder of frame images (read at 3 fps)."),
     output: str = typer.Option("kept.png", "--output", "-o", callback=_checked(_png), help="PNG file to write."),
     ratio: float = RATIO,
     frames: int = FRAMES,
@@ -768,6 +787,7 @@ def show(
     dtype: str = DTYPE,
     attention: str = ATTENTION,
     max_pixels: int = MAX_PIXELS,
+    siglip_head: str = SIGLIP_HEAD,
     decoder: str = DECODER,
 ) -> None:
     """Draw which visual tokens OTT-Vid keeps, merges and prunes, and how the budget is spread (another
@@ -778,7 +798,7 @@ def show(
     _check_video(video, decoder)
     options = _method_options([method], [ratio], preset, method_args)[method]
     progress = _Progress(quiet)
-    backbone = _load(model, device, dtype, attention, max_pixels, progress)
+    backbone = _load(model, device, dtype, attention, max_pixels, progress, siglip_head)
     from . import pipeline
     from .report import render_show, to_json
 
@@ -820,6 +840,7 @@ def profile(
     dtype: str = DTYPE,
     attention: str = ATTENTION,
     max_pixels: int = MAX_PIXELS,
+    siglip_head: str = SIGLIP_HEAD,
     decoder: str = DECODER,
 ) -> None:
     """Time and memory of each step, uncompressed vs each --method at each --ratio (the paper's Table 4),
@@ -842,7 +863,7 @@ def profile(
             _fail("the synthetic clip needs a --size of at least 28x28")
     options = _method_options(methods, ratios, preset, method_args)
     progress = _Progress(quiet)
-    backbone = _load(model, device, dtype, attention, max_pixels, progress)
+    backbone = _load(model, device, dtype, attention, max_pixels, progress, siglip_head)
     from . import profile as prof
     from .report import render_profile, to_json
 
@@ -883,6 +904,7 @@ def serve(
     dtype: str = DTYPE,
     attention: str = ATTENTION,
     max_pixels: int = MAX_PIXELS,
+    siglip_head: str = SIGLIP_HEAD,
     decoder: str = DECODER,
 ) -> None:
     """Serve an OpenAI-compatible HTTP API (/v1/chat/completions with a video_url part), the model loaded once.
@@ -891,7 +913,7 @@ def serve(
     from .serve.command import serve as run
 
     run(model, host, port, api_key, allowed_media_dir, max_upload_mb, max_queue, timeout, _cache_path(cache_dir),
-        device, dtype, attention, max_pixels, decoder, quiet)
+        device, dtype, attention, max_pixels, decoder, quiet, siglip_head)
 
 
 convert_app = typer.Typer(help="Convert checkpoints into formats transformers (and ottvid) load.",

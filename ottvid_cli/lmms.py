@@ -10,7 +10,8 @@ task's `until` strings. Consecutive requests about the same video reuse its enco
 
 model_args: pretrained (Hugging Face id or folder; default Qwen/Qwen2.5-VL-7B-Instruct), method,
 ratio, frames, fps, max_frames, preset (paper | official), device, dtype, attention, max_pixels,
-decoder, max_new_tokens (when the task gives none; default 128).
+decoder, max_new_tokens (when the task gives none; default 128), siglip_head (LLaVA-OneVision /
+LLaVA-Video: a SigLIP checkpoint with its attention-pooling head, as `--siglip-head`).
 
 Only this module imports lmms_eval; nothing else in ottvid needs it.
 """
@@ -46,12 +47,13 @@ class OTTVidLMM(lmms):
                  frames: int | None = None, fps: float | None = None, max_frames: int | None = None,
                  preset: str = "paper", device: str | None = None, dtype: str = "auto", attention: str = "auto",
                  max_pixels: int | None = None, decoder: str = "auto", max_new_tokens: int = 128,
-                 batch_size: Any = 1, max_batch_size: Any = None, **unknown: Any) -> None:
+                 siglip_head: str | None = None, batch_size: Any = 1, max_batch_size: Any = None,
+                 **unknown: Any) -> None:
         super().__init__()
         if unknown:
             raise ValueError(f"unknown model_args for ottvid: {', '.join(sorted(unknown))} (known: pretrained, "
                              "method, ratio, frames, fps, max_frames, preset, device, dtype, attention, max_pixels, "
-                             "decoder, max_new_tokens)")
+                             "decoder, max_new_tokens, siglip_head)")
         from .backbones import load_backbone
         from .compression import methods
         from .eval.runner import FramePlan
@@ -67,7 +69,7 @@ class OTTVidLMM(lmms):
             self.plan = FramePlan(frames=32, max_frames=self.plan.max_frames, max_pixels=self.plan.max_pixels,
                                   decoder=decoder)
         self.backbone = load_backbone(pretrained, device=device or "auto", dtype=dtype, attention=attention,
-                                      max_pixels=self.plan.max_pixels)
+                                      max_pixels=self.plan.max_pixels, siglip_head=siglip_head or None)
         self.batch_size = 1  # one request at a time: requests about one video share its encoding
         self._video: tuple[Any, Any] | None = None  # (key, VideoRuns) of the last video
 

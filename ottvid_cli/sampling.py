@@ -49,15 +49,18 @@ class Sampling:
         model's default count."""
         return cls(frames=len(video.indices)) if hasattr(video, "indices") else cls()
 
-    def decode(self, path: str | Path, default_frames: int, start: float | None = None, end: float | None = None):
+    def decode(self, path: str | Path, default_frames: int, start: float | None = None, end: float | None = None,
+               frame_rate: float | None = None):
         """Sample the file (a video.Video), or only its part [start, end] s; raises video.VideoError
-        for an unusable file."""
+        for an unusable file. A folder of frame images is read at `frame_rate` frames a second
+        (default video.DEFAULT_FRAME_RATE)."""
         from .video import sample_fps, sample_frames
 
         if self.fps is not None:
             cap = None if self.max_frames is None else max(2, self.max_frames)
-            return sample_fps(path, self.fps, cap, decoder=self.decoder, start=start, end=end)
-        return sample_frames(path, self.frames or default_frames, decoder=self.decoder, start=start, end=end)
+            return sample_fps(path, self.fps, cap, decoder=self.decoder, start=start, end=end, frame_rate=frame_rate)
+        return sample_frames(path, self.frames or default_frames, decoder=self.decoder, start=start, end=end,
+                             frame_rate=frame_rate)
 
     def describe(self, clip, default_frames: int) -> dict[str, Any]:
         """The frames report: what was asked for, what was sampled, and why they differ."""

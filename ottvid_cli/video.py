@@ -8,6 +8,10 @@ files whose average fps is wrong still give correct times.
 Random access (decord's index, or PyAV seeking) is used only where the container's index is judged
 trustworthy; otherwise every frame is decoded in order with PyAV and only the sampled ones are kept.
 The rules are written out in docs/video.md.
+
+A folder of frame images (MVBench's episodic_reasoning stores its clips so) is a video too: its
+images in natural order of their names, frame i shown from i / frame_rate s (default 3 fps), sampled
+by the same plans; only the sampled images are read (Pillow).
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ from __future__ import annotations
 import functools
 import math
 import os
+import re
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from fractions import Fraction
@@ -506,6 +511,79 @@ def _reason(exc: Exception) -> str:
     return (text.splitlines()[0] if text else type(exc).__name__)[:120]
 
 
+# --------------------------------------------------------------------------- folders of frame images
+
+IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".webp")
+DEFAULT_FRAME_RATE = 3.0  # frames a second of a folder of frame images: MVBench's (tvqa frames_fps3_hq)
+
+
+def _frame_rate(rate: float | None) -> float:
+    rate = DEFAULT_FRAME_RATE if rate is None else rate
+    if not (isinstance(rate, (int, float)) and rate > 0 and math.isfinite(rate)):
+        raise VideoError(f"the frame rate of a folder of frames must be > 0, got {rate}")
+    return float(rate)
+
+
+def _natural(name: str) -> list:
+    """Sort key putting frame_2 before frame_10: runs of digits compare as numbers."""
+    return [int(part) if i % 2 else part.lower() for i, part in enumerate(re.split(r"(\d+)", name))]
+
+
+def frame_files(folder: str | os.PathLike) -> list[str]:
+    """The frame images of a folder (.jpg, .jpeg, .png, .webp, any case; hidden files and subfolders
+    left out) in natural order of their names; VideoError when there are none."""
+    folder = os.fspath(folder)
+    if not os.path.isdir(folder):
+        raise VideoError(f"folder of frames not found: {folder}")
+    try:
+        entries = list(os.scandir(folder))
+    except OSError as exc:
+        raise VideoError(f"cannot list the folder of frames {folder}: {exc.strerror or exc}") from None
+    names = [e.name for e in entries if not e.name.startswith(".") and e.name.lower().endswith(IMAGE_SUFFIXES)
+             and e.is_file()]
+    if not names:
+        raise VideoError(f"no frame images ({', '.join(IMAGE_SUFFIXES)}) in the folder {folder}")
+    return [os.path.join(folder, name) for name in sorted(names, key=lambda n: (_natural(n), n))]
+
+
+def _read_image(path: str) -> np.ndarray:
+    """(H, W, 3) uint8 RGB of one frame image, turned as its EXIF orientation says (as a viewer shows it)."""
+    from PIL import Image, ImageOps, UnidentifiedImageError
+
+    try:
+        with Image.open(path) as image:
+            image = ImageOps.exif_transpose(image)
+            return np.asarray(image.convert("RGB"))
+    except (UnidentifiedImageError, OSError, ValueError, SyntaxError) as exc:  # Pillow's errors for bad files
+        reason = "not an image Pillow can read" if isinstance(exc, UnidentifiedImageError) else _reason(exc)
+        raise VideoError(f"cannot read frame image {path}: {reason}") from None
+
+
+def images_timeline(count: int, rate: float) -> Timeline:
+    """Frame i of a folder is shown from i / rate s; the folder lasts count / rate s."""
+    return Timeline(starts=np.arange(count, dtype=np.float64) / rate, duration=count / rate, average_fps=rate,
+                    source="frame images", trusted=True)
+
+
+def _sample_images(folder: str, plan: Plan, rate: float) -> tuple[Timeline, list[int], np.ndarray]:
+    """Sample a folder of frame images by `plan` on their times (i / rate); only the sampled images are
+    read. They must all have one size: resizing some would change their aspect silently."""
+    files = frame_files(folder)
+    timeline = images_timeline(len(files), rate)
+    indices = plan(timeline)
+    images: dict[int, np.ndarray] = {}
+    for i in indices:
+        if i not in images:
+            images[i] = _read_image(files[i])
+    first = indices[0]
+    for i in indices:
+        if images[i].shape != images[first].shape:
+            (h0, w0), (h, w) = images[first].shape[:2], images[i].shape[:2]
+            raise VideoError(f"frame images differ in size: {os.path.basename(files[first])} is {w0}x{h0}, "
+                             f"{os.path.basename(files[i])} is {w}x{h} (in {folder})")
+    return timeline, indices, np.stack([images[i] for i in indices])
+
+
 # --------------------------------------------------------------------------- the two backends
 
 
@@ -585,16 +663,26 @@ def _within(plan: Plan, start: float | None, end: float | None) -> Plan:
 
 
 def _sample(path: str | os.PathLike, plan: Plan, decoder: str, start: float | None = None,
-            end: float | None = None) -> Video:
-    """Sample the file by `plan`; with `start` / `end` (s), only that part of it, which the Video then
-    describes (timestamps from `start`, its length, its frame count)."""
-    backend = resolve_decoder(decoder)
-    path = _checked_path(path)
-    plan = _within(plan, start, end)
-    if backend == "decord":
-        timeline, indices, frames = _sample_decord(path, plan, fallback=decoder == "auto")
+            end: float | None = None, frame_rate: float | None = None) -> Video:
+    """Sample the file (or folder of frame images, at `frame_rate`) by `plan`; with `start` / `end`
+    (s), only that part of it, which the Video then describes (timestamps from `start`, its length,
+    its frame count)."""
+    if decoder not in DECODERS:
+        raise VideoError(f"unknown decoder {decoder!r}: choose one of {', '.join(DECODERS)}")
+    if os.path.isdir(path):  # a folder of frame images: Pillow reads them, the decoder does not apply
+        path = os.fspath(path)
+        plan = _within(plan, start, end)
+        timeline, indices, frames = _sample_images(path, plan, _frame_rate(frame_rate))
+        backend = "images"
     else:
-        timeline, indices, frames = _sample_pyav(path, plan)
+        backend = resolve_decoder(decoder)
+        path = _checked_path(path)
+        plan = _within(plan, start, end)
+        if backend == "decord":
+            timeline, indices, frames = _sample_decord(path, plan, fallback=decoder == "auto")
+        else:
+            timeline, indices, frames = _sample_pyav(path, plan)
+        backend = "decord" if timeline.source == "decord index" else "pyav"
     first, last, lo, duration = (0, len(timeline.starts), 0.0, timeline.duration) if start is None and end is None \
         else _segment(timeline, start, end)
     return Video(
@@ -606,7 +694,7 @@ def _sample(path: str | os.PathLike, plan: Plan, decoder: str, start: float | No
         total_frames=last - first,
         average_fps=timeline.average_fps,
         timeline=timeline,
-        decoder="decord" if timeline.source == "decord index" else "pyav",
+        decoder=backend,
     )
 
 
@@ -617,8 +705,14 @@ def check_video(path: str | os.PathLike, decoder: str = "auto") -> None:
     """Raise VideoError if the file is missing, unreadable or has no video frames (cheap: decodes nothing).
 
     PyAV reads the header and the first video packet; decoder "decord" also has decord open the file
-    ("auto" does not need to: PyAV takes over where decord cannot open a file).
+    ("auto" does not need to: PyAV takes over where decord cannot open a file). A folder must hold
+    frame images, the first of which must read.
     """
+    if os.path.isdir(path):
+        if decoder not in DECODERS:
+            raise VideoError(f"unknown decoder {decoder!r}: choose one of {', '.join(DECODERS)}")
+        _read_image(frame_files(path)[0])
+        return
     resolve_decoder(decoder)
     path = _checked_path(path)
     with _pyav_stream(path) as (container, stream):
@@ -633,22 +727,25 @@ def check_video(path: str | os.PathLike, decoder: str = "auto") -> None:
 
 
 def sample_frames(path: str | os.PathLike, num_frames: int = 32, decoder: str = "auto",
-                  start: float | None = None, end: float | None = None) -> Video:
+                  start: float | None = None, end: float | None = None, frame_rate: float | None = None) -> Video:
     """`num_frames` frames (made even; fewer for videos with fewer frames) uniformly in time; with
-    `start` / `end` (s), uniformly over that part only (MVBench's time-bounded questions)."""
+    `start` / `end` (s), uniformly over that part only (MVBench's time-bounded questions). `path` may
+    be a folder of frame images shown at `frame_rate` a second (default `DEFAULT_FRAME_RATE`, 3)."""
     if num_frames < 1:
         raise VideoError(f"the number of frames must be >= 1, got {num_frames}")
-    return _sample(path, _plan_count(num_frames), decoder, start, end)
+    return _sample(path, _plan_count(num_frames), decoder, start, end, frame_rate)
 
 
 def sample_fps(path: str | os.PathLike, fps: float = 2.0, max_frames: int | None = None,
-               decoder: str = "auto", start: float | None = None, end: float | None = None) -> Video:
+               decoder: str = "auto", start: float | None = None, end: float | None = None,
+               frame_rate: float | None = None) -> Video:
     """Frames at `fps` per second of duration (an even count, at least 2), uniformly in time.
 
-    With `max_frames`, longer videos are subsampled uniformly to that many frames (made even).
+    With `max_frames`, longer videos are subsampled uniformly to that many frames (made even). `path`
+    may be a folder of frame images shown at `frame_rate` a second (see `sample_frames`).
     """
     if not (fps > 0 and math.isfinite(fps)):
         raise VideoError(f"fps must be > 0, got {fps}")
     if max_frames is not None and max_frames < 2:
         raise VideoError(f"max_frames must be >= 2, got {max_frames}")
-    return _sample(path, _plan_rate(fps, max_frames), decoder, start, end)
+    return _sample(path, _plan_rate(fps, max_frames), decoder, start, end, frame_rate)

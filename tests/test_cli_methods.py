@@ -178,3 +178,34 @@ def test_show_a_peer_method(tiny_qwen, tmp_path):
     with Image.open(path) as image:
         assert image.size == (data["width"], data["height"]) and 640 <= image.width <= 4000
         assert 100 <= image.height <= 4000
+
+
+@pytest.fixture(scope="module")
+def siglip_head(tmp_path_factory):
+    from tiny_models import build_tiny_siglip_head
+
+    return build_tiny_siglip_head(tmp_path_factory.mktemp("siglip") / "head")
+
+
+def test_siglip_head_flag_gives_fastvid_its_official_signals(tiny_llava_ov, siglip_head):
+    base = ("ask", DATA / "yoga.mp4", "What happens?", "--model", tiny_llava_ov, "--json", "--frames", "4",
+            "--max-new-tokens", "2", "--method", "fastvid", "--ratio", RATIO)
+    with_head = as_json(invoke(*base, "--siglip-head", siglip_head))["compression"]
+    without = as_json(invoke(*base))["compression"]
+    assert with_head["config"]["path"] == without["config"]["path"] == "llava_onevision"  # the backbone's path
+    assert with_head["details"]["signals"] == "siglip_head" and without["details"]["signals"] == "fallback"
+
+
+def test_siglip_head_flag_is_refused_where_it_cannot_apply(tiny_qwen, siglip_head, tmp_path):
+    result = invoke("ask", DATA / "bikes.mp4", "What happens?", "--model", tiny_qwen, "--frames", "4",
+                    "--max-new-tokens", "2", "--siglip-head", siglip_head)
+    errors = [line for line in result.stderr.splitlines() if line.startswith("error:")]
+    assert result.exit_code == 1 and "Traceback" not in result.output and result.stdout == ""
+    assert errors == [result.stderr.splitlines()[-1]] and "LLaVA-OneVision" in errors[0], result.stderr
+    remote = invoke("ask", DATA / "bikes.mp4", "What happens?", "--server", "http://127.0.0.1:9",
+                    "--siglip-head", siglip_head)
+    one_line_error(remote, "--siglip-head", "--server")
+    missing = invoke("ask", DATA / "bikes.mp4", "What happens?", "--model", tiny_qwen, "--siglip-head",
+                     tmp_path / "nowhere")
+    assert missing.exit_code != 0 and "Traceback" not in missing.output and missing.stdout == ""
+    assert missing.stderr.splitlines()[-1].startswith("error:") and "nowhere" in missing.stderr, missing.stderr

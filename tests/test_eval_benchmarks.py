@@ -8,6 +8,7 @@ import pathlib
 import pytest
 
 from ottvid_cli.eval import BENCHMARKS, EvalError, VideoFinder, find_video, load_samples, missing_videos
+from ottvid_cli.eval.benchmarks import VideoRef
 
 DATA = pathlib.Path(__file__).parent / "data"
 EVAL = DATA / "eval"
@@ -44,6 +45,34 @@ def test_mvbench_bound_kept_only_for_whole_videos(tmp_path):
     # the official release holds whole videos: keep the question's [start, end]
     ref = find_video(sample, DATA)
     assert ref.path == DATA / "cockatoo.mp4" and (ref.start, ref.end) == (2.5, 9.0)
+
+
+EPISODIC = {"video": "castle_s01e01_seg02_clip_00", "question": "What does the man do after he stands up?",
+            "candidates": ["He leaves.", "He sits down again.", "He waves."], "answer": "He waves.",
+            "start": 1.0, "end": 3.5}
+
+
+def test_mvbench_episodic_reasoning_finds_the_official_folder_of_frames(tmp_path):
+    """The official release stores episodic_reasoning's clips as folders of 3 fps frames
+    (tvqa/frames_fps3_hq/<video>/00001.jpg, ...); the question's [start, end] applies to them."""
+    annotations = tmp_path / "json"
+    annotations.mkdir()
+    (annotations / "episodic_reasoning.json").write_text(json.dumps([EPISODIC]))
+    (sample,) = load_samples("mvbench", annotations)
+    assert sample.id == "episodic_reasoning/0" and sample.category == "episodic_reasoning" and sample.target == "C"
+    assert (sample.start, sample.end, sample.frame_rate) == (1.0, 3.5, 3.0)
+    videos = tmp_path / "video"
+    assert missing_videos([sample], videos.parent) == [sample]
+    frames = videos / "tvqa" / "frames_fps3_hq" / EPISODIC["video"]
+    frames.mkdir(parents=True)
+    assert missing_videos([sample], videos) == []
+    ref = find_video(sample, videos)
+    assert ref == VideoRef(frames, 1.0, 3.5, 3.0)
+    # a video file (lmms-eval's pre-cut copy) gets no bound and no frame rate
+    segment = videos / "tvqa" / "video_fps3_hq_segment"
+    segment.mkdir(parents=True)
+    (segment / EPISODIC["video"]).write_bytes(b"x")
+    assert find_video(sample, videos) == VideoRef(segment / EPISODIC["video"])
 
 
 def test_videomme_parquet_rows():

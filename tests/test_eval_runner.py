@@ -106,3 +106,52 @@ def test_mvbench_bound_decodes_only_that_part(backbone):
     clip = video.base.clip
     assert clip.duration == pytest.approx(6.5) and all(0 <= t < 6.5 for t in clip.timestamps)
     assert 2.5 * 20 - 1 <= min(clip.indices) and max(clip.indices) <= 9.0 * 20  # cockatoo is 20 fps
+
+
+def test_mvbench_episodic_reasoning_on_a_folder_of_frames(backbone, tmp_path):
+    """The official release's folder of 3 fps frames, bounded by the question's [start, end]: decoded
+    (not recorded as an error), the frames within the bound, the timestamps from its start."""
+    import av
+    from test_eval_benchmarks import EPISODIC
+
+    annotations = tmp_path / "json"
+    annotations.mkdir()
+    (annotations / "episodic_reasoning.json").write_text(json.dumps([EPISODIC]))
+    frames = tmp_path / "video" / "tvqa" / "frames_fps3_hq" / EPISODIC["video"]
+    frames.mkdir(parents=True)
+    with av.open(str(DATA / "bikes.mp4")) as container:  # 30 frames, one every 0.2 s of the clip: 10 s at 3 fps
+        for i, frame in enumerate(container.decode(video=0)):
+            if i % 5 == 0 and i < 150:
+                frame.to_image().save(frames / f"{i // 5 + 1:05d}.jpg", quality=90)
+    samples = load_samples("mvbench", annotations)
+    stats = run(backbone, samples, tmp_path / "run", settings(["ottvid"], [0.25]), tmp_path / "video", PLAN)
+    assert stats.errors == 0 and stats.records == 1
+    (record,) = records(tmp_path / "run")
+    assert record["error"] is None and isinstance(record["reply"], str) and record["video"] == str(frames)
+    assert record["frames"]["count"] == 4
+    video = VideoRuns(backbone, VideoRef(frames, 1.0, 3.5, 3.0), Sampling(frames=4), "Q?", compress=False)
+    clip = video.base.clip
+    assert clip.decoder == "images" and clip.duration == pytest.approx(2.5) and clip.total_frames == 8
+    assert all(3 <= i < 11 for i in clip.indices)  # frames 3..10 are shown within [1.0, 3.5] s at 3 fps
+    assert clip.timestamps == pytest.approx([i / 3 - 1.0 for i in clip.indices])
+
+
+def test_settings_share_the_prompt_tokens_and_keep_a_prefix_only_for_later_questions(backbone, monkeypatch):
+    video = VideoRuns(backbone, VideoRef(DATA / "yoga.mp4"), Sampling(frames=4), "First?", compress=True)
+    calls = []
+    reprompt = backbone.reprompt
+    monkeypatch.setattr(backbone, "reprompt", lambda *a, **k: calls.append(a[2]) or reprompt(*a, **k))
+    runs = [("none", 1.0), ("ottvid", 0.25), ("ottvid", 0.1)]
+    sample = load_samples("jsonl", EVAL / "custom.jsonl")[0]
+    first = [video.answer(sample, "First?", m, r, 2, keep_prefix=False) for m, r in runs]
+    assert calls == [] and video.prefixes == {}  # the prompt the video was prepared with; no later question
+    second = [video.answer(sample, "Second?", m, r, 2) for m, r in runs]
+    assert calls == ["Second?"]  # tokenised once for the three settings
+    assert set(video.prefixes) == set(runs)
+    for record in second:  # each setting's reply is what a run of its own gives
+        method, ratio = record["method"], record["ratio"]
+        config = None if method == "none" else OTTVidConfig(ratio=ratio)
+        alone = pipeline.prepare(backbone, DATA / "yoga.mp4", Sampling(frames=4), method, config, prompt="Second?")
+        assert record["reply"] == pipeline.answer(alone, "ask", 2).answer
+    walls = [r["wall_ms"] for r in first + second]
+    assert walls[0]["shared"] > 0 and all(w["shared"] == 0 for w in walls[1:]) and all(w["own"] > 0 for w in walls)

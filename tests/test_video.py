@@ -2,6 +2,7 @@
 
 import hashlib
 import re
+import shutil
 from fractions import Fraction
 from pathlib import Path
 
@@ -391,3 +392,132 @@ def test_errors_are_one_line(tmp_path, made):
         sample_frames(DATA / "bikes.mp4", decoder="ffmpeg")
     for decoder in ("auto", "pyav"):
         check_video(DATA / "bikes.mp4", decoder=decoder)
+
+
+# --------------------------------------------------------------------------- folders of frame images
+
+
+def write_frames(video_path, folder, name="{:05d}.jpg", count=None, **save):
+    """Every frame of a clip (or the first `count`) as an image file in `folder`; returns the frames (RGB)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    frames = [frame for _, frame in decoded_frames(video_path)][:count]
+    from PIL import Image
+
+    for i, frame in enumerate(frames):
+        Image.fromarray(frame).save(folder / name.format(i + 1), **save)
+    return frames
+
+
+@pytest.fixture(scope="module")
+def bikes_frames(tmp_path_factory):
+    """bikes.mp4 (25 fps from 0, 250 frames) as MVBench's official folders store frames: 00001.jpg, ..."""
+    folder = tmp_path_factory.mktemp("frames") / "bikes"
+    return folder, write_frames(DATA / "bikes.mp4", folder, quality=95)
+
+
+def test_a_folder_of_frames_is_sampled_as_its_video_is(bikes_frames):
+    folder, _ = bikes_frames
+    for sample in (lambda p, **k: sample_frames(p, 8, **k), lambda p, **k: sample_fps(p, 2.0, **k),
+                   lambda p, **k: sample_frames(p, 4, start=2.0, end=6.0, **k)):
+        video = sample(DATA / "bikes.mp4", decoder="pyav")
+        images = sample(folder, frame_rate=25)
+        assert images.decoder == "images" and images.path == str(folder)
+        assert images.indices == video.indices and images.total_frames == video.total_frames
+        assert images.timestamps == pytest.approx(video.timestamps, abs=1e-9)
+        assert images.duration == pytest.approx(video.duration) and images.average_fps == 25
+        assert images.frames.shape == video.frames.shape and images.frames.dtype == np.uint8
+        assert np.abs(images.frames.astype(np.int16) - video.frames).mean() < 3  # the same frames, as JPEG
+    bounded = sample_frames(folder, 4, start=2.0, end=6.0, frame_rate=25)
+    assert all(50 <= i < 150 for i in bounded.indices) and bounded.duration == pytest.approx(4.0)
+    three = sample_frames(folder, 8)  # MVBench's (and the default) rate: 3 frames a second
+    assert three.duration == pytest.approx(250 / 3) and three.average_fps == 3.0
+    assert three.timestamps == pytest.approx([i / 3 for i in three.indices])
+    assert_uniform(three, np.arange(250) / 3)
+    check_video(folder)
+
+
+def test_frame_files_in_natural_order_and_exact_pixels(tmp_path):
+    folder = tmp_path / "frames"
+    truth = write_frames(DATA / "realshort.mp4", folder, name="frame_{}.png", count=12)  # frame_1 ... frame_12
+    (folder / "notes.txt").write_text("not a frame")
+    (folder / ".frame_0.png").write_bytes(b"AppleDouble junk")  # hidden: left out
+    (folder / "sub").mkdir()
+    (folder / "sub" / "frame_0.png").write_bytes(b"in a subfolder: left out")
+    (folder / "frame_13.JPEG").write_bytes((folder / "frame_1.png").read_bytes())  # any case; Pillow reads content
+    names = [Path(p).name for p in video_mod.frame_files(folder)]
+    assert names == [f"frame_{i}.png" for i in range(1, 13)] + ["frame_13.JPEG"]
+    video = sample_frames(folder, 6)
+    assert video.total_frames == 13 and video.duration == pytest.approx(13 / 3)
+    for k, i in enumerate(video.indices):
+        assert np.array_equal(video.frames[k], truth[i if i < 12 else 0])  # PNG: lossless
+
+
+def test_a_frame_image_is_turned_by_its_exif_orientation(tmp_path):
+    from PIL import Image
+
+    folder = tmp_path / "turned"
+    folder.mkdir()
+    exif = Image.Exif()
+    exif[0x0112] = 6  # shown turned a quarter clockwise
+    for i in range(2):
+        Image.new("RGB", (40, 20), (200, 10, 10)).save(folder / f"{i}.jpg", exif=exif)
+    assert sample_frames(folder, 2).frames.shape == (2, 40, 20, 3)
+
+
+def test_frame_folder_errors_are_one_line(tmp_path):
+    from PIL import Image
+
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    (empty / "readme.txt").write_text("no images")
+    broken = tmp_path / "broken"
+    broken.mkdir()
+    (broken / "00001.jpg").write_bytes(b"\xff\xd8 not really a jpeg")
+    mixed = tmp_path / "mixed"
+    mixed.mkdir()
+    for i, size in enumerate([(32, 24), (32, 24), (48, 24), (32, 24)]):
+        Image.new("RGB", size).save(mixed / f"{i}.png")
+    cases = [(empty, sample_frames, r"^no frame images \(.jpg, .jpeg, .png, .webp\) in the folder .*empty$"),
+             (broken, sample_frames, r"^cannot read frame image .*00001\.jpg: not an image Pillow can read$"),
+             (broken, check_video, r"^cannot read frame image"),
+             (empty, check_video, r"^no frame images"),
+             (mixed, sample_frames, r"^frame images differ in size: 0\.png is 32x24, 2\.png is 48x24 \(in .*mixed\)$")]
+    for folder, call, message in cases:
+        with pytest.raises(VideoError, match=message) as info:
+            call(folder, 4) if call is sample_frames else call(folder)
+        assert "\n" not in str(info.value)
+    with pytest.raises(VideoError, match=r"frame rate of a folder of frames must be > 0, got 0"):
+        sample_frames(mixed, 2, frame_rate=0)
+    with pytest.raises(VideoError, match="unknown decoder 'x'"):
+        sample_frames(mixed, 2, decoder="x")
+    assert sample_frames(mixed, 2).frames.shape == (2, 24, 32, 3)  # the frames sampled share one size: fine
+
+
+def test_ask_on_a_folder_of_frames(tiny_qwen, bikes_frames, tmp_path):
+    import json
+
+    from typer.testing import CliRunner
+
+    from ottvid_cli.cache import content_hash
+    from ottvid_cli.cli import app
+
+    folder, _ = bikes_frames
+    result = CliRunner().invoke(app, ["ask", str(folder), "What happens?", "Who rides?", "--model", str(tiny_qwen),
+                                      "--json", "--frames", "4", "--max-new-tokens", "3"])
+    assert result.exit_code == 0, result.output
+    first, second = json.loads(result.stdout)
+    assert first["video"] == str(folder) and first["frames"]["count"] == 4 and first["frames"]["total"] == 250
+    assert first["frames"]["duration"] == pytest.approx(250 / 3)
+    assert first["frames"]["timestamps"] == pytest.approx([round(i / 3, 4) for i in first["frames"]["indices"]])
+    assert first["tokens"]["visual_after"] == round(0.1 * first["tokens"]["visual_before"])
+    assert not first["cache_hit"] and second["cache_hit"]  # the folder's content keys the prepared video
+    # the key follows the images' bytes: a copy hashes the same, a changed frame does not
+    copy = tmp_path / "copy"
+    shutil.copytree(folder, copy)
+    assert content_hash(copy) == content_hash(folder)
+    (copy / "00100.jpg").write_bytes((copy / "00101.jpg").read_bytes())
+    assert content_hash(copy) != content_hash(folder)
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    refused = CliRunner().invoke(app, ["ask", str(empty), "What happens?", "--model", str(tiny_qwen)])
+    assert refused.exit_code == 2 and "no frame images" in refused.stderr

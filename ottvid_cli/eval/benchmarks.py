@@ -34,6 +34,8 @@ class Sample:
     annotation writes them (Video-MME's carry their "A. " prefix, the others are bare text);
     `target` is the correct letter (MC) or `(start, end)` in seconds (grounding). `start`/`end`
     bound the part of the video a time-bounded MVBench question is about (see `find_video`).
+    `frame_rate` is the rate of the benchmark's folders of frame images, where a video is one
+    (MVBench's episodic_reasoning: 3 fps); None leaves video.DEFAULT_FRAME_RATE.
     """
 
     id: str
@@ -50,6 +52,7 @@ class Sample:
     end: float | None = None
     search: tuple[tuple[str, bool], ...] = ()
     by_stem: bool = False
+    frame_rate: float | None = None  # frames a second where the video is a folder of frame images
     meta: dict = field(default_factory=dict, compare=False)
 
     @property
@@ -59,11 +62,13 @@ class Sample:
 
 @dataclass(frozen=True)
 class VideoRef:
-    """A found video: its path, and the [start, end] seconds to keep (None: the whole video)."""
+    """A found video: its path, the [start, end] seconds to keep (None: the whole video) and, where
+    the path is a folder of frame images, their rate (frames a second; None: the decoder's default)."""
 
     path: Path
     start: float | None = None
     end: float | None = None
+    frame_rate: float | None = None
 
 
 # ----------------------------------------------------------------------------- file helpers
@@ -248,10 +253,14 @@ MVBENCH_TASKS: dict[str, tuple[str, str]] = {
 }
 
 
+MVBENCH_FRAME_RATE = 3.0  # the official release's folders of frames (tvqa/frames_fps3_hq), as its loader reads them
+
+
 def read_mvbench(path: Path) -> list[Sample]:
     """MVBench: a folder of per-task JSON lists (or one of them), each record {video, question,
     candidates, answer (the option text)} plus start/end seconds on the time-bounded tasks. The task
-    is the file's stem (`action_antonym.json`)."""
+    is the file's stem (`action_antonym.json`). A video found as a folder (episodic_reasoning in the
+    official release) is read as frame images at 3 fps."""
     samples = []
     for file in _files(path, (".json",)):
         task = file.stem
@@ -277,7 +286,7 @@ def read_mvbench(path: Path) -> list[Sample]:
                 id=f"{task}/{i}", benchmark="mvbench", kind=MC, video=video,
                 question=_field(file, where, row, "question"),
                 options=tuple(options), target=string.ascii_uppercase[options.index(answer)], category=task,
-                start=start, end=end, search=tuple(dict.fromkeys(search)),
+                start=start, end=end, search=tuple(dict.fromkeys(search)), frame_rate=MVBENCH_FRAME_RATE,
             ))
     return samples
 
@@ -536,12 +545,15 @@ class VideoFinder:
     def find(self, sample: Sample) -> VideoRef | None:
         """The sample's video, or None. A time-bounded MVBench question keeps its start/end only when
         the video found is the whole one (lmms-eval's copies are already cut to the segment)."""
+        rate = sample.frame_rate
         if os.path.isabs(sample.video) and os.path.exists(sample.video):
-            return VideoRef(Path(sample.video), sample.start, sample.end)
+            path = Path(sample.video)
+            return VideoRef(path, sample.start, sample.end, rate if path.is_dir() else None)
         for rel, bounded in sample.search:
             path = self.root / rel
             if path.exists():
-                return VideoRef(path, sample.start if bounded else None, sample.end if bounded else None)
+                return VideoRef(path, sample.start if bounded else None, sample.end if bounded else None,
+                                rate if path.is_dir() else None)
         if sample.by_stem:
             path = self._by_stem(sample.video)
             if path is not None:

@@ -28,6 +28,7 @@ from ..cli import (
     JSON,
     MAX_FRAMES,
     MAX_PIXELS,
+    SIGLIP_HEAD,
     METHOD_LIST,
     MODEL,
     PRESET,
@@ -76,6 +77,7 @@ def eval_command(
     attention: str = ATTENTION,
     max_pixels: int = MAX_PIXELS,
     decoder: str = DECODER,
+    siglip_head: str = SIGLIP_HEAD,
 ) -> None:
     """Evaluate on a benchmark with the paper's protocol: one record per sample and setting, resumable."""
     from . import EvalError
@@ -86,7 +88,7 @@ def eval_command(
             return
         _evaluate(bench, data, videos, model, method, ratio, frames, fps, max_frames, limit, out_dir, shard,
                   skip_missing, retry_errors, compare, preset, as_json, quiet, device, dtype, attention, max_pixels,
-                  decoder)
+                  decoder, siglip_head)
     except EvalError as exc:
         _fail(str(exc))
 
@@ -230,7 +232,7 @@ class _Bar:
 
 def _evaluate(bench, data, videos, model, method, ratio, frames, fps, max_frames, limit, out_dir, shard_arg,
               skip_missing, retry_errors, compare, preset, as_json, quiet, device, dtype, attention, max_pixels,
-              decoder) -> None:
+              decoder, siglip_head=None) -> None:
     from . import check_benchmark, load_samples, missing_videos, save_config
     from .runner import FramePlan, kinds, settings
 
@@ -258,14 +260,14 @@ def _evaluate(bench, data, videos, model, method, ratio, frames, fps, max_frames
     config = {"benchmark": bench, "data": str(Path(data).resolve()), "videos": str(Path(videos).resolve()),
               "model": model, "methods": list(dict.fromkeys(methods)), "ratios": sorted(set(ratios), reverse=True),
               "frames": frames, "fps": fps, "max_frames": max_frames, "sampling": plan.describe(bench, kinds(samples)),
-              "max_pixels": max_pixels, "preset": preset, "decoder": decoder, "limit": limit,
+              "max_pixels": max_pixels, "preset": preset, "decoder": decoder, "siglip_head": siglip_head, "limit": limit,
               "skip_missing": skip_missing, "samples": len(samples)}
     group = _Group(distributed)
     group.first(lambda: save_config(out_dir, config))  # rank 0 writes; a refusal stops every rank
     if distributed and device in (None, "auto", "cuda"):  # one GPU per process
         device = _rank_device()
     progress = _Progress(quiet or rank > 0 and distributed)
-    backbone = _load(model, device, dtype, attention, max_pixels, progress)
+    backbone = _load(model, device, dtype, attention, max_pixels, progress, siglip_head)
     progress.stop()
     from .runner import run
 

@@ -15,7 +15,7 @@ protocol, or the command line's overrides). Nothing here prints; progress is a c
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Callable, Iterable, Sequence
 
@@ -107,22 +107,29 @@ def _config(backbone: Any, method: str, ratio: float, preset: str) -> Any:
 
 class VideoRuns:
     """One decoded and encoded video and every setting's compression of it, reused by all samples
-    that ask about it (and, where the backbone can, the KV cache of each setting's video prefix)."""
+    that ask about it (and, where the backbone can, the KV cache of each setting's video prefix).
+
+    Per setting only what differs between settings runs: its compression (once per video) and the
+    LLM's prefill and generation. The prompt's tokens are built once per question for all settings
+    (`_text`); the encoder output, saliency and processor inputs are the video's."""
 
     def __init__(self, backbone: Any, ref: VideoRef, sampling: Sampling, prompt: str, compress: bool,
                  preset: str = "paper"):
         from ..pipeline import prepare
         from ..timing import Stopwatch
 
+        started = time.perf_counter()
         self.backbone, self.preset = backbone, preset
         watch = Stopwatch(backbone.device)
         with watch("decode"):
-            clip = sampling.decode(ref.path, backbone.default_frames, ref.start, ref.end)
+            clip = sampling.decode(ref.path, backbone.default_frames, ref.start, ref.end, frame_rate=ref.frame_rate)
         self.base = prepare(backbone, clip, sampling, VANILLA, prompt=prompt, saliency=compress)
         self.base.timings_ms["decode"] = watch.ms["decode"]
         self.prepared: dict[Setting, Any] = {}
         self.prefixes: dict[Setting, Any] = {}
         self.answered = 0
+        self.shared_ms = (time.perf_counter() - started) * 1e3  # decode + preprocess + encoder (+ saliency), wall
+        self._texts: tuple[str, Any] = (prompt, self.base)  # the last prompt and the base Prepared holding its tokens
 
     def setting(self, method: str, ratio: float) -> Any:
         key = (method, ratio)
@@ -131,23 +138,37 @@ class VideoRuns:
                 self.base.recompress(_config(self.backbone, method, ratio, self.preset), method)
         return self.prepared[key]
 
-    def reply(self, prompt: str, method: str, ratio: float, max_new_tokens: int) -> tuple[Any, Any]:
+    def _text(self, prompt: str) -> Any:
+        """The base Prepared with `prompt`'s tokens (`Prepared.reprompt`), tokenised once for every setting."""
+        if self._texts[0] != prompt:
+            self._texts = (prompt, self.base.reprompt(prompt))
+        return self._texts[1]
+
+    def reply(self, prompt: str, method: str, ratio: float, max_new_tokens: int,
+              keep_prefix: bool = True) -> tuple[Any, Any]:
         """Greedy reply to `prompt` about this video with (method, ratio): (Prepared, pipeline.RunResult).
-        The prompt replaces the text only (`Prepared.reprompt`); the KV cache of the video prefix kept
-        by this setting's first reply serves the later ones."""
+        The prompt replaces the text only (`Prepared.reprompt`, shared by the settings); the KV cache of
+        the video prefix kept by this setting's first reply serves the later ones (`keep_prefix=False`:
+        no later question will come, so none is kept)."""
         from ..pipeline import answer
 
-        prepared = self.setting(method, ratio).reprompt(prompt)
+        text = self._text(prompt)
+        prepared = replace(self.setting(method, ratio), prompt=text.prompt, inputs=text.inputs, history=text.history)
         key = (method, ratio)
         prefix = self.prefixes.get(key)
-        result = answer(prepared, "ask", max_new_tokens, prefix=prefix, keep_prefix=prefix is None)
-        if result.prefix is not None:
+        result = answer(prepared, "ask", max_new_tokens, prefix=prefix, keep_prefix=keep_prefix and prefix is None)
+        if result.prefix is not None and keep_prefix:
             self.prefixes[key] = result.prefix
         return prepared, result
 
-    def answer(self, sample: Sample, prompt: str, method: str, ratio: float, max_new_tokens: int) -> dict:
-        """The scored record of `sample` (asked with `prompt`) with (method, ratio)."""
-        prepared, result = self.reply(prompt, method, ratio, max_new_tokens)
+    def answer(self, sample: Sample, prompt: str, method: str, ratio: float, max_new_tokens: int,
+               keep_prefix: bool = True) -> dict:
+        """The scored record of `sample` (asked with `prompt`) with (method, ratio). Its `wall_ms` holds
+        the wall time of this record's own work (`own`: the setting's compression on its first use, the
+        prefill and generation) and, on the video's first record, of the shared decode and encode (`shared`)."""
+        started = time.perf_counter()
+        prepared, result = self.reply(prompt, method, ratio, max_new_tokens, keep_prefix)
+        own = (time.perf_counter() - started) * 1e3
         shared = self.answered > 0
         self.answered += 1
         frames = {k: prepared.frames[k] for k in ("requested", "count", "fps", "max_frames", "notes")}
@@ -155,6 +176,7 @@ class VideoRuns:
                              duration=prepared.clip.duration, tokens=result.tokens, timings_ms=result.timings_ms)
         record["frames"] = frames
         record["reused"] = shared  # the encoding was made for an earlier record: its timings are that one's
+        record["wall_ms"] = {"shared": 0.0 if shared else round(self.shared_ms, 3), "own": round(own, 3)}
         return record
 
 
@@ -182,7 +204,7 @@ def groups_by_video(todo: Sequence[tuple[Sample, list[Setting]]], finder: VideoF
             groups[("missing", n)] = (None, None, [(sample, runs)])
             continue
         sampling = frames.sampling(sample.benchmark, sample.kind)
-        key = (str(ref.path), ref.start, ref.end, sampling)
+        key = (str(ref.path), ref.start, ref.end, ref.frame_rate, sampling)
         groups.setdefault(key, (ref, sampling, []))[2].append((sample, runs))
     return list(groups.values())
 
@@ -223,16 +245,17 @@ def run(backbone: Any, samples: Sequence[Sample], out: Path | str, runs: Sequenc
                     video = VideoRuns(backbone, ref, sampling, build_prompt(items[0][0]), compress, preset)
                 except _RUN_ERRORS as exc:
                     failure = exc
-            for sample, left in items:
+            for n, (sample, left) in enumerate(items):
                 prompt = build_prompt(sample)
                 budget = max_new_tokens or protocol(sample.benchmark, sample.kind).max_new_tokens
+                later = n + 1 < len(items)  # another question about this video follows: keep the video's KV prefix
                 for method, ratio in left:
                     if video is None:
                         write(make_record(sample, method, ratio, error=failure, prompt=prompt,
                                           video=ref.path if ref is not None else None))
                         continue
                     try:
-                        write(video.answer(sample, prompt, method, ratio, budget))
+                        write(video.answer(sample, prompt, method, ratio, budget, keep_prefix=later))
                     except _RUN_ERRORS as exc:
                         write(make_record(sample, method, ratio, error=exc, prompt=prompt, video=ref.path))
                 stats.samples += 1

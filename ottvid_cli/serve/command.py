@@ -15,7 +15,7 @@ import socket
 
 def serve(model, host: str, port: int, api_key: str | None, allowed_media_dir: str | None, max_upload_mb: float,
           max_queue: int, timeout: float, cache_dir: str | None, device, dtype, attention, max_pixels, decoder,
-          quiet: bool) -> None:
+          quiet: bool, siglip_head: str | None = None) -> None:
     from ..cli import EXIT_RUN, _engine, _fail, _load, _Progress, _settle, err
 
     model, device, dtype, _, _ = _settle(model, device, dtype, None, None, None, False)
@@ -37,7 +37,7 @@ def serve(model, host: str, port: int, api_key: str | None, allowed_media_dir: s
     except OSError as exc:
         _fail(f"cannot listen on {host}:{port}: {exc.strerror or exc}")
     progress = _Progress(quiet)
-    backbone = _load(model, device, dtype, attention, max_pixels, progress)
+    backbone = _load(model, device, dtype, attention, max_pixels, progress, siglip_head)
     progress.stop()
 
     from .app import ServeSettings, create_app
