@@ -2,6 +2,8 @@
 
     python benchmarks/compression.py                  # all shapes x ratios 0.1 .. 0.25, fp32, CPU
     python benchmarks/compression.py --shapes qwen --ratios 0.1 --repeats 9
+    python benchmarks/compression.py --method all     # every registered method next to its official code
+    python benchmarks/compression.py --method fastvid unicomp --shapes qwen --ratios 0.1
 
 Each shape/ratio runs in a fresh subprocess so that peak memory is its own: on CPU the growth of
 the process's peak RSS over its RSS before the call, on CUDA torch.cuda.max_memory_allocated
@@ -86,7 +88,18 @@ def main() -> None:
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--json", action="store_true", help="print one JSON object per row")
     parser.add_argument("--one", nargs=2, metavar=("SHAPE", "RATIO"), help=argparse.SUPPRESS)
+    parser.add_argument("--method", nargs="+", default=None, metavar="NAME",
+                        help="time registered methods (or 'all') instead of OTT-Vid's stages: benchmarks/methods.py, "
+                             "ours next to the official code on the same tensors, CPU, first ratio")
     args = parser.parse_args()
+    if args.method:
+        from methods import main as per_method
+
+        shapes = [s for s in args.shapes if s != "ground"]  # the official code is not run at grounding length
+        names = [] if "all" in args.method else args.method
+        per_method([*(["--methods", *names] if names else []), "--shapes", *shapes, "--ratio", str(args.ratios[0]),
+                    "--repeats", str(args.repeats)])
+        return
     if args.one:
         print(json.dumps(run_one(args.one[0], float(args.one[1]), args.repeats, args.device)))
         return

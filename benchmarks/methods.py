@@ -4,6 +4,7 @@
     python benchmarks/methods.py --methods fastvid visionzip --shapes qwen --repeats 5 --dim 3584
     python benchmarks/methods.py --methods fastvid fastvid-ov --shapes llava-ov   # two FastVID paths
     python benchmarks/methods.py --methods fastvid-llava-video --shapes llava-video   # the third (64 x 169 only)
+    python benchmarks/methods.py --scaling                         # ours at T = 16 .. 128: linear in T?
 
 Times are the median of --repeats runs after one warm-up, float32 on the CPU, video-like tokens
 (benchmarks/synthetic.py). "official" runs the authors' own function on the same tensors: its
@@ -420,9 +421,15 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--no-official", action="store_true", help="time ours only")
     parser.add_argument("--official-timeout", type=float, default=60.0, metavar="S",
                         help="stop an official call after S seconds and show '> S s' (0: no limit; default 60)")
+    parser.add_argument("--scaling", action="store_true",
+                        help="instead: ours at T = 16, 32, 64, 128 frames of 256 tokens, ms per frame (linear in T "
+                             "keeps it flat)")
     args = parser.parse_args(argv)
     names = args.methods or [n for n in methods.names() if n != "none"] + list(VARIANTS)
     torch.set_num_threads(max(1, args.threads or torch.get_num_threads()))
+    if args.scaling:
+        scaling(names, args.ratio, args.dim, args.repeats)
+        return
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, ratio {args.ratio}, D {args.dim}, "
           f"median of {args.repeats}, official calls stopped after "
           f"{f'{args.official_timeout:g} s' if args.official_timeout else 'no limit'}")
@@ -453,6 +460,28 @@ def main(argv: list[str] | None = None) -> None:
                     other_kept = (out[0] if isinstance(out, tuple) else out).shape[0]
             print(f"{shape:<12} {f'{t}x{n}':<9} {name:<20} {ours:>9.1f} {kept:>6} {same:>18} {other:>12} "
                   f"{other_kept:>6}", flush=True)
+
+
+def scaling(names: list[str], ratio: float, dim: int, repeats: int, frames=(16, 32, 64, 128), tokens: int = 256) -> None:
+    """Ours at growing T (N fixed): ms and ms per frame, and the last over the first per-frame time (1.0:
+    exactly linear in T; a method quadratic in T doubles it with every doubling of T)."""
+    from synthetic import video_tokens
+
+    from ottvid_cli.compression import methods
+
+    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, ratio {ratio}, N {tokens}, D {dim}, "
+          f"median of {repeats}; ms (ms per frame)")
+    print(f"{'method':<20} " + " ".join(f"{f'T={t}':>16}" for t in frames) + f" {'per-frame growth':>17}")
+    inputs = {t: video_tokens(t, tokens, dim) for t in frames}
+    for name in names:
+        method, variant = VARIANTS.get(name, (name, {}))
+        per_frame = []
+        for t in frames:
+            x, s, grid = inputs[t]
+            ms, _ = median_ms(lambda: methods.compress_with(method, x, s, grid, ratio=ratio, **variant), repeats)
+            per_frame.append((ms, ms / t))
+        cells = " ".join(f"{f'{ms:.0f} ({f:.1f})':>16}" for ms, f in per_frame)
+        print(f"{name:<20} {cells} {per_frame[-1][1] / per_frame[0][1]:>16.2f}x", flush=True)
 
 
 if __name__ == "__main__":
