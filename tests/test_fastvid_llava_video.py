@@ -213,7 +213,8 @@ def test_a_converted_llava_video_picks_the_llava_video_path(converted_video, tin
 
     backbone = load_backbone(str(converted_video), siglip_head=str(siglip_heads[0]))
     assert backbone.settings is not None and backbone.grid == (13, 13)
-    assert backbone.method_defaults == LlavaOneVision.video_method_defaults
+    assert backbone.method_defaults == {**LlavaOneVision.video_method_defaults, "visionzip": {"grid_newline": True}}
+    assert pipeline.make_config(backbone=backbone, method="visionzip").grid_newline is True  # grid newlines
     prepared = pipeline.prepare(backbone, clip, method="fastvid")
     assert prepared.config == FastVIDConfig(path="llava_video", tau=0.9)
     report = prepared.compressed.report
@@ -237,7 +238,7 @@ def test_a_converted_llava_video_picks_the_llava_video_path(converted_video, tin
                                 options={"path": "llava_onevision"}).path == "llava_onevision"
     # a LLaVA-OneVision checkpoint keeps its path
     plain = load_backbone(str(tiny_llava_ov))
-    assert plain.method_defaults == LlavaOneVision.method_defaults
+    assert plain.method_defaults == {**LlavaOneVision.method_defaults, "visionzip": {"layout": "official"}}
     assert pipeline.make_config(0.1, backbone=plain, method="fastvid").path == "llava_onevision"
 
 

@@ -264,7 +264,7 @@ def test_user_options_win_over_the_backbone_defaults(with_head, clip):
     assert prepared.compressed.report.details["path"] == "qwen2_5_vl"
     assert prepared.recompress(method="fastvid").config.path == "llava_onevision"  # defaults again
     # methods without a LLaVA-OneVision path keep their defaults; Qwen adapters carry none
-    assert pipeline.make_config(0.1, backbone=with_head, method="visionzip") == methods.make_config("visionzip")
+    assert pipeline.make_config(0.1, backbone=with_head, method="holitom") == methods.make_config("holitom")
     from ottvid_cli.backbones.qwen2_5_vl import Qwen25VL
     from ottvid_cli.backbones.qwen3_vl import Qwen3VL
 

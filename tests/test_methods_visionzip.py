@@ -229,3 +229,21 @@ def test_m_rope_backbones_refuse_an_order():
     for adapter in (Qwen25VL, Qwen3VL):
         with pytest.raises(ValueError, match="order"):
             adapter.llm_inputs(None, {}, out.features, out.index, compressed=out)
+
+
+def test_llava_onevision_selects_the_official_layout_by_default(tiny_llava_ov, tiny_qwen):
+    """The adapters' method_defaults: LLaVA-OneVision (one_token newline) feeds VisionZip's rows in the
+    official sequence unless the user asks for position order; Qwen2.5-VL keeps position order."""
+    from ottvid_cli import pipeline
+    from ottvid_cli.backbones import load_backbone
+    from ottvid_cli.video import sample_frames
+
+    clip = sample_frames(pathlib.Path(__file__).parent / "data" / "cockatoo.mp4", 4)
+    backbone = load_backbone(str(tiny_llava_ov))
+    default = pipeline.prepare(backbone, clip, method="visionzip")
+    assert default.config.layout == "official" and default.compressed.order is not None
+    config = pipeline.make_config(backbone=backbone, method="visionzip", options={"layout": "position"})
+    assert config.layout == "position" and pipeline.prepare(backbone, clip, method="visionzip",
+                                                            config=config).compressed.order is None
+    qwen = load_backbone(str(tiny_qwen))
+    assert pipeline.make_config(backbone=qwen, method="visionzip").layout == "position"

@@ -73,6 +73,12 @@ class LlavaOneVision(KeptTokenGeneration):
             self.pool_stride = int(settings["mm_spatial_pool_stride"])
             self.newline_position = settings["mm_newline_position"]
             self.default_frames = int(settings.get("frames", 64))
+        # VisionZip's video variant (HoliTom visionzip/llava_arch.py) lays its tokens out by the newline rule:
+        # one_token feeds each frame's dominant then contextual tokens (l.180, l.230-237), grid re-sorts by position
+        if self.newline_position == "one_token":
+            self.method_defaults["visionzip"] = {"layout": "official"}
+        elif self.newline_position == "grid":
+            self.method_defaults["visionzip"] = {"grid_newline": True}
         if self.pool_mode == "bilinear":
             pooled = math.ceil(side / self.pool_stride)
         else:
