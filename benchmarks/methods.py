@@ -149,7 +149,7 @@ def _exec_modules(sources: dict[str, str], stubs: dict[str, dict]) -> dict[str, 
 
 
 def _holitom(source: str):
-    from ottvid_cli.compression.methods.holitom import HoliTomConfig
+    from ottvid_cli.compression.methods.holitom import HoliTomConfig, official_tau
 
     space = _exec_modules({"holitom_llava_arch": source}, LLAVA_STUBS)["holitom_llava_arch"]
     h = space["LlavaMetaForCausalLM_holitom"]()
@@ -158,12 +158,13 @@ def _holitom(source: str):
         """llava_arch.py:375-407 (the outer-LLM stage on the pooled features), keeping the positions of
         what each merge returns."""
         cfg = HoliTomConfig(ratio=ratio, exact=False, **options)
+        tau = cfg.tau if cfg.tau is not None else official_tau(ratio)  # the official scripts' T
         frames, tokens, _ = features.shape
         normed = torch.nn.functional.normalize(features, p=2, dim=-1)
         sim = torch.nn.functional.cosine_similarity(normed[:-1], normed[1:], dim=-1)
-        segments, reduced = h.select_static_windows(sim, frames, cfg.tau, cfg.max_window)
+        segments, reduced = h.select_static_windows(sim, frames, tau, cfg.max_window)
         ratio = min(ratio / ((frames * tokens - reduced) / (frames * tokens)), 1)
-        sf, df, _, da, sp, dp = h.get_static_dynamic_features(features, saliency, segments, sim, cfg.tau)
+        sf, df, _, da, sp, dp = h.get_static_dynamic_features(features, saliency, segments, sim, tau)
         flat, out = [], []
         for i, (s, e) in enumerate(segments):
             f, p = h.merge_tokens_by_attention_density(df[i], da[i], dp[i], ratio, cfg.d, cfg.beta, cfg.k)

@@ -136,3 +136,22 @@ def test_matches_the_official_code(seed, monkeypatch):
     assert torch.equal(ours.index, index)
     assert torch.allclose(ours.features, features, atol=1e-5)
     assert ours.report.details["official_count"] == index.numel()
+
+
+def test_tau_follows_the_official_scripts_per_ratio():
+    """Two frames at consecutive cosine 0.7: static under the scripts' T = 0.65 at 10 % (both positions
+    merge across the frames), dynamic under T = 0.8 at 25 %; an explicit tau wins."""
+    from ottvid_cli.compression.methods.holitom import HoliTomConfig, official_tau
+
+    assert official_tau(0.1) == official_tau(0.05) == 0.65 and official_tau(0.15) == official_tau(0.25) == 0.8
+    assert HoliTomConfig().tau is None and methods.get("holitom").defaults()["tau"] is None
+    c = math.acos(0.7)
+    x = turning([[0.0, 1.0] + [2.0 + i for i in range(8)], [c, 1.0 + c] + [2.0 + i + c for i in range(8)]])
+    s = torch.ones(2, 10)
+    low = methods.compress_with("holitom", x, s, (2, 5), ratio=0.1, exact=False)
+    high = methods.compress_with("holitom", x, s, (2, 5), ratio=0.25, exact=False)
+    assert low.report.details["tau"] == 0.65 and low.report.details["segments"] == [[0, 1]]
+    assert low.report.details["reduced"] == 10  # every position static over the two frames
+    assert high.report.details["tau"] == 0.8 and high.report.details["reduced"] == 0
+    forced = methods.compress_with("holitom", x, s, (2, 5), ratio=0.1, exact=False, tau=0.8)
+    assert forced.report.details["tau"] == 0.8 and forced.report.details["reduced"] == 0

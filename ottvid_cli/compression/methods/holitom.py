@@ -172,7 +172,9 @@ class HoliTomConfig:
     (holitom/llava_arch.py, prepare_inputs_labels_for_multimodal: the environment defaults).
 
     ratio: retention r in (0, 1] (RETAIN_RATIO).
-    tau: a position is static in a window when every consecutive cosine there exceeds tau (T, 0.8).
+    tau: a position is static in a window when every consecutive cosine there exceeds tau (T). None:
+        the official run scripts' value for the ratio (`official_tau`: 0.65 at ratio <= 0.1, else 0.8;
+        scripts/eval_ov-7b_holitom.sh, eval_vid-7b_holitom.sh; the code's environment default is 0.8).
     beta: static / contextual merge weight of the centre, the rest going to the mean of its
         members (BETA, 0.6; NO_BETA unset, so the weighting is on).
     d: share of each frame's dynamic budget that goes to DPC-kNN contextual tokens instead of the
@@ -187,7 +189,7 @@ class HoliTomConfig:
     """
 
     ratio: float = 0.1
-    tau: float = 0.8
+    tau: float | None = None
     beta: float = 0.6
     d: float = 0.0
     k: int = 7
@@ -198,7 +200,7 @@ class HoliTomConfig:
     def __post_init__(self) -> None:
         check_ratio(self.ratio)
         check_flags(self.exact, self.bug_compatible)
-        if not -1 <= self.tau <= 1:
+        if self.tau is not None and (isinstance(self.tau, bool) or not -1 <= self.tau <= 1):
             raise ValueError(f"holitom: tau is a cosine threshold in [-1, 1], got {self.tau!r}")
         if not 0 <= self.beta <= 1:
             raise ValueError(f"holitom: beta must be in [0, 1], got {self.beta!r}")
@@ -211,6 +213,12 @@ class HoliTomConfig:
         if self.bug_compatible and self.d > 0:
             raise ValueError("holitom: the official code crashes for d > 0 (llava_arch.py:174); "
                              "use bug_compatible=False to run the intended contextual merging")
+
+
+def official_tau(ratio: float) -> float:
+    """HoliTom's T as its run scripts set it per retention: 0.65 at 10 % (and below), 0.8 at 15-25 %
+    (scripts/eval_ov-7b_holitom.sh and eval_vid-7b_holitom.sh, `RETAIN_RATIO=0.10 T=0.65`, `0.15..0.25 T=0.80`)."""
+    return 0.65 if ratio <= 0.1 + 1e-9 else 0.8
 
 
 def static_runs(cos: torch.Tensor, tau: float) -> torch.Tensor:
@@ -265,12 +273,13 @@ def holitom(features: torch.Tensor, saliency: torch.Tensor | None, grid: tuple[i
     target = report.M
     timer = Timer()
     x = features.float()
+    tau = config.tau if config.tau is not None else official_tau(config.ratio)  # T
 
     # 1. Segmentation: consecutive cosines per position, static runs, DP over frames.
     if groups > 1:
         norm = x.norm(dim=-1).clamp_min(1e-12)  # as F.normalize: cos = <x, y> / (|x| |y|)
         cos = torch.einsum("tnd,tnd->tn", x[:-1], x[1:]) / (norm[:-1] * norm[1:])  # (T-1, N)
-        run = static_runs(cos, config.tau)
+        run = static_runs(cos, tau)
     else:
         cos = torch.zeros(0, tokens, device=device)
         run = torch.zeros(0, tokens, dtype=torch.long, device=device)
@@ -371,7 +380,7 @@ def holitom(features: torch.Tensor, saliency: torch.Tensor | None, grid: tuple[i
         outputs.append((back, x_flat[back], own_terms(back)))
     timer.lap("static")
 
-    report.details = {"segments": [list(s) for s in segments], "reduced": int(reduced),
+    report.details = {"tau": tau, "segments": [list(s) for s in segments], "reduced": int(reduced),
                       "retain_ratio": official_ratio, "static": static_counts,
                       "official_count": int(sum(official)), "unmerged": unmerge}
     values, mixing = place(owner, outputs, dim)
