@@ -238,7 +238,7 @@ def test_a_converted_llava_video_picks_the_llava_video_path(converted_video, tin
                                 options={"path": "llava_onevision"}).path == "llava_onevision"
     # a LLaVA-OneVision checkpoint keeps its path
     plain = load_backbone(str(tiny_llava_ov))
-    assert plain.method_defaults == {**LlavaOneVision.method_defaults, "visionzip": {"layout": "official"}}
+    assert plain.method_defaults == {**LlavaOneVision.onevision_method_defaults, "visionzip": {"layout": "official"}}
     assert pipeline.make_config(0.1, backbone=plain, method="fastvid").path == "llava_onevision"
 
 

@@ -112,17 +112,16 @@ def _same(a: torch.Tensor | None, b: torch.Tensor | None) -> bool:
 
 def _visual_key(features: torch.Tensor, kept: torch.Tensor, compressed: Any) -> tuple:
     """What a prefix's visual tokens are computed from, as tensors for `Prefix.matches`: the features,
-    kept indices and, with a `Compressed`, its assignment and merge map (Qwen3-VL's DeepStack follows them);
-    the features in the LLM's order when the `Compressed` has an `order`."""
+    kept indices and, with a `Compressed`, its assignment, merge map (Qwen3-VL's DeepStack follows them)
+    and the order in which the LLM receives the rows (`Compressed.order`, None: ascending)."""
     if compressed is None:
-        return features, kept, None, None, None
-    if getattr(compressed, "order", None) is not None:
-        features = features[compressed.order.to(features.device)]
+        return features, kept, None, None, None, None
+    order = getattr(compressed, "order", None)
     mixing = compressed.mixing
     if mixing is None:
-        return features, kept, compressed.assignment, None, None
+        return features, kept, compressed.assignment, None, None, order
     mixing = mixing.to_sparse_coo().coalesce() if mixing.layout != torch.sparse_coo else mixing.coalesce()
-    return features, kept, compressed.assignment, mixing.indices(), mixing.values()
+    return features, kept, compressed.assignment, mixing.indices(), mixing.values(), order
 
 
 def _prefix_positions(llm: dict[str, Any], length: int) -> torch.Tensor | None:

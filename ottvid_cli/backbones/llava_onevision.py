@@ -37,14 +37,18 @@ class LlavaOneVision(KeptTokenGeneration):
     official_overrides = {"k_rounding": "round"}
     # the peer methods' official LLaVA-OneVision paths (docs/methods.md, "Per-backbone paths and signals"):
     # FastVID's fastvid_llavaonevision (its scripts/eval.sh: DySeg_tau 0.9)
-    method_defaults = {"fastvid": {"path": "llava_onevision", "tau": 0.9},
-                       # FlashVID's LLaVA-OneVision run (scripts/llava_ov.sh); its Qwen2.5-VL run cuts 4, ADTS v1
-                       "flashvid": {"min_segments": 8, "selection": "attn_div_v2"}}
+    onevision_method_defaults = {"fastvid": {"path": "llava_onevision", "tau": 0.9},
+                                 # FlashVID's LLaVA-OneVision run (scripts/llava_ov.sh); its Qwen2.5-VL run
+                                 # cuts 4, ADTS v1
+                                 "flashvid": {"min_segments": 8, "selection": "attn_div_v2"}}
     # their LLaVA-Video paths, for a converted LLaVA-Video checkpoint (`__init__` picks): FastVID's
     # fastvid_llavavideo (its scripts/eval.sh: DySeg_c 8, DySeg_tau 0.9, STPrune_d 0.4, DTM_p 4, DTM_beta 0.6;
     # the others are the registry's defaults already); FlashVID's LLaVA-Video run (scripts/llava_vid.sh)
     video_method_defaults = {"fastvid": {"path": "llava_video", "tau": 0.9},
                              "flashvid": {"min_segments": 8, "selection": "attn_div_v2"}}
+    # VisionZip's video variant (HoliTom visionzip/llava_arch.py) lays its tokens out by the newline rule:
+    # one_token feeds each frame's dominant then contextual tokens (l.180, l.230-237), grid re-sorts by position
+    visionzip_by_newline = {"one_token": {"layout": "official"}, "grid": {"grid_newline": True}}
 
     def __init__(self, model, processor, name: str, settings: dict | None = None, siglip_head: Any = None,
                  siglip_head_name: str | None = None):
@@ -58,9 +62,6 @@ class LlavaOneVision(KeptTokenGeneration):
         self.processor = processor
         self.name = name
         self.settings = settings
-        # the peer methods' official paths for this checkpoint: LLaVA-OneVision's, or LLaVA-Video's when converted
-        chosen = type(self).method_defaults if settings is None else type(self).video_method_defaults
-        self.method_defaults = {method: dict(options) for method, options in chosen.items()}
         self.device = next(model.parameters()).device
         self.video_token_id = model.config.video_token_index
         vision = model.config.vision_config
@@ -73,12 +74,12 @@ class LlavaOneVision(KeptTokenGeneration):
             self.pool_stride = int(settings["mm_spatial_pool_stride"])
             self.newline_position = settings["mm_newline_position"]
             self.default_frames = int(settings.get("frames", 64))
-        # VisionZip's video variant (HoliTom visionzip/llava_arch.py) lays its tokens out by the newline rule:
-        # one_token feeds each frame's dominant then contextual tokens (l.180, l.230-237), grid re-sorts by position
-        if self.newline_position == "one_token":
-            self.method_defaults["visionzip"] = {"layout": "official"}
-        elif self.newline_position == "grid":
-            self.method_defaults["visionzip"] = {"grid_newline": True}
+        # the peer methods' official paths for this checkpoint (`method_defaults`, docs/methods.md):
+        # LLaVA-OneVision's, or LLaVA-Video's when converted, and VisionZip's layout for its newline rule
+        chosen = self.onevision_method_defaults if settings is None else self.video_method_defaults
+        self.method_defaults = {method: dict(options) for method, options in chosen.items()}
+        if self.newline_position in self.visionzip_by_newline:
+            self.method_defaults["visionzip"] = dict(self.visionzip_by_newline[self.newline_position])
         if self.pool_mode == "bilinear":
             pooled = math.ceil(side / self.pool_stride)
         else:
