@@ -41,6 +41,28 @@ STAGES = (*SHARED, "compression", "prefill", "generate")
 TABLE1 = [0.25, 0.2, 0.15, 0.1]
 
 
+def long_video(src: Path, dst: Path, minutes: float) -> Path:
+    """A long real video like the benchmarks' (Video-MME's average 17 min): `src`'s packets muxed
+    again and again, shifted in time (no re-encoding: its codec, key frames and resolution)."""
+    import av
+
+    with av.open(str(src)) as source:
+        stream = source.streams.video[0]
+        packets = [p for p in source.demux(stream) if p.dts is not None and p.pts is not None]
+        first = min(p.pts for p in packets)
+        span = max(p.pts + (p.duration or 0) for p in packets) - first
+        repeats = max(1, round(minutes * 60 / float(span * stream.time_base)))
+        with av.open(str(dst), "w") as out:
+            target = out.add_stream_from_template(stream)
+            for r in range(repeats):
+                for p in packets:
+                    copy = av.Packet(bytes(p))
+                    copy.pts, copy.dts = p.pts + r * span, p.dts + r * span
+                    copy.is_keyframe, copy.time_base, copy.stream = p.is_keyframe, stream.time_base, target
+                    out.mux(copy)
+    return dst
+
+
 def build_model(folder: Path, llm_layers: int, vision_blocks: int) -> None:
     from tiny_models import build_tiny_qwen2_5_vl, seven_b_shape
 
@@ -165,6 +187,12 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=None,
                         help="torch threads (default: torch's); 1 keeps the many small operations of compression "
                              "from stalling on a CPU that other jobs load")
+    parser.add_argument("--prefetch", type=int, default=None,
+                        help="videos decoded and preprocessed ahead in background threads (default: the eval's, "
+                             "0 on the CPU)")
+    parser.add_argument("--long", type=float, default=None, metavar="MINUTES",
+                        help="ask about long videos (each clip muxed again and again to MINUTES, no re-encoding) "
+                             "instead of the 10-14 s clips: decoding then costs what a benchmark's videos cost")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
 
@@ -193,6 +221,12 @@ def main() -> None:
         with err.status("building a 7B-shaped random Qwen2.5-VL ..."):
             build_model(folder / "model", args.llm_layers, args.vision_blocks)
             backbone = load_backbone(str(folder / "model"))
+        videos = ROOT / "tests" / "data"
+        if args.long is not None:
+            with err.status(f"muxing {args.long:g}-minute videos ..."):
+                for clip in CLIPS[:args.samples]:
+                    long_video(videos / clip, folder / clip, args.long)
+            videos = folder
         data = folder / "questions.jsonl"
         data.write_text("".join(json.dumps({"id": f"q{i}", "video": clip, "question": "What happens in the video?",
                                             "options": ["a bird moves", "people ride bikes", "a person stretches"],
@@ -204,7 +238,7 @@ def main() -> None:
             err.print(f"{name} ...", highlight=False)
             out = folder / f"run-{time.perf_counter_ns()}"
             start = time.perf_counter()
-            run(backbone, samples, out, settings, ROOT / "tests" / "data", plan, max_new_tokens=args.max_new_tokens)
+            run(backbone, samples, out, settings, videos, plan, max_new_tokens=args.max_new_tokens, prefetch=args.prefetch)
             runs.setdefault(name, []).append((time.perf_counter() - start, load_records(out)))
 
         timed("warm-up", [one])
@@ -234,6 +268,7 @@ def main() -> None:
     model = (f"random Qwen2.5-VL-7B shape, {args.llm_layers} LLM layers, {args.vision_blocks} vision blocks, "
              f"{torch.get_num_threads()} threads")
     result = {"model": model, "frames": args.frames, "samples": args.samples, "max_new_tokens": args.max_new_tokens,
+              "prefetch": args.prefetch, "long_minutes": args.long,
               "repeats": args.repeats, "sweep": names, "one": f"{one[0]} {one[1]:g}",
               "seconds": {"one": base, "sweep": wall, "alone": alone},
               "runs": {k: [round(w, 2) for w, _ in v] for k, v in runs.items()},
@@ -243,7 +278,10 @@ def main() -> None:
         return
 
     console = Console(width=200)
-    title = f"eval sweep: {model}, {args.frames} frames, {args.samples} questions on their own clips (CPU, float32)"
+    clips = f"{args.long:g}-minute videos" if args.long is not None else "clips"
+    prefetch = "the eval's default" if args.prefetch is None else args.prefetch
+    title = (f"eval sweep: {model}, {args.frames} frames, {args.samples} questions on their own {clips}, prefetch "
+             f"{prefetch} (CPU, float32)")
     table = Table(title=title, title_justify="left")
     for column in ("run", "settings", "wall (s)", "x one setting"):
         table.add_column(column, justify="left" if column == "run" else "right")

@@ -9,6 +9,7 @@ without encoding again. `ask` and `ground` add generation and reply parsing on t
 
 from __future__ import annotations
 
+import threading
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field, is_dataclass, replace
 from pathlib import Path
@@ -138,21 +139,31 @@ class Prepared:
         }
 
 
-def prepare(backbone, video: str | Path | Video, sampling: Sampling | None = None, method: str = "ottvid",
-            config: OTTVidConfig | None = None, prompt: str = DESCRIBE, saliency: bool | None = None,
-            timer: bool | None = None, on_step: Callable[[str], None] | None = None) -> Prepared:
-    """decode -> preprocess -> vision encoder (+ saliency) -> compress.
+@dataclass
+class Loaded:
+    """A video decoded and preprocessed for a backbone, not yet encoded: what `load` makes (the CPU
+    part of `prepare`, which may run in a background thread while the model works) and `prepare`
+    takes instead of a file."""
 
-    video: a file, or an already decoded `Video` (then nothing is decoded). method: "ottvid", "none"
-    or any name registered in compression.methods. config: the method's settings (default: the
-    paper's OTT-Vid at ratio 0.1, or the method's own defaults); ignored with "none". saliency:
-    compute it even for "none" (to recompress later); default: for every method but "none". timer:
-    passed to `compress` (True for per-stage compression times; it synchronises the device per stage).
-    """
-    _check_method(method)
+    clip: Video = field(repr=False)
+    sampling: Sampling
+    prompt: str
+    inputs: Any = field(repr=False)
+    timings_ms: dict[str, float | None]
+
+
+_PREPROCESS = threading.Lock()  # one preprocess at a time: `_max_pixels` sets the backbone's cap for its duration
+
+
+def load(backbone, video: str | Path | Video, sampling: Sampling | None = None, prompt: str = DESCRIBE,
+         on_step: Callable[[str], None] | None = None) -> Loaded:
+    """decode -> preprocess: the part of `prepare` that runs on the CPU (the processor's inputs are
+    moved to the backbone's device). `video` is a file or an already decoded `Video`. Safe to call
+    from a background thread while the model runs (it times on the host clock, so it never waits for
+    the device's queued work); preprocessing is serialised."""
     sampling = sampling or Sampling.default_for(video)
     step = on_step or (lambda name: None)
-    watch = Stopwatch(backbone.device)
+    watch = Stopwatch(torch.device("cpu"))
     if isinstance(video, Video):
         clip = video
     else:
@@ -160,20 +171,41 @@ def prepare(backbone, video: str | Path | Video, sampling: Sampling | None = Non
         with watch("decode"):
             clip = sampling.decode(video, backbone.default_frames)
     step("preprocess")
-    with watch("preprocess"), _max_pixels(backbone, sampling.max_pixels):
+    with watch("preprocess"), _PREPROCESS, _max_pixels(backbone, sampling.max_pixels):
         inputs = backbone.preprocess(clip.frames, clip.timestamps, clip.duration, prompt)
+    return Loaded(clip=clip, sampling=sampling, prompt=prompt, inputs=inputs,
+                  timings_ms={k: watch.ms.get(k) for k in ("decode", "preprocess")})
+
+
+def prepare(backbone, video: str | Path | Video | Loaded, sampling: Sampling | None = None, method: str = "ottvid",
+            config: OTTVidConfig | None = None, prompt: str = DESCRIBE, saliency: bool | None = None,
+            timer: bool | None = None, on_step: Callable[[str], None] | None = None) -> Prepared:
+    """decode -> preprocess -> vision encoder (+ saliency) -> compress.
+
+    video: a file, an already decoded `Video` (then nothing is decoded) or a `Loaded` (decoded and
+    preprocessed by `load`: then `sampling` and `prompt` are its own). method: "ottvid", "none"
+    or any name registered in compression.methods. config: the method's settings (default: the
+    paper's OTT-Vid at ratio 0.1, or the method's own defaults); ignored with "none". saliency:
+    compute it even for "none" (to recompress later); default: for every method but "none". timer:
+    passed to `compress` (True for per-stage compression times; it synchronises the device per stage).
+    """
+    _check_method(method)
+    loaded = video if isinstance(video, Loaded) else load(backbone, video, sampling, prompt, on_step)
+    clip, sampling = loaded.clip, loaded.sampling
+    step = on_step or (lambda name: None)
+    watch = Stopwatch(backbone.device)
     step("vision")
-    visual = backbone.encode(inputs, saliency=method != "none" if saliency is None else saliency, watch=watch)
+    visual = backbone.encode(loaded.inputs, saliency=method != "none" if saliency is None else saliency, watch=watch)
     if method != "none":
         step("compression")
     config = config or _default_config(method, backbone)
     compressed, compression_ms = _compress(backbone, visual, method, config, timer)
-    timings = {k: watch.ms.get(k) for k in ("decode", "preprocess", "vision", "saliency")}
+    timings = {**loaded.timings_ms, **{k: watch.ms.get(k) for k in ("vision", "saliency")}}
     timings["compression"] = compression_ms
     frames = sampling.describe(clip, backbone.default_frames)
     frames["frames_per_group"] = backbone.frames_per_group
-    return Prepared(backbone=backbone, clip=clip, sampling=sampling, prompt=prompt, inputs=inputs, visual=visual,
-                    method=method, config=config if method != "none" else None, compressed=compressed,
+    return Prepared(backbone=backbone, clip=clip, sampling=sampling, prompt=loaded.prompt, inputs=loaded.inputs,
+                    visual=visual, method=method, config=config if method != "none" else None, compressed=compressed,
                     frames=frames, timings_ms=timings)
 
 

@@ -23,7 +23,7 @@ import re
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from fractions import Fraction
-from typing import Callable, Iterator
+from typing import Any, Callable, Iterator
 
 import numpy as np
 
@@ -376,6 +376,23 @@ def _frame_pts(frame):
     return frame.pts if frame.pts is not None else getattr(frame, "dts", None)
 
 
+def _decoded(container, stream, skipped: list[int] | None = None) -> Iterator[Any]:
+    """The stream's frames in decoding order, as `container.decode(stream)` gives them, except that a
+    packet the codec refuses (damaged data: a broken download, a bad sector) is skipped, as the ffmpeg
+    command line does, instead of ending the decoding: the frames after it still decode (those that
+    referred to it may show artefacts), and the frames it held are missing. `skipped[0]` counts them."""
+    import av
+
+    for packet in container.demux(stream):
+        try:
+            frames = packet.decode()
+        except (av.error.InvalidDataError, av.error.PatchWelcomeError, av.error.UndefinedError):
+            if skipped is not None:
+                skipped[0] += 1
+            continue
+        yield from frames
+
+
 def _seek_decode(path: str, packets: _Packets, wanted_pts: list[int]) -> dict[int, np.ndarray] | None:
     """Decode the frames whose pts are `wanted_pts`, seeking to the key frame before each distant one.
 
@@ -404,13 +421,14 @@ class _Seeker:
     def __init__(self, container, stream, keys: np.ndarray):
         self.container, self.stream, self.keys = container, stream, keys
         self.frames = None  # the decoding generator, None before the first seek
+        self.skipped = [0]  # damaged packets met (pictures may then come out of order)
         self.last = None  # pts of the last frame decoded
         self.started = False
         self.seek_to = 0
 
     def _seek(self, pts: int) -> None:
         self.container.seek(int(pts), stream=self.stream, backward=True, any_frame=False)
-        self.frames, self.last, self.started, self.seek_to = self.container.decode(self.stream), None, False, pts
+        self.frames, self.last, self.started, self.seek_to = _decoded(self.container, self.stream, self.skipped), None, False, pts
 
     def _far(self, target: int) -> bool:
         """Whether a key frame lies between the decoder's position and `target` (or it is past `target`)."""
@@ -433,7 +451,7 @@ class _Seeker:
         for _ in range(4):  # the seek, and up to three retries from earlier key frames
             for frame in self.frames:
                 pts = _frame_pts(frame)
-                if pts is None:
+                if pts is None or self.skipped[0]:  # damaged data: `_decode_all` decodes in order instead
                     return None
                 if not self.started:
                     if not frame.key_frame:
@@ -455,24 +473,33 @@ class _Seeker:
         return None
 
 
-def _decode_all(path: str, keep: set[int]) -> tuple[np.ndarray, float, dict[int, np.ndarray], float]:
+def _decode_all(path: str, keep: set[int], skipped: list[int] | None = None
+                ) -> tuple[np.ndarray, float, dict[int, np.ndarray], float]:
     """Decode every frame in order: (start times from the stream's start, the last frame's end, the kept
     frames by index, average fps). A frame without a usable pts (none, or not after the previous one) is
-    given the previous time plus one frame gap."""
+    given the previous time plus one frame gap. Damaged packets are skipped (counted in `skipped[0]`);
+    after one, the pictures the decoder puts out of order (B-frames whose references were lost) are
+    dropped, so that every later frame keeps its own time."""
     times: list[float] = []
     kept: dict[int, np.ndarray] = {}
     end = None
+    if skipped is None:
+        skipped = [0]
     with _pyav_stream(path) as (container, stream):
         header = _header(container, stream)
         tb = float(header.time_base)
         gap = 1.0 / header.average_fps if header.average_fps > 0 else 1.0 / 30
         origin = header.start_pts
         try:
-            for i, frame in enumerate(container.decode(stream)):
+            i = -1
+            for frame in _decoded(container, stream, skipped):
                 pts = _frame_pts(frame)
                 if origin is None and pts is not None:
                     origin = pts
                 t = (pts - origin) * tb if pts is not None else None
+                if t is not None and times and t <= times[-1] and skipped[0]:
+                    continue  # a picture that damaged data put out of order (its references are lost): dropped
+                i += 1
                 if t is None or (times and t <= times[-1]):
                     t = times[-1] + gap if times else 0.0
                 times.append(t)
@@ -497,7 +524,10 @@ def _sequential(path: str, plan: Plan, guess: Timeline | None, problem: str) -> 
     others, a second pass keeps those.
     """
     first = set(plan(guess)) if guess is not None else set()
-    starts, end, kept, fps = _decode_all(path, first)
+    skipped = [0]
+    starts, end, kept, fps = _decode_all(path, first, skipped)
+    if skipped[0]:
+        problem = f"{problem}; {skipped[0]} damaged packets skipped (their frames are missing)"
     timeline = Timeline(starts=starts, duration=end, average_fps=fps, source="decoded frames", trusted=False,
                         problem=problem)
     indices = plan(timeline)

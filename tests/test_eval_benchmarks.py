@@ -198,8 +198,8 @@ def test_missing_videos():
     ("charades", "c.txt", "bikes 0 3.4##ok\nbikes 1.0##no times\n",
      r"c.txt: line 2: expected 'VIDEOID START END##sentence'"),
     ("charades", "c.txt", "bikes 0 x##bad\n", r"c.txt: line 1: start/end are not numbers"),
-    ("mlvu", "m.json", '[{"video": "v", "question": "q",\n "candidates": ["a", "b"],\n "answer": "c",\n '
-                       '"question_type": "count"}]', r"m.json: record 0: answer 'c' is neither an option"),
+    ("mlvu", "m.json", '[{"video": "v", "question": "q",\n "candidates": "a, b",\n "answer": "a",\n '
+                       '"question_type": "count"}]', r"m.json: record 0: field 'candidates' has the wrong type"),
     ("mlvu", "m.json", '[{"video": "v",\n "question": "q" "candidates": []}]', r"m.json: line 2: malformed JSON"),
     ("mvbench", "action_count.json", '[{"video": "v", "question": "q", "candidates": ["a"]}]',
      r"action_count.json: record 0: missing field 'answer'"),
@@ -215,6 +215,8 @@ def test_missing_videos():
      r"j.jsonl: line 2: malformed JSON"),
     ("jsonl", "j.jsonl", '{"id": 1, "video": "v", "query": "q", "span": [0, 1]}\n{"id": 1, "video": "v", "query": "q", '
                          '"span": [0, 1]}\n', r"j.jsonl: line 2: duplicate id '1'"),
+    ("jsonl", "j.jsonl", '{"video": "v", "query": "q", "span": [4, 6], "start": 3, "end": 9}\n',
+     r"j.jsonl: line 1: 'start' / 'end' \(a part of the video\) apply to multiple-choice rows only"),
 ])
 def test_bad_annotations_give_one_line_naming_file_and_place(tmp_path, bench, name, text, message):
     path = tmp_path / name

@@ -66,7 +66,7 @@ def test_longvideobench_prompt():
 def test_mlvu_prompt():
     assert build_prompt(_one("mlvu", "mlvu/4_count.json")) == (
         "Throughout this video, what is the total count of occurrences for the scene featuring the 'playing "
-        "trombone' action\n(A) 2\n(B) 1\n(C) 5\n(D) 4\nOnly give the best option.\nBest option: ("
+        "trombone' action\n(A) 2\n(B) 1\n(C) 5\n(D) 4\n\nOnly give the best option.\nBest option: ("
     )
 
 

@@ -521,3 +521,22 @@ def test_ask_on_a_folder_of_frames(tiny_qwen, bikes_frames, tmp_path):
     empty.mkdir()
     refused = CliRunner().invoke(app, ["ask", str(empty), "What happens?", "--model", str(tiny_qwen)])
     assert refused.exit_code == 2 and "no frame images" in refused.stderr
+
+
+@pytest.mark.parametrize("decoder", ["auto", "pyav"])
+def test_damaged_packets_in_the_middle_are_skipped_not_fatal(tmp_path, decoder):
+    """bikes.mp4 with 100 KB of noise over its middle (a broken download): the frames that still
+    decode are sampled, the report says how many packets were skipped, and a frame after the damage
+    (past the next key frame) is pixel-exact against the clean file's frame at the same time."""
+    data = (DATA / "bikes.mp4").read_bytes()
+    middle = len(data) // 2
+    noise = np.random.default_rng(0).integers(0, 256, 100_000, dtype=np.uint8).tobytes()
+    path = tmp_path / "noisy.mp4"
+    path.write_bytes(data[:middle] + noise + data[middle + len(noise):])
+    clip = sample_frames(path, 16, decoder=decoder)
+    assert clip.frames.shape == (16, 272, 640, 3) and clip.decoder == "pyav"
+    assert re.search(r"\d+ damaged packets skipped", clip.timeline.problem)
+    assert clip.total_frames < 250  # the damaged packets' frames are missing
+    clean = dict(decoded_frames(DATA / "bikes.mp4"))
+    last = clip.timestamps[-1]
+    assert np.array_equal(clip.frames[-1], clean[min(clean, key=lambda t: abs(t - last))])

@@ -182,7 +182,7 @@ def _field(path: Path, where: str, row: Any, key: str, kind: type | tuple = str)
     return value
 
 
-def _span(path: Path, where: str, value: Any) -> tuple[float, float]:
+def _span(path: Path, where: str, value: Any, reorder: bool = False) -> tuple[float, float]:
     if isinstance(value, str):
         try:
             value = json.loads(value)
@@ -195,6 +195,8 @@ def _span(path: Path, where: str, value: Any) -> tuple[float, float]:
     except (TypeError, ValueError):
         raise _fail(path, where, f"span {value!r} is not [start, end]") from None
     if end < start:
+        if reorder:
+            return end, start
         raise _fail(path, where, f"span ends before it starts: [{start:g}, {end:g}]")
     return start, end
 
@@ -255,12 +257,23 @@ MVBENCH_TASKS: dict[str, tuple[str, str]] = {
 
 MVBENCH_FRAME_RATE = 3.0  # the official release's folders of frames (tvqa/frames_fps3_hq), as its loader reads them
 
+# The tasks whose questions are about [start, end] of the video: the official loader's `data_list`
+# (OpenGVLab/Ask-Anything video_chat2/mvbench.ipynb) sets its bound flag for these five only, and
+# only these have pre-cut copies in lmms-eval's "video" revision. Other tasks read the whole video.
+MVBENCH_BOUNDED = frozenset(
+    {"action_sequence", "action_prediction", "object_interaction", "action_localization", "episodic_reasoning"})
+MVBENCH_EXTRA_ROOT = "data0613"  # the release's later-added videos (video/data0613.zip), unpacked in their own folder
+
 
 def read_mvbench(path: Path) -> list[Sample]:
     """MVBench: a folder of per-task JSON lists (or one of them), each record {video, question,
     candidates, answer (the option text)} plus start/end seconds on the time-bounded tasks. The task
     is the file's stem (`action_antonym.json`). A video found as a folder (episodic_reasoning in the
-    official release) is read as frame images at 3 fps."""
+    official release) is read as frame images at 3 fps.
+
+    The answer's letter is that of the first candidate equal to it (lmms-eval's
+    mvbench_process_results); an answer that is no candidate leaves the question without a letter, so
+    it scores 0 (the official loader's qa_template gives it the non-letter "(@)")."""
     samples = []
     for file in _files(path, (".json",)):
         task = file.stem
@@ -272,21 +285,26 @@ def read_mvbench(path: Path) -> list[Sample]:
             where = f"record {i}"
             video = _field(file, where, row, "video")
             options = [str(c) for c in _field(file, where, row, "candidates", list)]
-            answer = _field(file, where, row, "answer")
-            if answer not in options:
-                raise _fail(file, where, f"answer {answer!r} is not one of the candidates")
-            bounded = "start" in row and "end" in row
+            answer = _field(file, where, row, "answer", (str, int, float))
+            answer = answer if isinstance(answer, str) else str(answer)
+            target = string.ascii_uppercase[options.index(answer)] if answer in options else None
+            has_bound = row.get("start") is not None and row.get("end") is not None
+            bounded = has_bound and (task in MVBENCH_BOUNDED or task not in MVBENCH_TASKS)
             start = _field(file, where, row, "start", float) if bounded else None
             end = _field(file, where, row, "end", float) if bounded else None
-            search = [(f"{segment_dir}/{video}", False)] if segment_dir else []
-            if whole_dir:
-                search.append((f"{whole_dir}/{video}", bounded))
+            search = []
+            for prefix in ("", f"{MVBENCH_EXTRA_ROOT}/"):
+                if segment_dir:
+                    search.append((f"{prefix}{segment_dir}/{video}", False))
+                if whole_dir:
+                    search.append((f"{prefix}{whole_dir}/{video}", bounded))
             search += [(f"{task}/{video}", bounded), (video, bounded)]
             samples.append(Sample(
                 id=f"{task}/{i}", benchmark="mvbench", kind=MC, video=video,
                 question=_field(file, where, row, "question"),
-                options=tuple(options), target=string.ascii_uppercase[options.index(answer)], category=task,
+                options=tuple(options), target=target, category=task,
                 start=start, end=end, search=tuple(dict.fromkeys(search)), frame_rate=MVBENCH_FRAME_RATE,
+                meta={} if target is not None else {"answer": answer},
             ))
     return samples
 
@@ -353,35 +371,77 @@ def read_longvideobench(path: Path) -> list[Sample]:
             question=_field(path, where, row, "question"), options=tuple(options), target=target,
             category=row.get("question_category"),
             subset=None if row.get("duration_group") is None else str(row["duration_group"]),
-            duration=float(row["duration"]) if row.get("duration") is not None else None,
+            duration=_field(path, where, row, "duration", float) if row.get("duration") is not None else None,
             search=((video, False), (f"videos/{video}", False)),
         ))
     return samples
 
 
 MLVU_TYPES = {"findNeedle": "needle"}  # the raw files' question_type -> lmms-eval's task_type
+MLVU_OPEN_ENDED = frozenset({"subPlot", "summary", "sub_scene"})  # 8_sub_scene.json, 9_summary.json: no candidates
+
+
+def _mlvu_letter(answer: str, options: list[str]) -> str | None:
+    """The letter of the raw answer text: the LAST candidate equal to it, as MLVU's own qa_template
+    (evaluation/multiple_choice_evaluation/choice_bench.py) numbers it (a few dev questions repeat a
+    candidate); else the answer itself when it is one of the letters; else None (no candidate is the
+    answer: it then scores 0, as MLVU's "(@)" does)."""
+    matches = [i for i, option in enumerate(options) if option == answer]
+    if matches:
+        return string.ascii_uppercase[matches[-1]]
+    letter = answer.strip().strip("().").strip()  # a converted copy that gives the letter instead
+    return letter if len(letter) == 1 and letter in string.ascii_uppercase[: len(options)] else None
+
+
+def _mlvu_open_ended(rows: list) -> bool:
+    """A file of MLVU's generation tasks: no candidates, question_type subPlot / summary."""
+    return bool(rows) and all(isinstance(r, dict) and "candidates" not in r
+                              and r.get("question_type", r.get("task_type")) in MLVU_OPEN_ENDED for r in rows)
 
 
 def read_mlvu(path: Path) -> list[Sample]:
-    """MLVU (dev, multiple choice): a JSON list per task (`4_count.json`) or a folder of them; records
-    {video, duration, question, candidates, answer (the option text), question_type}."""
+    """MLVU dev (multiple choice). Either the raw release, a JSON list per task (`4_count.json`) or
+    the folder of them, records {video, duration, question, candidates, answer (the option text),
+    question_type}; or the rows lmms-eval reads (Hugging Face `sy1998/MLVU_dev`, parquet / JSON /
+    JSON lines): {video_name, question (the options already in it as "(A) ..." lines), candidates,
+    answer (a letter), task_type}. In a folder, the open-ended tasks' files (8_sub_scene.json,
+    9_summary.json) are skipped: lmms-eval's mlvu_dev scores only the seven multiple-choice ones."""
     samples = []
-    for file in _files(path, (".json",)):
-        data = load_json(file)
-        if not isinstance(data, list):
-            raise EvalError(f"{file}: expected a JSON list of questions")
-        for i, row in enumerate(data):
+    files = _files(path, (".json", ".jsonl", ".parquet"))
+    for file in files:
+        rows = _rows(file)
+        if _mlvu_open_ended(rows):
+            if len(files) == 1:
+                raise EvalError(f"{file}: an open-ended MLVU task (no candidates); lmms-eval's mlvu_dev scores "
+                                "only the multiple-choice tasks 1_plotQA ... 7_topic_reasoning")
+            continue
+        for i, row in enumerate(rows):
             where = f"record {i}"
             options = [str(c) for c in _field(file, where, row, "candidates", list)]
-            target = _letter_of(file, where, _field(file, where, row, "answer", (str, int)), options)
-            qtype = str(_field(file, where, row, "question_type"))
-            video = _field(file, where, row, "video")
+            if "video_name" in row:  # lmms-eval's rows: the prompt text and the letter are given
+                answer = str(_field(file, where, row, "answer", (str, int))).strip()
+                if len(answer) != 1 or answer not in string.ascii_uppercase:
+                    raise _fail(file, where, f"answer {answer!r} is not an option letter")
+                qtype = str(_field(file, where, row, "task_type"))
+                video, target, hf = _field(file, where, row, "video_name"), answer, True
+            else:
+                answer = _field(file, where, row, "answer", (str, int, float))
+                answer = answer if isinstance(answer, str) else str(answer)
+                qtype = str(_field(file, where, row, "question_type"))
+                video, target, hf = _field(file, where, row, "video"), _mlvu_letter(answer, options), False
+            category = MLVU_TYPES.get(qtype, qtype)
+            folders = dict.fromkeys((file.stem, qtype, category))
+            search = [(f"{folder}/{video}", False) for folder in folders]
+            search += [(f"video/{folder}/{video}", False) for folder in folders] + [(video, False)]
+            meta = {"options_in_question": True} if hf else {}
+            if target is None:
+                meta["answer"] = answer
             samples.append(Sample(
                 id=f"{file.stem}/{i}", benchmark="mlvu", kind=MC, video=video,
                 question=_field(file, where, row, "question"),
-                options=tuple(options), target=target, category=MLVU_TYPES.get(qtype, qtype),
-                duration=float(row["duration"]) if row.get("duration") is not None else None,
-                search=((f"{file.stem}/{video}", False), (f"video/{file.stem}/{video}", False), (video, False)),
+                options=tuple(options), target=target, category=category,
+                duration=_field(file, where, row, "duration", float) if row.get("duration") is not None else None,
+                search=tuple(search), by_stem=not os.path.splitext(video)[1], meta=meta,
             ))
     return samples
 
@@ -423,9 +483,9 @@ def _grounding_dict(path: Path, benchmark: str, spans_key: str, queries_key: str
             raise _fail(path, where, f"{len(spans)} {spans_key} but {len(queries)} {queries_key}")
         duration = _field(path, where, entry, "duration", float) if "duration" in entry else None
         for j, (span, query) in enumerate(zip(spans, queries)):
-            start, end = _span(path, f"{where} {spans_key}[{j}]", span)
+            start, end = _span(path, f"{where} {spans_key}[{j}]", span, reorder=clip)
             if clip and duration is not None:
-                start, end = min(start, duration), min(end, duration)
+                start, end = min(max(start, 0.0), duration), min(max(end, 0.0), duration)
             if not isinstance(query, str) or not query.strip():
                 raise _fail(path, f"{where} {queries_key}[{j}]", "empty query")
             samples.append(Sample(
@@ -437,7 +497,8 @@ def _grounding_dict(path: Path, benchmark: str, spans_key: str, queries_key: str
 
 def read_activitynet(path: Path) -> list[Sample]:
     """ActivityNet-Captions (val_1.json / val_2.json): {video_id: {duration, timestamps, sentences}}.
-    Moments are clipped to the annotated duration. Videos: VIDEOS/<id>.<ext> (with or without "v_")."""
+    Moments are clipped to [0, the annotated duration] (a reversed one is read in order: the file is
+    read, not refused). Videos: VIDEOS/<id>.<ext> (with or without "v_")."""
     return _grounding_dict(path, "activitynet", "timestamps", "sentences", clip=True)
 
 
@@ -450,7 +511,8 @@ def read_timelens(path: Path) -> list[Sample]:
 def read_jsonl(path: Path) -> list[Sample]:
     """Our own format for custom sets, one JSON object a line (see docs/eval.md):
     MC: {"video", "question", "options": [...], "answer": letter | option text | 0-based index}
-    grounding: {"video", "query", "span": [start, end]}; optional "id", "type", "duration", "start", "end"."""
+    grounding: {"video", "query", "span": [start, end]}; optional "id", "type", "duration", and for MC
+    "start", "end"."""
     samples, seen = [], set()
     for lineno, row in _jsonl(path):
         where = f"line {lineno}"
@@ -462,6 +524,9 @@ def read_jsonl(path: Path) -> list[Sample]:
         category = None if row.get("type") is None else str(row["type"])
         duration = _field(path, where, row, "duration", float) if row.get("duration") is not None else None
         if "span" in row:
+            if row.get("start") is not None or row.get("end") is not None:
+                raise _fail(path, where, "'start' / 'end' (a part of the video) apply to multiple-choice rows only; "
+                                         "a grounding row's span is in the whole video's seconds")
             samples.append(Sample(
                 id=sid, benchmark="jsonl", kind=GROUNDING, video=video, question=_field(path, where, row, "query"),
                 target=_span(path, where, row["span"]), category=category, duration=duration, search=((video, False),),
@@ -521,11 +586,30 @@ def load_samples(benchmark: str, path: Path | str) -> list[Sample]:
 
 
 class VideoFinder:
-    """Finds samples' videos under one folder; the folder is listed once for `<id>.<ext>` look-ups."""
+    """Finds samples' videos under one folder; the folder is listed once for `<id>.<ext>` look-ups.
+    A path the annotation names that is not there is also looked for with another video extension
+    in the same folder (MVBench's JSON names `166583.webm` where lmms-eval's copy is `.mp4`; MLVU's
+    Hugging Face rows give some names without one)."""
 
     def __init__(self, videos: Path | str):
         self.root = Path(videos)
         self._stems: dict[str, Path] | None = None
+        self._folders: dict[Path, dict[str, Path]] = {}
+
+    def _other_extension(self, path: Path) -> Path | None:
+        stem, ext = os.path.splitext(path.name)
+        if ext and ext not in VIDEO_EXTENSIONS:
+            stem = path.name  # "clip.v2" is a name, not an extension
+        folder = path.parent
+        if folder not in self._folders:
+            index: dict[str, Path] = {}
+            if folder.is_dir():
+                for entry in sorted(os.scandir(folder), key=lambda e: e.name):
+                    name, suffix = os.path.splitext(entry.name)
+                    if suffix in VIDEO_EXTENSIONS and entry.is_file():
+                        index.setdefault(name, Path(entry.path))
+            self._folders[folder] = index
+        return self._folders[folder].get(stem)
 
     def _by_stem(self, stem: str) -> Path | None:
         if self._stems is None:
@@ -551,7 +635,9 @@ class VideoFinder:
             return VideoRef(path, sample.start, sample.end, rate if path.is_dir() else None)
         for rel, bounded in sample.search:
             path = self.root / rel
-            if path.exists():
+            if not path.exists():
+                path = self._other_extension(path)
+            if path is not None:
                 return VideoRef(path, sample.start if bounded else None, sample.end if bounded else None,
                                 rate if path.is_dir() else None)
         if sample.by_stem:

@@ -66,6 +66,9 @@ def eval_command(
     skip_missing: bool = typer.Option(False, "--skip-missing", help="Run although some videos are missing "
                                                                     "(they are recorded as errors)."),
     retry_errors: bool = typer.Option(False, "--retry-errors", help="Run again the samples recorded with an error."),
+    prefetch: int = typer.Option(None, "--prefetch", min=0, show_default="1 on a GPU, 0 on the CPU",
+                                 help="Videos decoded and preprocessed ahead, in background threads, while the "
+                                      "model works (0: none)."),
     rescore: str = typer.Option(None, "--rescore", help="Rebuild RUN/summary.json from its samples.jsonl; no model."),
     compare: str = typer.Option(None, "--compare", help="Another run folder whose vanilla (method none) scores "
                                                         "give the relative %."),
@@ -81,6 +84,7 @@ def eval_command(
 ) -> None:
     """Evaluate on a benchmark with the paper's protocol: one record per sample and setting, resumable."""
     from . import EvalError
+    from .store import StoreError
 
     try:
         if rescore is not None:
@@ -88,9 +92,11 @@ def eval_command(
             return
         _evaluate(bench, data, videos, model, method, ratio, frames, fps, max_frames, limit, out_dir, shard,
                   skip_missing, retry_errors, compare, preset, as_json, quiet, device, dtype, attention, max_pixels,
-                  decoder, siglip_head)
+                  decoder, siglip_head, prefetch)
     except EvalError as exc:
         _fail(str(exc))
+    except StoreError as exc:  # a record or the summary could not be written: what was written is kept
+        _fail(str(exc), code=cli.EXIT_RUN)
 
 
 # ----------------------------------------------------------------------------- pieces
@@ -115,22 +121,32 @@ def default_out(bench: str, model: str) -> str:
     return str(Path("runs") / f"{bench}-{name}")
 
 
-def _compare(summary: dict, other: str) -> dict:
-    """Add `relative` (% of the other run's vanilla headline score) to each result."""
+def _vanilla(other: str, benchmark: str) -> dict:
+    """The vanilla (method none) result of run folder `other`, a `benchmark` run (EvalError if not)."""
     from .benchmarks import EvalError
-    from .scoring import VANILLA, headline, relative
+    from .scoring import VANILLA
     from .store import load_config, load_records, summarise
 
+    if not Path(other).is_dir():
+        raise EvalError(f"{other}: run folder to compare with not found")
     records = load_records(other)
     if not records:
         raise EvalError(f"{other}: no sample records to compare with")
     config = load_config(other) if (Path(other) / "config.json").exists() else {}
-    theirs = summarise(records, config.get("benchmark") or records[0]["benchmark"], config.get("model", ""))
-    if theirs["benchmark"] != summary["benchmark"]:
-        raise EvalError(f"{other}: a {theirs['benchmark']} run cannot be compared with a {summary['benchmark']} one")
+    theirs = summarise(records, config.get("benchmark") or records[0].get("benchmark") or "?", config.get("model", ""))
+    if theirs["benchmark"] != benchmark:
+        raise EvalError(f"{other}: a {theirs['benchmark']} run cannot be compared with a {benchmark} one")
     vanilla = next((r for r in theirs["results"] if r["method"] == VANILLA and r["count"] > r["errors"]), None)
     if vanilla is None:
         raise EvalError(f"{other}: no vanilla (method none) results to compare with")
+    return vanilla
+
+
+def _compare(summary: dict, other: str) -> dict:
+    """Add `relative` (% of the other run's vanilla headline score) to each result."""
+    from .scoring import headline, relative
+
+    vanilla = _vanilla(other, summary["benchmark"])
     name = headline(vanilla["metrics"])
     for result in summary["results"]:
         value = relative(result["metrics"].get(name, 0.0), vanilla["metrics"][name])
@@ -232,9 +248,10 @@ class _Bar:
 
 def _evaluate(bench, data, videos, model, method, ratio, frames, fps, max_frames, limit, out_dir, shard_arg,
               skip_missing, retry_errors, compare, preset, as_json, quiet, device, dtype, attention, max_pixels,
-              decoder, siglip_head=None) -> None:
+              decoder, siglip_head=None, prefetch=None) -> None:
     from . import check_benchmark, load_samples, missing_videos, save_config
     from .runner import FramePlan, kinds, settings
+    from .store import RecordLock
 
     if bench is None:
         _fail("give a benchmark (see `ottvid eval --help`), or --rescore RUN")
@@ -262,22 +279,46 @@ def _evaluate(bench, data, videos, model, method, ratio, frames, fps, max_frames
               "frames": frames, "fps": fps, "max_frames": max_frames, "sampling": plan.describe(bench, kinds(samples)),
               "max_pixels": max_pixels, "preset": preset, "decoder": decoder, "siglip_head": siglip_head, "limit": limit,
               "skip_missing": skip_missing, "samples": len(samples)}
+    if compare is not None:
+        _vanilla(compare, bench)  # a bad --compare is refused now, not after the run
     group = _Group(distributed)
-    group.first(lambda: save_config(out_dir, config))  # rank 0 writes; a refusal stops every rank
-    if distributed and device in (None, "auto", "cuda"):  # one GPU per process
-        device = _rank_device()
-    progress = _Progress(quiet or rank > 0 and distributed)
-    backbone = _load(model, device, dtype, attention, max_pixels, progress, siglip_head)
-    progress.stop()
-    from .runner import run
+    lock = []
 
-    label = f"{bench} shard {rank}/{shards}" if shards > 1 else bench
-    bar = _Bar(quiet, label)
+    def prepare() -> None:  # rank 0 (or the only process): a refusal stops every rank
+        lock.append(RecordLock(out_dir, rank, shards))  # a second run of this shard is refused
+        try:
+            _check_run_folder(out_dir)
+            save_config(out_dir, config)
+        except BaseException:
+            lock.pop().release()
+            raise
+
+    group.first(prepare)
     try:
-        stats = cli._run(lambda: run(backbone, samples, out_dir, runs, videos, plan, rank=rank, shards=shards,
-                                     preset=preset, retry_errors=retry_errors, on_progress=bar), _Progress(True))
+        if not lock:  # the other ranks: their own record file's lock
+            lock.append(RecordLock(out_dir, rank, shards))
+        if distributed and device in (None, "auto", "cuda"):  # one GPU per process
+            device = _rank_device()
+        progress = _Progress(quiet or rank > 0 and distributed)
+        backbone = _load(model, device, dtype, attention, max_pixels, progress, siglip_head)
+        progress.stop()
+        from .runner import run
+
+        label = f"{bench} shard {rank}/{shards}" if shards > 1 else bench
+        bar = _Bar(quiet, label)
+        try:
+            stats = cli._run(lambda: run(backbone, samples, out_dir, runs, videos, plan, rank=rank, shards=shards,
+                                         preset=preset, retry_errors=retry_errors, on_progress=bar,
+                                         prefetch=prefetch),
+                             _Progress(True))
+        finally:
+            bar.stop()
+    except KeyboardInterrupt:
+        group.close()
+        _fail(_interrupted(out_dir), code=130)
     finally:
-        bar.stop()
+        for held in lock:
+            held.release()  # before the barrier: rank 0 merges every shard file next
     if stats.errors and not quiet:
         err.print(f"{stats.errors} of {stats.records} records hold an error", highlight=False)
     group.barrier()
@@ -301,7 +342,7 @@ def _finish(out_dir, samples, runs, shards, rank, distributed, quiet) -> dict | 
     """Merge the shards and score when the whole run is done (rank 0 after the barrier, or whichever
     --shard process finds nothing left); otherwise say what remains."""
     from .runner import remaining
-    from .store import merge_shards, rescore, sample_files
+    from .store import RunInUse, merge_shards, rescore, sample_files
 
     left = remaining(out_dir, samples, runs)
     if left and shards > 1 and not distributed:
@@ -312,9 +353,32 @@ def _finish(out_dir, samples, runs, shards, rank, distributed, quiet) -> dict | 
     if len(sample_files(out_dir)) > 1 or not (Path(out_dir) / "samples.jsonl").exists():
         try:
             merge_shards(out_dir)
-        except FileNotFoundError:  # another shard merged at the same moment
-            pass
+        except RunInUse as exc:  # another process still writes a record file: it merges when it ends
+            if not quiet:
+                err.print(f"not merged yet: {exc}", highlight=False, markup=False)
     return rescore(out_dir)
+
+
+def _check_run_folder(out_dir) -> None:
+    """Before the model loads: every record file of OUT reads (a damaged one is named with its
+    line), and records come with the config.json that says which run they belong to."""
+    from .benchmarks import EvalError
+    from .store import CONFIG, load_records
+
+    records = load_records(out_dir)
+    if records and not (Path(out_dir) / CONFIG).exists():
+        raise EvalError(f"{out_dir}: holds {len(records)} sample records but no {CONFIG}, so which run they "
+                        "belong to is unknown; use another --out (or put its config.json back)")
+
+
+def _interrupted(out_dir) -> str:
+    from .store import load_records
+
+    try:
+        kept = f"{len(load_records(out_dir))} records kept in {out_dir}"
+    except Exception:  # noqa: BLE001 - the message must not fail
+        kept = f"the records written are kept in {out_dir}"
+    return f"interrupted: {kept}; run the same command again to resume"
 
 
 def _rank_device() -> str:

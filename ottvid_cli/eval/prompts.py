@@ -3,8 +3,9 @@
 lmms-eval picks a task's `lmms_eval_specific_kwargs` entry by model name and falls back to
 `default`; none of these tasks has an entry for `qwen2_5_vl` (Video-MME's `qwen3_vl` entry is for
 Qwen3-VL only), so the `default` pre/post prompts are the ones used here. lmms-eval's Qwen2.5-VL model
-sends the system prompt below, then one user turn holding the video first and this text after it.
-Which lmms-eval file and function each prompt mirrors: docs/eval.md.
+(the chat implementation `--model qwen2_5_vl` resolves to, or the simple one) gives the model the
+system prompt below (the chat template's default), then one user turn holding the video first and
+this text after it. Which lmms-eval file and function each prompt mirrors: docs/eval.md.
 """
 
 from __future__ import annotations
@@ -14,7 +15,9 @@ from dataclasses import dataclass
 
 from .benchmarks import GROUNDING, MC, Sample, check_benchmark
 
-SYSTEM_PROMPT = "You are a helpful assistant."  # lmms_eval/models/simple/qwen2_5_vl.py, system_prompt default
+# lmms_eval/models/simple/qwen2_5_vl.py's system_prompt default; the chat implementation sends no system
+# message and Qwen2.5-VL's chat template fills in this same text
+SYSTEM_PROMPT = "You are a helpful assistant."
 
 
 @dataclass(frozen=True)
@@ -92,11 +95,20 @@ def longvideobench_prompt(sample: Sample) -> str:
     return f"{sample.question}\n{options}\n{LETTER_ANSWER}\n"
 
 
+MLVU_POST = f"\n{BEST_OPTION}\nBest option: ("  # mlvu_dev.yaml's default post_prompt
+
+
+def mlvu_question(sample: Sample) -> str:
+    """The `question` of lmms-eval's MLVU row: given as such by those rows; rebuilt for the raw
+    release's records as the question, then one "(A) option" line each, each line ended by a
+    newline (as a logged lmms-eval MLVU doc shows, and the size of the Hugging Face table agrees)."""
+    if sample.meta.get("options_in_question"):
+        return sample.question
+    return sample.question + "".join(f"\n{line}" for line in _lettered(sample.options, "({letter}) {option}")) + "\n"
+
+
 def mlvu_prompt(sample: Sample) -> str:
-    # lmms-eval's MLVU rows embed the options in the question as "(A) ..." lines; we rebuild that
-    # from the raw file's candidates.
-    options = "\n".join(_lettered(sample.options, "({letter}) {option}"))
-    return f"{sample.question}\n{options}\n{BEST_OPTION}\nBest option: ("
+    return f"{mlvu_question(sample)}{MLVU_POST}"  # mlvu_doc_to_text: pre_prompt "" + question + post_prompt
 
 
 def charades_prompt(sample: Sample) -> str:

@@ -22,6 +22,7 @@ from typing import Any, Callable, Iterable, Sequence
 from ..sampling import Sampling
 from ..settings import DEFAULT_MAX_FRAMES
 from .benchmarks import GROUNDING, MC, Sample, VideoFinder, VideoRef
+from .prefetch import ahead
 from .prompts import build_prompt, protocol
 from .store import SampleStore, load_records, make_record, record_key, shard
 
@@ -99,6 +100,17 @@ class Progress:
 _RUN_ERRORS = (ValueError, OSError, RuntimeError, MemoryError)  # VideoError and EvalError are ValueErrors
 
 
+def _failure(exc: Exception, path: Any = None) -> str:
+    """A sample's one-line error: the message, named by type when it is not one of the usual kinds
+    (e.g. PyAV's DecoderNotFoundError, a LookupError), and by the video when the message does not say it."""
+    text = " ".join(str(exc).split())
+    if not isinstance(exc, _RUN_ERRORS) or not text:
+        text = f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+    if path is not None and str(path) not in text:
+        text = f"{path}: {text}"
+    return text
+
+
 def _config(backbone: Any, method: str, ratio: float, preset: str) -> Any:
     from ..pipeline import make_config
 
@@ -114,21 +126,21 @@ class VideoRuns:
     (`_text`); the encoder output, saliency and processor inputs are the video's."""
 
     def __init__(self, backbone: Any, ref: VideoRef, sampling: Sampling, prompt: str, compress: bool,
-                 preset: str = "paper"):
+                 preset: str = "paper", loaded: Any = None, waited_ms: float = 0.0):
+        """`loaded`: the video already decoded and preprocessed with `prompt` (`load_video`, perhaps in
+        the background; else it is loaded here); `waited_ms`: how long the runner waited for it."""
         from ..pipeline import prepare
-        from ..timing import Stopwatch
 
         started = time.perf_counter()
         self.backbone, self.preset = backbone, preset
-        watch = Stopwatch(backbone.device)
-        with watch("decode"):
-            clip = sampling.decode(ref.path, backbone.default_frames, ref.start, ref.end, frame_rate=ref.frame_rate)
-        self.base = prepare(backbone, clip, sampling, VANILLA, prompt=prompt, saliency=compress)
-        self.base.timings_ms["decode"] = watch.ms["decode"]
+        loaded = loaded if loaded is not None else load_video(backbone, ref, sampling, prompt)
+        self.base = prepare(backbone, loaded, method=VANILLA, saliency=compress)
         self.prepared: dict[Setting, Any] = {}
         self.prefixes: dict[Setting, Any] = {}
         self.answered = 0
-        self.shared_ms = (time.perf_counter() - started) * 1e3  # decode + preprocess + encoder (+ saliency), wall
+        # the wall time of this video's shared work in the run: waiting for its decode + preprocess (which
+        # overlap the previous video's model work when prefetched), the encoder (+ saliency)
+        self.shared_ms = waited_ms + (time.perf_counter() - started) * 1e3
         self._texts: tuple[str, Any] = (prompt, self.base)  # the last prompt and the base Prepared holding its tokens
 
     def setting(self, method: str, ratio: float) -> Any:
@@ -193,6 +205,22 @@ class RunStats:
     seconds: float = 0.0
 
 
+def load_video(backbone: Any, ref: VideoRef | None, sampling: Sampling | None, prompt: str) -> Any:
+    """The video decoded (its part [start, end] only) and preprocessed with `prompt`: a
+    `pipeline.Loaded` (None for a missing video). Runs in a background thread when the runner
+    prefetches; raises what decoding raises (video.VideoError, ...)."""
+    from ..pipeline import load
+
+    if ref is None:
+        return None
+    started = time.perf_counter()
+    clip = sampling.decode(ref.path, backbone.default_frames, ref.start, ref.end, frame_rate=ref.frame_rate)
+    decoded = (time.perf_counter() - started) * 1e3
+    loaded = load(backbone, clip, sampling, prompt)
+    loaded.timings_ms["decode"] = decoded
+    return loaded
+
+
 def groups_by_video(todo: Sequence[tuple[Sample, list[Setting]]], finder: VideoFinder, frames: FramePlan
                     ) -> list[tuple[VideoRef | None, Sampling | None, list[tuple[Sample, list[Setting]]]]]:
     """The samples to run grouped by (video, part of it, sampling), in order of first appearance;
@@ -212,12 +240,18 @@ def groups_by_video(todo: Sequence[tuple[Sample, list[Setting]]], finder: VideoF
 def run(backbone: Any, samples: Sequence[Sample], out: Path | str, runs: Sequence[Setting], videos: Path | str,
         frames: FramePlan | None = None, *, rank: int = 0, shards: int = 1, preset: str = "paper",
         retry_errors: bool = False, on_progress: Callable[[Progress], None] | None = None,
-        max_new_tokens: int | None = None) -> RunStats:
+        max_new_tokens: int | None = None, prefetch: int | None = None) -> RunStats:
     """Run shard `rank` of `shards` of `samples` with every (method, ratio) in `runs`, appending the
     records to OUT (see store.py); what is done already is skipped. A sample whose video is missing
-    or cannot be decoded, or whose run fails, is recorded with its error and the run goes on.
-    `max_new_tokens` overrides the protocol's reply budget (for measurements only: benchmarks/eval_sweep.py)."""
+    or cannot be decoded, or whose run fails (any Exception), is recorded with its error and the run
+    goes on; a record that cannot be written (store.StoreError) and Ctrl-C stop it, keeping what was written.
+    `max_new_tokens` overrides the protocol's reply budget (for measurements only: benchmarks/eval_sweep.py).
+    `prefetch`: how many of the next videos are decoded and preprocessed in background threads while
+    the model works on the current one (0: each when it is reached; None: 1 on an accelerator, 0 on
+    the CPU, where the loader would only compete with the model for the same cores)."""
     frames = frames or FramePlan()
+    if prefetch is None:
+        prefetch = 0 if backbone.device.type == "cpu" else 1
     finder = VideoFinder(videos)
     stats = RunStats()
     started = time.perf_counter()
@@ -235,34 +269,51 @@ def run(backbone: Any, samples: Sequence[Sample], out: Path | str, runs: Sequenc
                     stats.errors += 1
                     progress.errors += 1
 
-        for ref, sampling, items in groups_by_video(todo, finder, frames):
-            video: VideoRuns | None = None
-            failure: BaseException | str | None = None
-            if ref is None:
-                failure = f"video not found under {finder.root}: {items[0][0].video}"
-            else:
+        groups = ahead(groups_by_video(todo, finder, frames), 
+                   lambda group: load_video(backbone, group[0], group[1], build_prompt(group[2][0][0])), prefetch)
+        try:
+            while True:
+                asked = time.perf_counter()
                 try:
-                    video = VideoRuns(backbone, ref, sampling, build_prompt(items[0][0]), compress, preset)
-                except _RUN_ERRORS as exc:
-                    failure = exc
-            for n, (sample, left) in enumerate(items):
-                prompt = build_prompt(sample)
-                budget = max_new_tokens or protocol(sample.benchmark, sample.kind).max_new_tokens
-                later = n + 1 < len(items)  # another question about this video follows: keep the video's KV prefix
-                for method, ratio in left:
-                    if video is None:
-                        write(make_record(sample, method, ratio, error=failure, prompt=prompt,
-                                          video=ref.path if ref is not None else None))
-                        continue
+                    (ref, sampling, items), loaded, error = next(groups)
+                except StopIteration:
+                    break
+                waited = (time.perf_counter() - asked) * 1e3
+                video: VideoRuns | None = None
+                failure: BaseException | str | None = None
+                if ref is None:
+                    failure = f"video not found under {finder.root}: {items[0][0].video}"
+                else:
                     try:
-                        write(video.answer(sample, prompt, method, ratio, budget, keep_prefix=later))
-                    except _RUN_ERRORS as exc:
-                        write(make_record(sample, method, ratio, error=exc, prompt=prompt, video=ref.path))
-                stats.samples += 1
-                progress.done += 1
-                if on_progress is not None:
-                    on_progress(progress)
-            del video
+                        if error is not None:
+                            raise error
+                        video = VideoRuns(backbone, ref, sampling, build_prompt(items[0][0]), compress, preset,
+                                          loaded, waited)
+                    except Exception as exc:  # any failure of this video (not Ctrl-C): recorded, the run goes on
+                        failure = _failure(exc, ref.path)
+                    del loaded
+                for n, (sample, left) in enumerate(items):
+                    prompt = build_prompt(sample)
+                    budget = max_new_tokens or protocol(sample.benchmark, sample.kind).max_new_tokens
+                    later = n + 1 < len(items)  # another question about this video follows: keep the video's KV prefix
+                    for method, ratio in left:
+                        if video is None:
+                            record = make_record(sample, method, ratio, error=failure, prompt=prompt,
+                                                 video=ref.path if ref is not None else None)
+                        else:
+                            try:
+                                record = video.answer(sample, prompt, method, ratio, budget, keep_prefix=later)
+                            except Exception as exc:
+                                record = make_record(sample, method, ratio, error=_failure(exc), prompt=prompt,
+                                                     video=ref.path)
+                        write(record)  # outside the try: a failed write (StoreError) stops the run, it is no sample's error
+                    stats.samples += 1
+                    progress.done += 1
+                    if on_progress is not None:
+                        on_progress(progress)
+                del video
+        finally:
+            groups.close()  # the loads not started are dropped
     stats.seconds = time.perf_counter() - started
     return stats
 

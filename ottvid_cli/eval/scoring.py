@@ -262,13 +262,15 @@ def judge(sample: Sample, reply: str, duration: float | None = None) -> Judgemen
     if bench == "mvbench":
         read = mvbench_normalise(text)
         letter = read if len(read) == 1 and read in "ABCDE" else None
-        return Judgement(letter, target, float(read == mvbench_normalise(target)), letter is not None)
+        right = target is not None and read == mvbench_normalise(target)
+        return Judgement(letter, target, float(right), letter is not None)
     if bench == "longvideobench":
         letter, parsed = longvideobench_choice(text, sample.letters, seed=sample.id)
-        return Judgement(letter, target, float(letter == target), parsed)
+        return Judgement(letter, target, float(target is not None and letter == target), parsed)
     choices = sample.letters if bench == "jsonl" else ("A", "B", "C", "D")
     letter = extract_choice(text, choices) or None
-    return Judgement(letter, target, float(letter == target), letter is not None)
+    # a question whose answer is none of its candidates (target None) is never right
+    return Judgement(letter, target, float(target is not None and letter == target), letter is not None)
 
 
 # ----------------------------------------------------------------------------- aggregation

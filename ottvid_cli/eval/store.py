@@ -6,10 +6,18 @@ OUT/
   samples.jsonl                the records (unsharded, or after `merge_shards`)
   samples.<rank>-of-<n>.jsonl  one shard's records while sharded
   summary.json                 `summarise` / `rescore`
+  .<record file>.lock          held by the process writing that record file (never deleted)
+  .run.lock                    held briefly while config.json is updated or the shard files are merged
+
+A record file has one writer at a time: `SampleStore` holds an exclusive lock (`flock`) on its
+lock file, so a second identical run is refused with one line instead of writing every record
+twice. A failed write (disk full, a signal) is cut back off the file, so a line is either whole or
+absent.
 """
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import re
@@ -25,7 +33,9 @@ SAMPLES = "samples.jsonl"
 SUMMARY = "summary.json"
 CONFIG = "config.json"
 GROWABLE = ("methods", "ratios")  # config keys a resume may extend
-UPDATABLE = ("limit", "skip_missing")  # config keys a resume may change (the last run's value is kept)
+UPDATABLE = ("limit", "skip_missing", "samples")  # config keys a resume may change (the last value is kept)
+PER_KIND = ("sampling",)  # {kind: ...}: a resume may add kinds (a new --limit reaches other samples), not change one
+RUN_LOCK = ".run.lock"
 _SHARD_FILE = re.compile(r"^samples\.(\d+)-of-(\d+)\.jsonl$")
 
 Key = tuple[str, str, float]
@@ -37,6 +47,17 @@ def record_key(sample_id: str, method: str, ratio: float) -> Key:
 
 def _key_of(record: dict) -> Key:
     return record_key(record["id"], record["method"], record["ratio"])
+
+
+def _valid(record: Any) -> dict:
+    """`record` if it is a sample record: a key, and a numeric score unless it holds an error
+    (what the summary reads); ValueError, KeyError or TypeError if not."""
+    if not isinstance(record, dict):
+        raise TypeError("not an object")
+    _key_of(record)
+    if record.get("error") is None and not isinstance(record.get("score"), (int, float)):
+        raise ValueError("no score")
+    return record
 
 
 def one_line(error: BaseException | str) -> str:
@@ -71,6 +92,114 @@ def make_record(sample: Sample, method: str, ratio: float, reply: str | None = N
     return record
 
 
+# ----------------------------------------------------------------------------- locks
+
+
+class StoreError(Exception):
+    """A record could not be written (disk full, permissions): the run stops, what was written is kept.
+    Not a ValueError, so it is never mistaken for a sample's own failure or for bad input."""
+
+
+class RunInUse(EvalError):
+    """Another process holds the lock of a record file of the run folder."""
+
+
+try:
+    import fcntl
+except ImportError:  # not POSIX: no locking (one writer per run folder is then the user's business)
+    fcntl = None
+
+_HELD: dict[str, list] = {}  # lock file -> [fd, count]: locks this process holds (re-entrant)
+
+
+def lock_file(path: Path) -> Path:
+    """The lock file guarding record file `path` (a separate file: `path` itself is replaced by merges)."""
+    return path.with_name(f".{path.name}.lock")
+
+
+def _holder(lock: Path) -> str:
+    try:
+        pid = lock.read_text(encoding="utf-8").strip()
+    except OSError:
+        pid = ""
+    return f" (pid {pid})" if pid.isdigit() else ""
+
+
+def acquire(lock: Path, *, wait: bool = False, what: str | None = None) -> str:
+    """Take the exclusive lock `lock` (re-entrant within this process); RunInUse when another process
+    holds it and not `wait`. Returns the key to pass to `release`."""
+    key = str(lock.resolve())
+    if key in _HELD:
+        _HELD[key][1] += 1
+        return key
+    if lock.parent.exists() and not lock.parent.is_dir():
+        raise EvalError(f"{lock.parent}: not a folder (the run folder must be one)")
+    try:
+        lock.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o644)
+    except OSError as exc:
+        raise EvalError(f"{lock.parent}: cannot write to the run folder: {one_line(exc)}") from None
+    if fcntl is not None:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | (0 if wait else fcntl.LOCK_NB))
+        except OSError as exc:
+            os.close(fd)
+            if exc.errno not in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
+                raise EvalError(f"{lock}: cannot lock: {one_line(exc)}") from None
+            raise RunInUse(f"{what or lock} is being written by another run{_holder(lock)}: wait for it to "
+                           "finish, or use another --out") from None
+        try:  # who holds it, for the message another process shows
+            os.ftruncate(fd, 0)
+            os.write(fd, f"{os.getpid()}\n".encode())
+        except OSError:
+            pass
+    _HELD[key] = [fd, 1]
+    return key
+
+
+def release(key: str) -> None:
+    held = _HELD.get(key)
+    if held is None:
+        return
+    held[1] -= 1
+    if held[1] <= 0:
+        del _HELD[key]
+        os.close(held[0])  # closing the descriptor drops the flock
+
+
+def _append(fd: int, data: bytes) -> None:
+    """Write all of `data` (os.write may write part of it: a signal, a nearly full disk)."""
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view):]
+
+
+def record_file(out_dir: Path | str, rank: int = 0, shards: int = 1) -> Path:
+    """The record file shard `rank` of `shards` writes: OUT/samples.jsonl unsharded."""
+    _check_shard(rank, shards)
+    return Path(out_dir) / (SAMPLES if shards == 1 else f"samples.{rank}-of-{shards}.jsonl")
+
+
+class RecordLock:
+    """Hold the writer's lock of shard `rank` of `shards` in OUT (as `SampleStore` does), e.g. from
+    before the model loads until the run ends, so a second run of the same shard is refused early."""
+
+    def __init__(self, out_dir: Path | str, rank: int = 0, shards: int = 1):
+        path = record_file(out_dir, rank, shards)
+        self._key: str | None = acquire(lock_file(path), what=path)
+
+    def release(self) -> None:
+        if self._key is not None:
+            release(self._key)
+            self._key = None
+
+    def __enter__(self) -> "RecordLock":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.release()
+
+
 # ----------------------------------------------------------------------------- JSONL files
 
 
@@ -99,29 +228,53 @@ def _write_atomic(path: Path, text: str) -> None:
 
 def read_records(path: Path, *, repair: bool = False) -> list[dict]:
     """The complete records of a JSONL file. A last line cut short by a kill (no newline, or not
-    JSON) is ignored, and with `repair` cut off the file; a bad line before the last is an error."""
-    if not path.exists():
-        return []
-    data = path.read_bytes()
+    a record) is ignored, and with `repair` cut off the file (a whole record that lacks only its
+    newline is kept, and with `repair` the newline added); a bad line before the last is an error."""
+    records = _read(path, repair=repair)
+    return [] if records is None else records
+
+
+def _read(path: Path, *, repair: bool = False) -> list[dict] | None:
+    """read_records, but None when the file is not there (a merge may just have folded it in)."""
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        raise EvalError(f"{path}: cannot read: {one_line(exc)}") from None
     lines = data.split(b"\n")
     tail = lines.pop()  # b"" when the file ends with a newline
     good_end = len(data) - len(tail)
+    whole_tail = False
+    if tail.strip():  # no newline after it: cut short by a kill, unless it is a whole record
+        try:
+            tail_record = _valid(json.loads(tail))
+            whole_tail = True
+        except (ValueError, KeyError, TypeError):
+            pass
+    last = max((n for n, line in enumerate(lines, 1) if line.strip()), default=0)
     records = []
     for n, line in enumerate(lines, 1):
         if not line.strip():
             continue
         try:
-            record = json.loads(line)
-            _key_of(record)
+            record = _valid(json.loads(line))
         except (ValueError, KeyError, TypeError):
-            if n == len(lines):  # a torn last line that happens to end in a newline
-                good_end -= len(line) + 1
+            if n == last and not whole_tail and not tail.strip():  # a torn last line that ends in a newline
+                good_end = sum(len(x) + 1 for x in lines[: n - 1])
                 break
-            raise EvalError(f"{path}: line {n}: not a sample record (the file is damaged)") from None
+            raise EvalError(f"{path}: line {n}: not a sample record (the file is damaged; remove or mend that "
+                            "line, and its sample runs again)") from None
         records.append(record)
-    if repair and good_end != len(data):
+    if whole_tail:
+        records.append(tail_record)
+    if repair and (good_end != len(data) or whole_tail):
         with open(path, "r+b") as f:
-            f.truncate(good_end)
+            if whole_tail:  # keep it: only its newline is missing
+                f.seek(0, os.SEEK_END)
+                f.write(b"\n")
+            else:
+                f.truncate(good_end)
             f.flush()
             os.fsync(f.fileno())
     return records
@@ -139,43 +292,87 @@ def sample_files(out_dir: Path | str) -> list[Path]:
     return merged + [p for _, p in sorted(shards)]
 
 
-def load_records(out_dir: Path | str) -> list[dict]:
-    """Every record of the run, merged file first, each (id, method, ratio) once."""
-    seen: set[Key] = set()
-    out = []
-    for path in sample_files(out_dir):
-        for record in read_records(path):
-            key = _key_of(record)
-            if key not in seen:
-                seen.add(key)
-                out.append(record)
+def _failed(record: dict) -> bool:
+    return record.get("error") is not None
+
+
+def _snapshot(out_dir: Path | str, skip: Path | None = None) -> list[tuple[Path, list[dict]]]:
+    """Every record file of OUT (but `skip`) with its records. A file that vanishes while read was
+    folded into samples.jsonl by a merge (written before the shard files go): read them all again."""
+    for _ in range(100):
+        files = []
+        for path in sample_files(out_dir):
+            if path == skip:
+                continue
+            records = _read(path)
+            if records is None:
+                break
+            files.append((path, records))
+        else:
+            return files
+    raise EvalError(f"{out_dir}: the record files keep changing while read")
+
+
+def _unique(records: Iterable[dict]) -> list[dict]:
+    """Each (id, method, ratio) once: the first record without an error, else the first (a retried
+    sample's new record supersedes its error record in another file)."""
+    chosen: dict[Key, int] = {}
+    out: list[dict] = []
+    for record in records:
+        key = _key_of(record)
+        n = chosen.get(key)
+        if n is None:
+            chosen[key] = len(out)
+            out.append(record)
+        elif _failed(out[n]) and not _failed(record):
+            out[n] = record
     return out
+
+
+def load_records(out_dir: Path | str) -> list[dict]:
+    """Every record of the run, merged file first, each (id, method, ratio) once (one without an
+    error where there is one)."""
+    return _unique(r for _, records in _snapshot(out_dir) for r in records)
 
 
 class SampleStore:
     """The append-only record file of one shard (or of the whole run when `shards` is 1).
 
-    Opening it repairs a torn last line of its own file and learns what is done from every record
-    file in OUT (any shard count), so a resumed or re-sharded run skips finished work. `add` writes
-    one line, flushed and fsync'd, and never writes a (id, method, ratio) twice. With
-    `retry_errors`, the error records of its own file are dropped so those samples run again.
+    Opening it takes the file's lock (`RunInUse` when another process writes it), repairs a torn
+    last line of its own file and learns what is done from every record file in OUT (any shard
+    count), so a resumed or re-sharded run skips finished work. `add` writes one line with one
+    write, fsync'd, and never writes a (id, method, ratio) twice; a failed write is cut back off
+    and raises `StoreError`. With `retry_errors`, error records count as not done: those of its own
+    file are dropped, those of other files are superseded by the new records (`load_records`,
+    `merge_shards` prefer a record without an error).
     """
 
     def __init__(self, out_dir: Path | str, *, rank: int = 0, shards: int = 1, retry_errors: bool = False):
-        _check_shard(rank, shards)
         self.out = Path(out_dir)
-        self.out.mkdir(parents=True, exist_ok=True)
-        self.path = self.out / (SAMPLES if shards == 1 else f"samples.{rank}-of-{shards}.jsonl")
+        self.path = record_file(self.out, rank, shards)
+        if self.out.exists() and not self.out.is_dir():
+            raise EvalError(f"{self.out}: not a folder")
+        self._fd: int | None = None
+        self._lock = acquire(lock_file(self.path), what=self.path)
+        try:
+            self._open(retry_errors)
+        except BaseException:
+            release(self._lock)
+            raise
+
+    def _open(self, retry_errors: bool) -> None:
         own = read_records(self.path, repair=True)
-        if retry_errors and any(r.get("error") is not None for r in own):
-            own = [r for r in own if r.get("error") is None]
+        if retry_errors and any(_failed(r) for r in own):
+            own = [r for r in own if not _failed(r)]
             _write_atomic(self.path, "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in own))
         self._done: set[Key] = {_key_of(r) for r in own}
-        for path in sample_files(self.out):
-            if path != self.path:
-                self._done.update(_key_of(r) for r in read_records(path))
+        for _, records in _snapshot(self.out, skip=self.path):
+            self._done.update(_key_of(r) for r in records if not (retry_errors and _failed(r)))
         created = not self.path.exists()
-        self._file = open(self.path, "a", encoding="utf-8")
+        try:
+            self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        except OSError as exc:
+            raise EvalError(f"{self.path}: cannot write: {one_line(exc)}") from None
         if created:
             _fsync_dir(self.out)
 
@@ -186,8 +383,10 @@ class SampleStore:
         self.close()
 
     def close(self) -> None:
-        if not self._file.closed:
-            self._file.close()
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+            release(self._lock)
 
     def __len__(self) -> int:
         return len(self._done)
@@ -207,13 +406,26 @@ class SampleStore:
         return out
 
     def add(self, record: dict) -> bool:
-        """Append the record (flushed and fsync'd); False, writing nothing, if its key is done."""
+        """Append the record (fsync'd); False, writing nothing, if its key is done. If the write
+        fails or is interrupted, what reached the file is cut off again (StoreError for a failure)."""
         key = _key_of(record)
         if key in self._done:
             return False
-        self._file.write(json.dumps(record, ensure_ascii=False) + "\n")
-        self._file.flush()
-        os.fsync(self._file.fileno())
+        if self._fd is None:
+            raise StoreError(f"{self.path}: the record store is closed")
+        data = (json.dumps(record, ensure_ascii=False) + "\n").encode("utf-8")
+        size = os.fstat(self._fd).st_size  # the lock: no one else appends meanwhile
+        try:
+            _append(self._fd, data)
+            os.fsync(self._fd)
+        except BaseException as exc:
+            try:
+                os.ftruncate(self._fd, size)
+            except OSError:
+                pass  # the torn line is cut off when the file is next opened
+            if isinstance(exc, OSError):
+                raise StoreError(f"cannot write {self.path}: {one_line(exc)}") from None
+            raise
         self._done.add(key)
         return True
 
@@ -238,17 +450,31 @@ def shard(samples: Sequence[Sample], index: int, count: int) -> list[Sample]:
 
 
 def merge_shards(out_dir: Path | str, *, keep: bool = False) -> Path:
-    """Fold the shard files into OUT/samples.jsonl (each key once, written atomically), then delete
-    them unless `keep`. Run it once every shard has finished."""
+    """Fold the shard files into OUT/samples.jsonl (each key once, a record without an error
+    preferred, written atomically), then delete them unless `keep`. Run it once every shard has
+    finished. Merges are serialised (OUT/.run.lock); RunInUse, merging nothing, when another process
+    still writes one of the record files (that run merges when it ends)."""
     out = Path(out_dir)
-    records = load_records(out)
     target = out / SAMPLES
-    _write_atomic(target, "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records))
-    if not keep:
-        for path in sample_files(out):
-            if path != target:
-                path.unlink()
-        _fsync_dir(out)
+    merge = acquire(out / RUN_LOCK, wait=True)
+    held: list[str] = []
+    try:
+        files = [p for p in sample_files(out) if p != target]
+        for path in [target, *files]:
+            held.append(acquire(lock_file(path), what=path))
+        records = _unique(r for _, rs in _snapshot(out) for r in rs)
+        try:
+            _write_atomic(target, "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records))
+        except OSError as exc:
+            raise StoreError(f"cannot write {target}: {one_line(exc)} (the shard files are kept)") from None
+        if not keep:
+            for path in files:  # only those locked (and so read): a shard file begun since is not ours
+                path.unlink(missing_ok=True)
+            _fsync_dir(out)
+    finally:
+        for key in reversed(held):
+            release(key)
+        release(merge)
     return target
 
 
@@ -257,19 +483,39 @@ def merge_shards(out_dir: Path | str, *, keep: bool = False) -> Path:
 
 def save_config(out_dir: Path | str, config: dict) -> dict:
     """Write OUT/config.json, or check a resume against it. Only `methods` and `ratios` may change
-    (the stored lists grow to the union) and `limit` / `skip_missing` (the new value is stored); any
-    other difference is refused with a one-line EvalError."""
+    (the stored lists grow to the union), `limit` / `skip_missing` / `samples` (the new value is
+    stored) and `sampling` may gain kinds of sample (a new --limit reaching grounding samples); any
+    other difference is refused with a one-line EvalError. One process at a time (OUT/.run.lock), so
+    shards adding methods at the same moment do not lose each other's."""
     out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    path = out / CONFIG
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise EvalError(f"{out}: cannot make the run folder: {one_line(exc)}") from None
+    folder = acquire(out / RUN_LOCK, wait=True)  # shards starting together: one read-modify-write at a time
+    try:
+        return _save_config(out / CONFIG, config)
+    finally:
+        release(folder)
+
+
+def _save_config(path: Path, config: dict) -> dict:
     config = json.loads(json.dumps(config))  # normalise tuples, paths
     if path.exists():
         try:
             old = json.loads(path.read_text(encoding="utf-8"))
         except (OSError, ValueError) as exc:
             raise EvalError(f"{path}: unreadable run config: {one_line(exc)}") from None
+        for key in PER_KIND:
+            mine, theirs = config.get(key), old.get(key)
+            if isinstance(mine, dict) and isinstance(theirs, dict):
+                for kind in sorted(set(mine) & set(theirs)):
+                    if mine[kind] != theirs[kind]:
+                        raise EvalError(f"{path}: this folder holds a run with {key}[{kind}]={theirs[kind]!r}, not "
+                                        f"{mine[kind]!r}; use another output folder or the same settings")
+                config[key] = {**theirs, **mine}
         for key in sorted(set(old) | set(config)):
-            if key not in GROWABLE + UPDATABLE and old.get(key) != config.get(key):
+            if key not in GROWABLE + UPDATABLE + PER_KIND and old.get(key) != config.get(key):
                 raise EvalError(
                     f"{path}: this folder holds a run with {key}={old.get(key)!r}, not {config.get(key)!r}; "
                     "use another output folder or the same settings (only methods and ratios may be added)"
@@ -278,7 +524,10 @@ def save_config(out_dir: Path | str, config: dict) -> dict:
             merged = list(old.get(key) or [])
             merged += [v for v in config.get(key) or [] if v not in merged]
             config[key] = merged
-    _write_atomic(path, json.dumps(config, indent=2, ensure_ascii=False) + "\n")
+    try:
+        _write_atomic(path, json.dumps(config, indent=2, ensure_ascii=False) + "\n")
+    except OSError as exc:
+        raise EvalError(f"{path}: cannot write: {one_line(exc)}") from None
     return config
 
 
@@ -327,19 +576,26 @@ def summarise(records: Iterable[dict], benchmark: str, model: str) -> dict:
 
 def write_summary(out_dir: Path | str, summary: dict) -> Path:
     path = Path(out_dir) / SUMMARY
-    _write_atomic(path, json.dumps(summary, indent=2, ensure_ascii=False) + "\n")
+    try:
+        _write_atomic(path, json.dumps(summary, indent=2, ensure_ascii=False) + "\n")
+    except OSError as exc:
+        raise StoreError(f"cannot write {path}: {one_line(exc)} (the records are kept)") from None
     return path
 
 
 def rescore(out_dir: Path | str) -> dict:
     """Rebuild OUT/summary.json from the record files alone (benchmark and model from config.json,
-    else from the records) and return it."""
+    else from the records) and return it. A folder without records is an error (an existing
+    summary.json is left as it is)."""
     out = Path(out_dir)
     records = load_records(out)
     config = load_config(out) if (out / CONFIG).exists() else {}
-    benchmark = config.get("benchmark") or (records[0]["benchmark"] if records else None)
-    if benchmark is None:
-        raise EvalError(f"{out}: no records and no config.json to rescore")
+    if not records:
+        what = "config.json but no sample records yet" if config else "no sample records and no config.json"
+        raise EvalError(f"{out}: {what}; nothing to rescore")
+    benchmark = config.get("benchmark") or records[0].get("benchmark")
+    if not benchmark:
+        raise EvalError(f"{out}: no config.json and no benchmark in the records; nothing to rescore")
     summary = summarise(records, benchmark, config.get("model", ""))
     write_summary(out, summary)
     return summary

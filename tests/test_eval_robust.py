@@ -1,0 +1,488 @@
+"""`ottvid eval`'s run machinery under abuse: concurrent writers, failed writes, merges racing each
+other and readers, retried errors in other shards' files, damaged and foreign run folders refused
+before the model loads, Ctrl-C, resumes that change --limit, undecodable videos of every kind, and
+(slow) real processes killed with SIGKILL or run side by side."""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from contextlib import contextmanager
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from ottvid_cli.cli import app
+from ottvid_cli.eval import EvalError, SampleStore, load_records, load_samples, make_record, merge_shards, rescore
+from ottvid_cli.eval import store as store_module
+from ottvid_cli.eval.runner import FramePlan, run, settings
+
+DATA = Path(__file__).parent / "data"
+EVAL = DATA / "eval"
+HUB_MODEL = "Qwen/Qwen2.5-VL-7B-Instruct"  # never loaded: the cases using it are refused first
+PLAN = FramePlan(frames=4, max_frames=4)
+cli = CliRunner()
+
+
+def invoke(*args):
+    return cli.invoke(app, ["eval", *[str(a) for a in args]])
+
+
+def refused(result, *parts, code=2):
+    assert result.exit_code == code, result.output
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error:"), result.stderr
+    for part in parts:
+        assert part in lines[0], lines[0]
+    return lines[0]
+
+
+def keys(records):
+    return [(r["id"], r["method"], r["ratio"]) for r in records]
+
+
+def lines_of(path):
+    return [json.loads(line) for line in Path(path).read_text().splitlines()]
+
+
+@pytest.fixture()
+def samples():
+    return load_samples("mlvu", EVAL / "mlvu")  # 3 samples
+
+
+@contextmanager
+def holding(out, rank=0, shards=1, lock=None):
+    """Another process holding the writer's lock of shard `rank` of `shards` of OUT (a run in
+    progress), or the lock file `lock`."""
+    take = ("from pathlib import Path; from ottvid_cli.eval.store import acquire; acquire(Path(sys.argv[4]))"
+            if lock else "from ottvid_cli.eval.store import RecordLock; "
+                         "held = RecordLock(sys.argv[1], int(sys.argv[2]), int(sys.argv[3]))")
+    code = f"import sys; {take}; print('held', flush=True); sys.stdin.read()"
+    process = subprocess.Popen([sys.executable, "-c", code, str(out), str(rank), str(shards), str(lock)],
+                               stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert process.stdout.readline().strip() == "held"
+        yield process.pid
+    finally:
+        process.stdin.close()
+        process.wait(timeout=60)
+
+
+def base_args(model, out, data=EVAL / "custom.jsonl", videos=DATA):
+    return ["jsonl", "--data", data, "--videos", videos, "--model", model, "--method", "none", "--method", "ottvid",
+            "--ratio", "0.25", "--max-frames", "4", "--out", out, "--json", "--quiet"]
+
+
+# ----------------------------------------------------------------------------- the store
+
+
+def test_a_second_writer_of_the_same_record_file_is_refused(tmp_path, samples):
+    """Two identical runs at once wrote every record twice; now the second is refused, naming the holder."""
+    with holding(tmp_path) as pid:
+        busy = rf"samples.jsonl is being written by another run \(pid {pid}\)"
+        with pytest.raises(store_module.RunInUse, match=busy):
+            SampleStore(tmp_path)
+        with SampleStore(tmp_path, rank=1, shards=2) as other:  # another shard's file: fine
+            assert other.add(make_record(samples[0], "none", 1.0, "B"))
+    with SampleStore(tmp_path) as store:  # the holder is gone
+        assert store.add(make_record(samples[1], "none", 1.0, "B"))
+        with SampleStore(tmp_path) as again:  # re-entrant within one process
+            assert again.done(samples[0].id, "none", 1.0)
+
+
+def test_a_failed_or_interrupted_write_leaves_no_torn_line(tmp_path, samples, monkeypatch):
+    """A write that fails halfway (disk full) or is interrupted left a partial line that the next
+    record was appended to: a damaged line in the middle of the file, which then refuses to resume."""
+    append = store_module._append
+
+    def half(exc):
+        def write(fd, data):
+            os.write(fd, data[: len(data) // 2])
+            raise exc
+        return write
+
+    with SampleStore(tmp_path) as store:
+        store.add(make_record(samples[0], "none", 1.0, "B"))
+        before = (tmp_path / "samples.jsonl").read_bytes()
+        monkeypatch.setattr(store_module, "_append", half(OSError(errno.ENOSPC, "No space left on device")))
+        with pytest.raises(store_module.StoreError, match="cannot write .*samples.jsonl: .*No space left"):
+            store.add(make_record(samples[1], "none", 1.0, "B"))
+        assert (tmp_path / "samples.jsonl").read_bytes() == before
+        monkeypatch.setattr(store_module, "_append", half(KeyboardInterrupt()))
+        with pytest.raises(KeyboardInterrupt):
+            store.add(make_record(samples[1], "none", 1.0, "B"))
+        assert (tmp_path / "samples.jsonl").read_bytes() == before
+        monkeypatch.setattr(store_module, "_append", append)
+        assert store.add(make_record(samples[1], "none", 1.0, "B"))  # not marked done by the failures
+    assert keys(lines_of(tmp_path / "samples.jsonl")) == [(samples[0].id, "none", 1.0), (samples[1].id, "none", 1.0)]
+
+
+def _sharded(out, samples, n=2, method="m"):
+    for rank in range(n):
+        with SampleStore(out, rank=rank, shards=n) as store:
+            for sample in samples:
+                store.add(make_record(sample, f"{method}{rank}", 0.5, "B"))
+    return n * len(samples)
+
+
+def _race(monkeypatch, action):
+    """Run `action` (another process's merge) right after the first read of shard 0's file."""
+    read = store_module._read
+    state = {"raced": False}
+
+    def racing(path, **kwargs):
+        got = read(path, **kwargs)
+        if not state["raced"] and path.name == "samples.0-of-2.jsonl":
+            state["raced"] = True
+            action()
+        return got
+
+    monkeypatch.setattr(store_module, "_read", racing)
+    return state
+
+
+def test_a_merge_or_a_reader_meeting_another_merge_loses_nothing(tmp_path, samples, monkeypatch):
+    """Two shards finishing together both merged; the second, having listed the shard files before
+    the first deleted them, read a vanished file as empty and replaced samples.jsonl with part of the
+    records. A reader (rescore, a store opening) lost records the same way."""
+    merging, reading = tmp_path / "merging", tmp_path / "reading"
+    total = _sharded(merging, samples)
+    state = _race(monkeypatch, lambda: merge_shards(merging))
+    merge_shards(merging)
+    assert state["raced"] and len(lines_of(merging / "samples.jsonl")) == total
+    _sharded(reading, samples)
+    state = _race(monkeypatch, lambda: merge_shards(reading))
+    assert len(load_records(reading)) == total and state["raced"]
+    _sharded(reading, samples[:1], method="again")  # shard files again, then a store opens during a merge
+    state = _race(monkeypatch, lambda: merge_shards(reading))
+    with SampleStore(reading, rank=2, shards=4) as store:
+        assert len(store) == total + 2 and state["raced"]
+
+
+def test_retry_errors_supersedes_error_records_of_other_files(tmp_path, samples):
+    """--retry-errors after a merged (torchrun) run, or with another shard count, retried nothing:
+    the error records sit in samples.jsonl, not in the shard's own file."""
+    with SampleStore(tmp_path) as store:
+        store.add(make_record(samples[0], "none", 1.0, error="cannot decode"))
+        store.add(make_record(samples[1], "none", 1.0, "B"))
+    with SampleStore(tmp_path, rank=0, shards=2) as store:
+        assert store.done(samples[0].id, "none", 1.0)  # errors count as done without retry_errors
+    with SampleStore(tmp_path, rank=0, shards=2, retry_errors=True) as store:
+        assert not store.done(samples[0].id, "none", 1.0) and store.done(samples[1].id, "none", 1.0)
+        assert store.add(make_record(samples[0], "none", 1.0, "B"))
+    records = load_records(tmp_path)
+    assert len(records) == 2 and all(r["error"] is None for r in records)
+    assert rescore(tmp_path)["results"][0]["errors"] == 0
+    merge_shards(tmp_path)
+    merged = lines_of(tmp_path / "samples.jsonl")
+    assert len(merged) == 2 and all(r["error"] is None for r in merged)
+
+
+def test_no_merge_while_another_process_writes_a_shard(tmp_path, samples):
+    total = _sharded(tmp_path, samples)
+    with holding(tmp_path, rank=1, shards=2):
+        with pytest.raises(store_module.RunInUse, match="samples.1-of-2.jsonl is being written"):
+            merge_shards(tmp_path)
+        assert not (tmp_path / "samples.jsonl").exists() and len(load_records(tmp_path)) == total
+        (tmp_path / "config.json").write_text('{"benchmark": "mlvu", "model": "m"}')
+        assert [r["count"] for r in rescore(tmp_path)["results"]] == [3, 3]  # rescored from unmerged shards
+    merge_shards(tmp_path)
+    assert len(lines_of(tmp_path / "samples.jsonl")) == total
+
+
+def test_a_resume_may_change_the_sample_count_and_reach_new_kinds(tmp_path):
+    """--limit may change on a resume, but the config's sample count (and, where the new limit
+    reaches grounding samples, its per-kind sampling) differed, and the resume was refused."""
+    config = {"benchmark": "jsonl", "model": "m", "methods": ["none"], "ratios": [0.1], "limit": 1, "samples": 1,
+              "sampling": {"mc": {"frames": 4, "fps": None, "max_frames": None}}}
+    store_module.save_config(tmp_path, config)
+    grounding = {"frames": None, "fps": 2.0, "max_frames": 4}
+    more = dict(config, limit=3, samples=3, sampling={**config["sampling"], "grounding": grounding})
+    saved = store_module.save_config(tmp_path, more)
+    assert saved["samples"] == 3 and saved["sampling"] == more["sampling"]
+    fewer = dict(config, limit=1, samples=1)  # back to one kind: the stored kinds stay
+    assert store_module.save_config(tmp_path, fewer)["sampling"] == more["sampling"]
+    with pytest.raises(EvalError, match=r"sampling\[mc\]"):
+        store_module.save_config(tmp_path, dict(more, sampling={"mc": {"frames": 8, "fps": None, "max_frames": None}}))
+
+
+def test_config_updates_wait_for_each_other(tmp_path):
+    """Shards started together each read config.json, added their methods and wrote it back: the
+    last writer dropped the others' methods."""
+    import threading
+
+    config = {"benchmark": "jsonl", "model": "m", "methods": ["none"], "ratios": [0.1]}
+    store_module.save_config(tmp_path, config)
+    with holding(tmp_path, lock=tmp_path / ".run.lock"):
+        other = threading.Thread(target=store_module.save_config, args=(tmp_path, dict(config, methods=["fastvid"])))
+        other.start()
+        other.join(0.5)
+        assert other.is_alive()  # waits for the other process's update
+    other.join(30)
+    assert json.loads((tmp_path / "config.json").read_text())["methods"] == ["none", "fastvid"]
+
+
+def test_rescore_without_records_keeps_the_summary(tmp_path):
+    """A folder whose records are gone was rescored into an empty summary.json over the good one."""
+    (tmp_path / "config.json").write_text(json.dumps({"benchmark": "jsonl", "model": "m"}))
+    (tmp_path / "summary.json").write_text('{"precious": true}')
+    with pytest.raises(EvalError, match="no sample records yet"):
+        rescore(tmp_path)
+    assert (tmp_path / "summary.json").read_text() == '{"precious": true}'
+    refused(invoke("--rescore", tmp_path), "no sample records yet")
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    refused(invoke("--rescore", empty), "no sample records and no config.json")
+
+
+def test_a_line_that_is_no_record_is_named_and_a_whole_last_record_is_kept(tmp_path, samples):
+    """A line with a key but no score (hand-edited, another tool's) passed as a record and rescore
+    died with a KeyError traceback; a whole last record missing only its newline was cut off."""
+    with SampleStore(tmp_path) as store:
+        for sample in samples:
+            store.add(make_record(sample, "none", 1.0, "B"))
+    path = tmp_path / "samples.jsonl"
+    text = path.read_text()
+    path.write_text(text.rstrip("\n"))  # e.g. an editor that drops the final newline
+    with SampleStore(tmp_path) as store:
+        assert len(store) == 3
+    assert path.read_text() == text  # the newline put back, nothing cut off
+    path.write_text('{"id": "x", "method": "none", "ratio": 1}\n' + text)
+    with pytest.raises(EvalError, match="line 1: not a sample record"):
+        rescore(tmp_path)
+    path.write_text(text + "[1, 2]\n\n")  # a torn last line (then a blank one): dropped, as ever
+    assert len(load_records(tmp_path)) == 3 and rescore(tmp_path)["results"][0]["count"] == 3
+
+
+def test_a_file_where_the_run_folder_should_be(tmp_path, samples):
+    afile = tmp_path / "afile"
+    afile.write_text("mine")
+    with pytest.raises(EvalError, match="not a folder"):
+        SampleStore(afile)
+    with pytest.raises(EvalError, match="cannot make the run folder"):
+        store_module.save_config(afile / "sub", {"benchmark": "jsonl"})
+    assert afile.read_text() == "mine"
+
+
+# ----------------------------------------------------------------------------- the runner
+
+
+@pytest.fixture(scope="module")
+def backbone(tiny_qwen):
+    from ottvid_cli.backbones import load_backbone
+
+    return load_backbone(str(tiny_qwen))
+
+
+def test_every_kind_of_bad_video_is_recorded_and_the_run_goes_on(backbone, tmp_path, monkeypatch):
+    """A truncated file, an empty one, text named .mp4, a folder named .mp4, and a failure of a type
+    the runner did not list (PyAV's DecoderNotFoundError is a LookupError) stopped the whole run."""
+    from ottvid_cli.sampling import Sampling
+
+    videos = tmp_path / "videos"
+    videos.mkdir()
+    shutil.copy(DATA / "realshort.mp4", videos / "good.mp4")
+    shutil.copy(DATA / "realshort.mp4", videos / "av1.mp4")
+    (videos / "half.mp4").write_bytes((DATA / "yoga.mp4").read_bytes()[:300_000])  # its index (moov) is at the end
+    (videos / "zero.mp4").write_bytes(b"")
+    (videos / "text.mp4").write_text("hello")
+    (videos / "dir.mp4").mkdir()
+    names = ["half", "zero", "av1", "good", "text", "dir"]
+    data = tmp_path / "ann.jsonl"
+    data.write_text("".join(json.dumps({"id": n, "video": f"{n}.mp4", "question": "Q?", "options": ["a", "b"],
+                                        "answer": "A"}) + "\n" for n in names))
+    decode = Sampling.decode
+
+    def no_decoder(self, path, *args, **kwargs):
+        if Path(path).name == "av1.mp4":
+            raise LookupError("no decoder for codec av1")
+        return decode(self, path, *args, **kwargs)
+
+    monkeypatch.setattr(Sampling, "decode", no_decoder)
+    stats = run(backbone, load_samples("jsonl", data), tmp_path / "run", settings(["ottvid"], [0.25]), videos, PLAN)
+    assert stats.samples == 6 and stats.records == 6 and stats.errors == 5
+    by_id = {r["id"]: r for r in lines_of(tmp_path / "run" / "samples.jsonl")}
+    assert by_id["good"]["error"] is None and isinstance(by_id["good"]["reply"], str)
+    for name in ("half", "zero", "av1", "text", "dir"):
+        assert f"{name}.mp4" in by_id[name]["error"] and by_id[name]["score"] is None, by_id[name]
+    assert "LookupError: no decoder for codec av1" in by_id["av1"]["error"]
+    summary = rescore(tmp_path / "run")
+    assert [(r["count"], r["errors"]) for r in summary["results"]] == [(6, 5)]
+
+
+def test_a_record_that_cannot_be_written_stops_the_run_and_is_no_sample_error(backbone, tmp_path, monkeypatch):
+    """A failed write (disk full) was caught as the sample's own failure: the runner then wrote an
+    error record for it (or died with a raw OSError), after a partial line."""
+    append = store_module._append
+    calls = []
+
+    def filling(fd, data):
+        calls.append(1)
+        if len(calls) > 2:
+            os.write(fd, data[:10])
+            raise OSError(errno.ENOSPC, "No space left on device")
+        append(fd, data)
+
+    monkeypatch.setattr(store_module, "_append", filling)
+    samples = load_samples("jsonl", EVAL / "custom.jsonl")
+    with pytest.raises(store_module.StoreError, match="No space left on device"):
+        run(backbone, samples, tmp_path, settings(["none", "ottvid"], [0.25]), DATA, PLAN)
+    records = lines_of(tmp_path / "samples.jsonl")
+    assert len(records) == 2 and all(r["error"] is None for r in records)
+
+
+# ----------------------------------------------------------------------------- the command
+
+
+def test_a_damaged_or_foreign_run_folder_is_refused_before_the_model_loads(tmp_path):
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    sample = load_samples("jsonl", EVAL / "custom.jsonl")[0]
+    good = json.dumps(make_record(sample, "none", 1.0, "A"))
+    (run_dir / "samples.jsonl").write_text(good + "\n")
+    line = refused(invoke(*base_args(HUB_MODEL, run_dir)), "holds 1 sample records but no config.json")
+    assert not (run_dir / "config.json").exists(), line
+    (run_dir / "config.json").write_text("{}")
+    (run_dir / "samples.jsonl").write_text(good + "\ngarbage\n" + good.replace('"none"', '"x"') + "\n")
+    refused(invoke(*base_args(HUB_MODEL, run_dir)), "samples.jsonl: line 2: not a sample record")
+    refused(invoke("--rescore", run_dir), "samples.jsonl: line 2")
+    assert (run_dir / "config.json").read_text() == "{}"  # nothing was changed
+    afile = tmp_path / "afile"
+    afile.write_text("mine")
+    refused(invoke(*base_args(HUB_MODEL, afile)), "afile: not a folder")
+    assert afile.read_text() == "mine"
+    refused(invoke(*base_args(HUB_MODEL, tmp_path / "new"), "--compare", tmp_path / "nothing"),
+            "nothing: run folder to compare with not found")
+    assert not (tmp_path / "new").exists() or not any((tmp_path / "new").glob("samples*"))
+
+
+def test_a_run_folder_that_cannot_be_written_is_refused_before_the_model_loads(tmp_path, monkeypatch):
+    """(Tests run as root here, so permissions are simulated.) save_config's mkdir raised a raw
+    PermissionError: a traceback."""
+    read_only = tmp_path / "ro"
+    read_only.mkdir()
+    mkdir, open_ = os.mkdir, os.open
+
+    def denied(call):
+        def wrapper(path, *args, **kwargs):
+            if str(path).startswith(str(read_only)):
+                raise PermissionError(errno.EACCES, "Permission denied", str(path))
+            return call(path, *args, **kwargs)
+        return wrapper
+
+    monkeypatch.setattr(os, "mkdir", denied(mkdir))
+    monkeypatch.setattr(os, "open", denied(open_))
+    refused(invoke(*base_args(HUB_MODEL, read_only / "run")), "Permission denied")
+    with pytest.raises(EvalError, match="Permission denied"):
+        store_module.save_config(read_only / "run", {"benchmark": "jsonl"})
+
+
+def test_a_second_run_of_the_same_folder_is_refused_before_the_model_loads(tmp_path):
+    with holding(tmp_path / "run") as pid:
+        refused(invoke(*base_args(HUB_MODEL, tmp_path / "run")), "samples.jsonl is being written by another run",
+                f"pid {pid}", "another --out")
+    assert not (tmp_path / "run" / "config.json").exists()
+
+
+def test_ctrl_c_keeps_the_records_and_says_so_in_one_line(tiny_qwen, tmp_path, monkeypatch):
+    """Ctrl-C left with exit 130 and no word (typer turns KeyboardInterrupt into a silent Exit(130))."""
+    from ottvid_cli.eval import runner
+
+    answer = runner.VideoRuns.answer
+    calls = []
+
+    def interrupted(self, *args, **kwargs):
+        calls.append(1)
+        if len(calls) == 3:
+            raise KeyboardInterrupt
+        return answer(self, *args, **kwargs)
+
+    monkeypatch.setattr(runner.VideoRuns, "answer", interrupted)
+    refused(invoke(*base_args(tiny_qwen, tmp_path)), "interrupted: 2 records kept in", "run the same command again",
+            code=130)
+    monkeypatch.undo()
+    result = invoke(*base_args(tiny_qwen, tmp_path))
+    assert result.exit_code == 0, result.output
+    records = lines_of(tmp_path / "samples.jsonl")
+    assert len(records) == len(set(keys(records))) == 6
+
+
+def test_a_resume_with_another_limit_and_more_ratios(tiny_qwen, tmp_path):
+    first = invoke(*base_args(tiny_qwen, tmp_path), "--limit", "1")  # q1 only: multiple choice
+    assert first.exit_code == 0, first.output
+    args = base_args(tiny_qwen, tmp_path)
+    args[args.index("0.25")] = "0.1"
+    second = invoke(*args, "--limit", "3")  # reaches the grounding sample; ottvid at 0.1 too
+    assert second.exit_code == 0, second.output
+    records = lines_of(tmp_path / "samples.jsonl")
+    assert len(records) == len(set(keys(records))) == 2 + 5
+    rows = [(r["method"], r["ratio"], r["count"]) for r in json.loads(second.stdout)["results"]]
+    assert rows == [("none", 1.0, 3), ("ottvid", 0.25, 1), ("ottvid", 0.1, 3)]
+    config = json.loads((tmp_path / "config.json").read_text())
+    assert config["ratios"] == [0.25, 0.1] and config["limit"] == 3 and set(config["sampling"]) == {"mc", "grounding"}
+
+
+# ----------------------------------------------------------------------------- real processes
+
+
+def _cli(tiny_qwen, out, data, *extra):
+    command = [sys.executable, "-m", "ottvid_cli", "eval", *map(str, base_args(tiny_qwen, out, data)), *extra]
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1"}
+    return subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+
+
+def _many(tmp_path, n=10):
+    data = tmp_path / "many.jsonl"
+    clips = ["yoga.mp4", "bikes.mp4", "realshort.mp4"]
+    data.write_text("".join(json.dumps({"id": f"s{i}", "video": clips[i % 3], "question": f"Q{i}?",
+                                        "options": ["a", "b"], "answer": "A"}) + "\n" for i in range(n)))
+    return data
+
+
+@pytest.mark.slow
+def test_sigkill_mid_run_then_a_torn_line_then_resume(tiny_qwen, tmp_path):
+    data, out = _many(tmp_path), tmp_path / "run"
+    process = _cli(tiny_qwen, out, data)
+    path = out / "samples.jsonl"
+    deadline = time.time() + 120
+    while not (path.exists() and len(path.read_bytes().splitlines()) >= 5) and process.poll() is None:
+        assert time.time() < deadline
+        time.sleep(0.05)
+    process.send_signal(signal.SIGKILL)
+    process.communicate()
+    kept = lines_of(path)
+    assert process.returncode == -signal.SIGKILL and 5 <= len(kept) < 20
+    with open(path, "a") as f:
+        f.write('{"id": "s9", "benchmark": "jso')  # as if killed within a write
+    result = invoke(*base_args(tiny_qwen, out, data))
+    assert result.exit_code == 0, result.output
+    records = lines_of(path)
+    assert len(records) == len(set(keys(records))) == 20
+    assert records[: len(kept)] == kept  # nothing finished was redone or lost
+    assert [(r["count"], r["errors"]) for r in json.loads(result.stdout)["results"]] == [(10, 0), (10, 0)]
+
+
+@pytest.mark.slow
+def test_identical_runs_and_two_shards_side_by_side(tiny_qwen, tmp_path):
+    data = _many(tmp_path, 8)
+    same = [_cli(tiny_qwen, tmp_path / "same", data) for _ in range(2)]
+    shards = [_cli(tiny_qwen, tmp_path / "sharded", data, "--shard", f"{i}/2") for i in range(2)]
+    done = [(p.wait(timeout=300), *p.communicate()) for p in same + shards]
+    codes = sorted(code for code, _, _ in done[:2])
+    assert codes in ([0, 0], [0, 2]), done[:2]  # the second is refused if it starts while the first runs
+    for code, _, stderr in done[:2]:
+        if code == 2:
+            assert stderr.strip().splitlines()[-1].startswith("error:") and "another run" in stderr
+    assert [code for code, _, _ in done[2:]] == [0, 0], done[2:]
+    for out in ("same", "sharded"):
+        records = lines_of(tmp_path / out / "samples.jsonl")
+        assert len(records) == len(set(keys(records))) == 16, out
+    assert not list((tmp_path / "sharded").glob("samples.*-of-*.jsonl"))
+    assert rescore(tmp_path / "sharded")["results"] == rescore(tmp_path / "same")["results"]
