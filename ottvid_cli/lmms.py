@@ -47,13 +47,14 @@ class OTTVidLMM(lmms):
                  frames: int | None = None, fps: float | None = None, max_frames: int | None = None,
                  preset: str = "paper", device: str | None = None, dtype: str = "auto", attention: str = "auto",
                  max_pixels: int | None = None, decoder: str = "auto", max_new_tokens: int = 128,
-                 siglip_head: str | None = None, batch_size: Any = 1, max_batch_size: Any = None,
+                 siglip_head: str | None = None, prefetch: int | None = None, batch_size: Any = 1,
+                 max_batch_size: Any = None,
                  **unknown: Any) -> None:
         super().__init__()
         if unknown:
             raise ValueError(f"unknown model_args for ottvid: {', '.join(sorted(unknown))} (known: pretrained, "
                              "method, ratio, frames, fps, max_frames, preset, device, dtype, attention, max_pixels, "
-                             "decoder, max_new_tokens, siglip_head)")
+                             "decoder, max_new_tokens, siglip_head, prefetch)")
         from .backbones import load_backbone
         from .compression import methods
         from .eval.runner import FramePlan
@@ -63,6 +64,7 @@ class OTTVidLMM(lmms):
         self.ratio = 1.0 if method == "none" else float(ratio)
         self.preset = preset
         self.max_new_tokens = int(max_new_tokens)
+        self.prefetch = _number(prefetch, int)  # None: 1 on an accelerator, 0 on the CPU
         self.plan = FramePlan(frames=_number(frames, int), fps=_number(fps, float),
                               max_frames=_number(max_frames, int), max_pixels=_number(max_pixels, int), decoder=decoder)
         if self.plan.frames is None and self.plan.fps is None:
@@ -77,16 +79,25 @@ class OTTVidLMM(lmms):
         kind = "grounding" if self.plan.fps is not None else "mc"
         return self.plan.sampling("jsonl", kind)
 
-    def _runs(self, path: str):
+    def _runs(self, path: str, loaded: Any = None):
+        """The VideoRuns of `path`: the last video's again, or a new one (from `loaded`, the video
+        decoded and preprocessed ahead, when given)."""
         from .eval.benchmarks import VideoRef
         from .eval.runner import VideoRuns
 
         key = str(path)
         if self._video is None or self._video[0] != key:
             self._video = None  # free the previous video first
-            runs = VideoRuns(self.backbone, VideoRef(path), self._sampling(), "", self.method != "none", self.preset)
+            runs = VideoRuns(self.backbone, VideoRef(path), self._sampling(), "", self.method != "none", self.preset,
+                             loaded=loaded)
             self._video = (key, runs)
         return self._video[1]
+
+    def _load(self, path: str) -> Any:
+        from .eval.benchmarks import VideoRef
+        from .eval.runner import load_video
+
+        return load_video(self.backbone, VideoRef(path), self._sampling(), "")
 
     @staticmethod
     def _video_path(visuals: Any) -> str:
@@ -99,20 +110,39 @@ class OTTVidLMM(lmms):
         raise ValueError("the ottvid model answers about videos: this request's doc_to_visual gave no video path")
 
     def generate_until(self, requests) -> list[str]:
-        replies = []
+        """Each request's reply, in order. Consecutive requests about one video share its encoding;
+        on an accelerator the next video is decoded and preprocessed in the background meanwhile."""
+        from .eval.prefetch import ahead
+
+        runs: list[tuple[str, list]] = []  # (video, its consecutive requests)
         for request in requests:
             context, gen_kwargs, doc_to_visual, doc_id, task, split = request.args
-            visuals = doc_to_visual(self.task_dict[task][split][doc_id])
-            prompt = context.replace("<image>", "").strip()
-            budget = int(gen_kwargs.get("max_new_tokens") or self.max_new_tokens)
-            _, result = self._runs(self._video_path(visuals)).reply(prompt, self.method, self.ratio, budget)
-            text = result.answer
-            until = gen_kwargs.get("until") or []
-            for stop in [until] if isinstance(until, str) else until:
-                if stop:
-                    text = text.split(stop)[0]
-            self.cache_hook.add_partial("generate_until", (context, gen_kwargs), text)
-            replies.append(text)
+            path = self._video_path(doc_to_visual(self.task_dict[task][split][doc_id]))
+            if runs and runs[-1][0] == path:
+                runs[-1][1].append(request)
+            else:
+                runs.append((path, [request]))
+        current = self._video[0] if self._video is not None else None
+        depth = self.prefetch if self.prefetch is not None else 0 if self.backbone.device.type == "cpu" else 1
+        replies = []
+        for (path, asks), loaded, error in ahead(runs, lambda run: None if run[0] == current else self._load(run[0]),
+                                                 depth):
+            if error is not None:
+                raise error
+            video = self._runs(path, loaded)
+            del loaded
+            for request in asks:
+                context, gen_kwargs = request.args[:2]
+                prompt = context.replace("<image>", "").strip()
+                budget = int(gen_kwargs.get("max_new_tokens") or self.max_new_tokens)
+                _, result = video.reply(prompt, self.method, self.ratio, budget)
+                text = result.answer
+                until = gen_kwargs.get("until") or []
+                for stop in [until] if isinstance(until, str) else until:
+                    if stop:
+                        text = text.split(stop)[0]
+                self.cache_hook.add_partial("generate_until", (context, gen_kwargs), text)
+                replies.append(text)
         return replies
 
     def loglikelihood(self, requests):

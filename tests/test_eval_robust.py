@@ -97,6 +97,22 @@ def test_a_second_writer_of_the_same_record_file_is_refused(tmp_path, samples):
             assert again.done(samples[0].id, "none", 1.0)
 
 
+@pytest.mark.parametrize("code", [errno.ENOLCK, errno.EOPNOTSUPP])
+def test_a_file_system_without_locks_runs_unguarded(tmp_path, samples, monkeypatch, code):
+    """Some NFS mounts (a multi-node run's shared folder) answer flock with ENOLCK / EOPNOTSUPP: the
+    run goes on without the lock instead of refusing to start."""
+    if store_module.fcntl is None:
+        pytest.skip("no fcntl here")
+
+    def flock(fd, operation):
+        raise OSError(code, os.strerror(code))
+
+    monkeypatch.setattr(store_module.fcntl, "flock", flock)
+    with SampleStore(tmp_path) as store:
+        assert store.add(make_record(samples[0], "none", 1.0, "B"))
+    assert [r["id"] for r in load_records(tmp_path)] == [samples[0].id]
+
+
 def test_a_failed_or_interrupted_write_leaves_no_torn_line(tmp_path, samples, monkeypatch):
     """A write that fails halfway (disk full) or is interrupted left a partial line that the next
     record was appended to: a damaged line in the middle of the file, which then refuses to resume."""

@@ -105,7 +105,7 @@ def test_lmms_eval_cli_runs_a_local_video_task_through_ottvid(tiny_qwen, tmp_pat
     out = tmp_path / "out"
     # run outside the repository: a folder named like a plugin package would shadow its import
     done = _run(lmms_env, "-m", "lmms_eval", "--model", "ottvid",
-                "--model_args", f"pretrained={tiny_qwen},method=ottvid,ratio=0.1,frames=4",
+                "--model_args", f"pretrained={tiny_qwen},method=ottvid,ratio=0.1,frames=4,prefetch=1",
                 "--tasks", "ottvid_tiny", "--include_path", task, "--limit", "2", "--batch_size", "1",
                 "--log_samples", "--output_path", out, cwd=tmp_path)
     assert done.returncode == 0, (done.stdout + done.stderr)[-3000:]
@@ -117,6 +117,7 @@ def test_lmms_eval_cli_runs_a_local_video_task_through_ottvid(tiny_qwen, tmp_pat
     assert all(isinstance(r["filtered_resps"], str) for r in replies)
     assert {r["input"].splitlines()[0] for r in replies} == {"Where is the person?", "What do the people ride?"}
     # each reply is what this environment's own pipeline answers to the same prompt, frames and setting
+    # (the plugin loaded the second video in a background thread: prefetch=1)
     # (greedy on the same weights; the overlay decodes with PyAV 15, this environment with 18 or decord)
     import torch
 

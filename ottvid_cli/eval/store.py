@@ -109,6 +109,7 @@ try:
 except ImportError:  # not POSIX: no locking (one writer per run folder is then the user's business)
     fcntl = None
 
+_NO_LOCKS = {getattr(errno, name) for name in ("ENOLCK", "EOPNOTSUPP", "ENOTSUP", "ENOSYS") if hasattr(errno, name)}
 _HELD: dict[str, list] = {}  # lock file -> [fd, count]: locks this process holds (re-entrant)
 
 
@@ -143,6 +144,9 @@ def acquire(lock: Path, *, wait: bool = False, what: str | None = None) -> str:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | (0 if wait else fcntl.LOCK_NB))
         except OSError as exc:
+            if exc.errno in _NO_LOCKS:  # a file system without locks (some NFS mounts): run unguarded, as without fcntl
+                _HELD[key] = [fd, 1]
+                return key
             os.close(fd)
             if exc.errno not in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
                 raise EvalError(f"{lock}: cannot lock: {one_line(exc)}") from None
