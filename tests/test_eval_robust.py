@@ -445,6 +445,23 @@ def test_a_resume_with_another_limit_and_more_ratios(tiny_qwen, tmp_path):
     assert config["ratios"] == [0.25, 0.1] and config["limit"] == 3 and set(config["sampling"]) == {"mc", "grounding"}
 
 
+def test_a_resume_after_the_annotations_changed_is_refused_before_the_model_loads(tiny_qwen, tmp_path):
+    """Records made from a question whose answer or text has since changed in the file would be scored
+    beside records of the new version: refused with one line naming the first such sample."""
+    data = tmp_path / "custom.jsonl"
+    shutil.copy(EVAL / "custom.jsonl", data)
+    out = tmp_path / "run"
+    first = invoke(*base_args(tiny_qwen, out, data), "--limit", "1")
+    assert first.exit_code == 0, first.output
+    again = invoke(*base_args(tiny_qwen, out, data), "--limit", "2")  # unchanged: resumes
+    assert again.exit_code == 0, again.output
+    rows = [json.loads(line) for line in data.read_text().splitlines()]
+    for change in ({"answer": "B"}, {"question": "Where is the person now?"}):
+        data.write_text("".join(json.dumps({**row, **change} if row["id"] == "q1" else row) + "\n" for row in rows))
+        refused(invoke(*base_args(tiny_qwen, out, data)), "1 samples were run with another prompt or answer", "first: q1", "--rescore")
+    assert len(lines_of(out / "samples.jsonl")) == 4  # nothing written by the refused runs
+
+
 # ----------------------------------------------------------------------------- real processes
 
 

@@ -287,7 +287,7 @@ def _evaluate(bench, data, videos, model, method, ratio, frames, fps, max_frames
     def prepare() -> None:  # rank 0 (or the only process): a refusal stops every rank
         lock.append(RecordLock(out_dir, rank, shards))  # a second run of this shard is refused
         try:
-            _check_run_folder(out_dir)
+            _check_run_folder(out_dir, samples, data)
             save_config(out_dir, config)
         except BaseException:
             lock.pop().release()
@@ -359,16 +359,22 @@ def _finish(out_dir, samples, runs, shards, rank, distributed, quiet) -> dict | 
     return rescore(out_dir)
 
 
-def _check_run_folder(out_dir) -> None:
+def _check_run_folder(out_dir, samples=(), data=None) -> None:
     """Before the model loads: every record file of OUT reads (a damaged one is named with its
-    line), and records come with the config.json that says which run they belong to."""
+    line), records come with the config.json that says which run they belong to, and they were made
+    from the questions `samples` are now (not from an edited annotation file or another prompt)."""
     from .benchmarks import EvalError
-    from .store import CONFIG, load_records
+    from .store import CONFIG, changed_samples, load_records
 
     records = load_records(out_dir)
     if records and not (Path(out_dir) / CONFIG).exists():
         raise EvalError(f"{out_dir}: holds {len(records)} sample records but no {CONFIG}, so which run they "
                         "belong to is unknown; use another --out (or put its config.json back)")
+    changed = changed_samples(records, samples)
+    if changed:
+        raise EvalError(f"{out_dir}: {len(changed)} samples were run with another prompt or answer than {data} gives "
+                        f"now (first: {changed[0]}; the file or ottvid's prompt changed): use another --out, or "
+                        f"`ottvid eval --rescore {out_dir}` to score the records as they are")
 
 
 def _interrupted(out_dir) -> str:

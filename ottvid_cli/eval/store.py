@@ -92,6 +92,27 @@ def make_record(sample: Sample, method: str, ratio: float, reply: str | None = N
     return record
 
 
+def changed_samples(records: Iterable[dict], samples: Sequence[Sample]) -> list[str]:
+    """Ids of `samples` whose records were made from other annotations or prompts than those they
+    have now (the file edited, or ottvid's prompt for the benchmark changed since the run): the
+    record's prompt or target differs. A resume that mixed them would score two versions of a question."""
+    from .prompts import build_prompt
+
+    by_id = {s.id: s for s in samples}
+    changed: dict[str, None] = {}
+    for record in records:
+        sample = by_id.get(record.get("id"))
+        if sample is None or record["id"] in changed:
+            continue
+        prompt = record.get("prompt")
+        target = target_for(sample, record.get("duration"))
+        recorded = tuple(record["target"]) if isinstance(record.get("target"), list) else record.get("target")
+        if (prompt is not None and prompt != build_prompt(sample)) or recorded != (
+                tuple(target) if isinstance(target, list) else target):
+            changed[record["id"]] = None
+    return list(changed)
+
+
 # ----------------------------------------------------------------------------- locks
 
 
