@@ -267,6 +267,7 @@ def main() -> None:
     names = ", ".join(f"{m} {r:g}" for m, r in sweep)
     model = (f"random Qwen2.5-VL-7B shape, {args.llm_layers} LLM layers, {args.vision_blocks} vision blocks, "
              f"{torch.get_num_threads()} threads")
+    device = f"{backbone.device}, {str(backbone.model.dtype).replace('torch.', '')}"
     result = {"model": model, "frames": args.frames, "samples": args.samples, "max_new_tokens": args.max_new_tokens,
               "prefetch": args.prefetch, "long_minutes": args.long,
               "repeats": args.repeats, "sweep": names, "one": f"{one[0]} {one[1]:g}",
@@ -281,7 +282,7 @@ def main() -> None:
     clips = f"{args.long:g}-minute videos" if args.long is not None else "clips"
     prefetch = "the eval's default" if args.prefetch is None else args.prefetch
     title = (f"eval sweep: {model}, {args.frames} frames, {args.samples} questions on their own {clips}, prefetch "
-             f"{prefetch} (CPU, float32)")
+             f"{prefetch} ({device})")
     table = Table(title=title, title_justify="left")
     for column in ("run", "settings", "wall (s)", "x one setting"):
         table.add_column(column, justify="left" if column == "run" else "right")

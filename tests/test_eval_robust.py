@@ -503,6 +503,28 @@ def test_sigkill_mid_run_then_a_torn_line_then_resume(tiny_qwen, tmp_path):
 
 
 @pytest.mark.slow
+def test_sigterm_mid_run_stops_cleanly_and_keeps_the_records(tiny_qwen, tmp_path):
+    """SIGTERM (kill, torchrun stopping the other ranks): one line, exit 143, every finished record kept."""
+    data, out = _many(tmp_path), tmp_path / "run"
+    process = _cli(tiny_qwen, out, data)
+    path = out / "samples.jsonl"
+    deadline = time.time() + 120
+    while not (path.exists() and len(path.read_bytes().splitlines()) >= 3) and process.poll() is None:
+        assert time.time() < deadline
+        time.sleep(0.05)
+    process.send_signal(signal.SIGTERM)
+    _, stderr = process.communicate(timeout=120)
+    lines = stderr.strip().splitlines()
+    assert process.returncode == 143 and lines[-1].startswith("error: terminated (SIGTERM): "), stderr
+    kept = lines_of(path)
+    assert 3 <= len(kept) < 20 and f"{len(kept)} records kept in" in lines[-1]
+    result = invoke(*base_args(tiny_qwen, out, data))
+    assert result.exit_code == 0, result.output
+    records = lines_of(path)
+    assert len(records) == len(set(keys(records))) == 20 and records[: len(kept)] == kept
+
+
+@pytest.mark.slow
 def test_identical_runs_and_two_shards_side_by_side(tiny_qwen, tmp_path):
     data = _many(tmp_path, 8)
     same = [_cli(tiny_qwen, tmp_path / "same", data) for _ in range(2)]

@@ -294,6 +294,7 @@ def _evaluate(bench, data, videos, model, method, ratio, frames, fps, max_frames
             raise
 
     group.first(prepare)
+    previous = _stop_on_sigterm()
     try:
         if not lock:  # the other ranks: their own record file's lock
             lock.append(RecordLock(out_dir, rank, shards))
@@ -313,10 +314,13 @@ def _evaluate(bench, data, videos, model, method, ratio, frames, fps, max_frames
                              _Progress(True))
         finally:
             bar.stop()
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as exc:
         group.close()
-        _fail(_interrupted(out_dir), code=130)
+        terminated = isinstance(exc, _Terminated)
+        _fail(_interrupted(out_dir, "terminated (SIGTERM)" if terminated else "interrupted"),
+              code=143 if terminated else 130)
     finally:
+        _restore_sigterm(previous)
         for held in lock:
             held.release()  # before the barrier: rank 0 merges every shard file next
     if stats.errors and not quiet:
@@ -377,14 +381,39 @@ def _check_run_folder(out_dir, samples=(), data=None) -> None:
                         f"`ottvid eval --rescore {out_dir}` to score the records as they are")
 
 
-def _interrupted(out_dir) -> str:
+class _Terminated(KeyboardInterrupt):
+    """SIGTERM (`kill`, torchrun stopping the other ranks when one fails): the same clean stop as Ctrl-C."""
+
+
+def _stop_on_sigterm() -> object:
+    """Turn SIGTERM into `_Terminated` while the run goes on (main thread only); the previous handler."""
+    import signal
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        return None
+
+    def stop(signum, frame):
+        raise _Terminated()
+
+    return signal.signal(signal.SIGTERM, stop)
+
+
+def _restore_sigterm(previous: object) -> None:
+    import signal
+
+    if previous is not None:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def _interrupted(out_dir, what: str = "interrupted") -> str:
     from .store import load_records
 
     try:
         kept = f"{len(load_records(out_dir))} records kept in {out_dir}"
     except Exception:  # noqa: BLE001 - the message must not fail
         kept = f"the records written are kept in {out_dir}"
-    return f"interrupted: {kept}; run the same command again to resume"
+    return f"{what}: {kept}; run the same command again to resume"
 
 
 def _rank_device() -> str:
