@@ -471,6 +471,16 @@ def _cli(tiny_qwen, out, data, *extra):
     return subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
 
 
+def _written(out, process, lines):
+    """OUT/samples.jsonl once the running `process` has written `lines` records to it."""
+    path = out / "samples.jsonl"
+    deadline = time.time() + 120
+    while not (path.exists() and len(path.read_bytes().splitlines()) >= lines) and process.poll() is None:
+        assert time.time() < deadline
+        time.sleep(0.05)
+    return path
+
+
 def _many(tmp_path, n=10):
     data = tmp_path / "many.jsonl"
     clips = ["yoga.mp4", "bikes.mp4", "realshort.mp4"]
@@ -483,11 +493,7 @@ def _many(tmp_path, n=10):
 def test_sigkill_mid_run_then_a_torn_line_then_resume(tiny_qwen, tmp_path):
     data, out = _many(tmp_path), tmp_path / "run"
     process = _cli(tiny_qwen, out, data)
-    path = out / "samples.jsonl"
-    deadline = time.time() + 120
-    while not (path.exists() and len(path.read_bytes().splitlines()) >= 5) and process.poll() is None:
-        assert time.time() < deadline
-        time.sleep(0.05)
+    path = _written(out, process, 5)
     process.send_signal(signal.SIGKILL)
     process.communicate()
     kept = lines_of(path)
@@ -507,11 +513,7 @@ def test_sigterm_mid_run_stops_cleanly_and_keeps_the_records(tiny_qwen, tmp_path
     """SIGTERM (kill, torchrun stopping the other ranks): one line, exit 143, every finished record kept."""
     data, out = _many(tmp_path), tmp_path / "run"
     process = _cli(tiny_qwen, out, data)
-    path = out / "samples.jsonl"
-    deadline = time.time() + 120
-    while not (path.exists() and len(path.read_bytes().splitlines()) >= 3) and process.poll() is None:
-        assert time.time() < deadline
-        time.sleep(0.05)
+    path = _written(out, process, 3)
     process.send_signal(signal.SIGTERM)
     _, stderr = process.communicate(timeout=120)
     lines = stderr.strip().splitlines()
