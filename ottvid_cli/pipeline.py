@@ -160,7 +160,9 @@ def load(backbone, video: str | Path | Video, sampling: Sampling | None = None, 
     """decode -> preprocess: the part of `prepare` that runs on the CPU (the processor's inputs are
     moved to the backbone's device). `video` is a file or an already decoded `Video`. Safe to call
     from a background thread while the model runs (it times on the host clock, so it never waits for
-    the device's queued work); preprocessing is serialised."""
+    the device's queued work); preprocessing is serialised. The tokenizer it shares with the main
+    thread's `reprompt` is used without padding or truncation everywhere, so no call changes its
+    state (a fast tokenizer's only mutation, and the only way concurrent calls can collide)."""
     sampling = sampling or Sampling.default_for(video)
     step = on_step or (lambda name: None)
     watch = Stopwatch(torch.device("cpu"))
