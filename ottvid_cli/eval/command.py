@@ -70,6 +70,9 @@ def eval_command(
                                  help="Videos decoded and preprocessed ahead, in background threads, while the "
                                       "model works (0: none)."),
     rescore: str = typer.Option(None, "--rescore", help="Rebuild RUN/summary.json from its samples.jsonl; no model."),
+    table: list[str] = typer.Option(None, "--table", help="Table 1 from these run folders (repeat: one per "
+                                                          "benchmark): each setting's score per benchmark and its "
+                                                          "VQA / grounding Avg. (%) of vanilla; no model."),
     compare: str = typer.Option(None, "--compare", help="Another run folder whose vanilla (method none) scores "
                                                         "give the relative %."),
     preset: str = PRESET,
@@ -87,6 +90,9 @@ def eval_command(
     from .store import StoreError
 
     try:
+        if table:
+            _show_table(_paper_table(table), as_json)
+            return
         if rescore is not None:
             _show(_rescore(rescore, compare), as_json)
             return
@@ -167,6 +173,69 @@ def _rescore(run: str, compare: str | None) -> dict:
         write_summary(run, summary)
     summary["out"] = str(run)
     return summary
+
+
+def _paper_table(runs: list[str]) -> dict:
+    """Table 1 over run folders (their records, scored afresh; nothing is written): one column per
+    run, named by its benchmark (and its annotation file's stem where two runs share a benchmark)."""
+    from .benchmarks import EvalError
+    from .scoring import paper_table
+    from .store import CONFIG, load_config, load_records, summarise
+
+    summaries, configs = [], []
+    for run in runs:
+        if not Path(run).is_dir():
+            raise EvalError(f"{run}: run folder not found")
+        records = load_records(run)
+        if not records:
+            raise EvalError(f"{run}: no sample records")
+        config = load_config(run) if (Path(run) / CONFIG).exists() else {}
+        summaries.append(summarise(records, config.get("benchmark") or records[0]["benchmark"], config.get("model", "")))
+        configs.append(config)
+    models = sorted({c.get("model") for c in configs if c.get("model")})
+    if len(models) > 1:
+        raise EvalError(f"the runs are of different models ({', '.join(models)}): a table compares settings of one model")
+    names = [s["benchmark"] for s in summaries]
+    labels = [name if names.count(name) == 1 else f"{name} ({Path(c.get('data') or run).stem})"
+              for name, c, run in zip(names, configs, runs)]
+    for n, label in enumerate(labels):
+        if label in labels[:n]:
+            raise EvalError(f"{runs[labels.index(label)]} and {runs[n]} are both {label}: give each benchmark once")
+    result = paper_table(summaries, labels, [m for c in configs for m in c.get("methods") or []])
+    result["model"] = models[0] if models else ""
+    result["runs"] = list(runs)
+    return result
+
+
+def _show_table(table: dict, as_json: bool) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    if as_json:
+        typer.echo(json.dumps(table, indent=2, ensure_ascii=False))
+        return
+    view = Table(title=f"Table 1: {table['model'] or 'model ?'} (accuracy for VQA, mIoU for grounding, %; "
+                       f"Avg.: % of vanilla)", title_justify="left")
+    view.add_column("method")
+    view.add_column("ratio", justify="right")
+    cells: list[tuple[str, str, str | None]] = []  # (header, family, label or None for the average)
+    for family, name in (("vqa", "VQA Avg. (%)"), ("grounding", "VTG Avg. (%)")):
+        columns = [c for c in table["columns"] if c["family"] == family]
+        cells += [(c["label"], family, c["label"]) for c in columns]
+        if columns:
+            cells.append((name, family, None))
+    for header, _, _ in cells:
+        view.add_column(header, justify="right")
+
+    def number(value) -> str:
+        return "-" if value is None else f"{value:.1f}"
+
+    for row in table["rows"]:
+        values = [number(row["scores"][label] if label is not None else row["average"][family])
+                  for _, family, label in cells]
+        view.add_row(row["method"], "100%" if row["method"] == "none" else f"{row['ratio'] * 100:g}%", *values)
+    console = out if out.is_terminal else Console(width=max(out.width, 160))
+    console.print(view)
 
 
 def _show(summary: dict, as_json: bool) -> None:

@@ -339,20 +339,67 @@ def relative(value: float, vanilla: float) -> float | None:
     return 100.0 * value / vanilla if vanilla else None
 
 
-def relative_scores(summaries: Sequence[dict]) -> dict[tuple[str, float], dict[str, float | None]]:
+def relative_scores(summaries: Sequence[dict], labels: Sequence[str] | None = None
+                    ) -> dict[tuple[str, float], dict[str, float | None]]:
     """Table 1's "Avg. (%)": for each (method, ratio), its headline score as % of vanilla on each
-    benchmark summary given, and "average", the mean over the benchmarks where both ran. Pass the
-    VQA summaries and the grounding ones separately, as the paper averages them separately."""
+    benchmark summary given (keyed by its benchmark, or by `labels`), and "average", the mean over the
+    benchmarks where both ran. Pass the VQA summaries and the grounding ones separately, as the paper
+    averages them separately."""
     table: dict[tuple[str, float], dict[str, float | None]] = {}
-    for summary in summaries:
+    for n, summary in enumerate(summaries):
         vanilla = next((r for r in summary["results"] if r["method"] == VANILLA), None)
         if vanilla is None:
             continue
         name = headline(vanilla["metrics"])
         for result in summary["results"]:
             value = relative(result["metrics"].get(name, 0.0), vanilla["metrics"][name])
-            table.setdefault((result["method"], result["ratio"]), {})[summary["benchmark"]] = value
+            label = labels[n] if labels is not None else summary["benchmark"]
+            table.setdefault((result["method"], result["ratio"]), {})[label] = value
     for row in table.values():
         values = [v for v in row.values() if v is not None]
         row["average"] = sum(values) / len(values) if values else None
     return table
+
+
+GROUNDING_BENCHMARKS = ("charades", "activitynet", "timelens")
+FAMILIES = ("vqa", "grounding")
+
+
+def family(summary: dict) -> str:
+    """"grounding" for a grounding benchmark's summary (or a custom set scored by mIoU), else "vqa"."""
+    if summary["benchmark"] in GROUNDING_BENCHMARKS:
+        return "grounding"
+    metrics = next((r["metrics"] for r in summary["results"] if r["metrics"]), {})
+    return "vqa" if summary["benchmark"] != "jsonl" or headline(metrics) == "accuracy" else "grounding"
+
+
+def paper_table(summaries: Sequence[dict], labels: Sequence[str], methods: Sequence[str] = ()) -> dict[str, Any]:
+    """Table 1 from benchmark summaries (one per run, named by `labels`): a row per (method, ratio),
+    vanilla first, then by ratio from the highest, methods in the order `methods` gives (the others
+    after, in the order they come): each benchmark's
+    headline score (accuracy for VQA, mIoU for grounding, in %), and per task family the mean of the
+    scores as % of vanilla, "Avg. (%)", the VQA and grounding benchmarks apart as the paper averages
+    them. A score or average is None where the setting or vanilla did not run."""
+    columns = [{"label": label, "benchmark": s["benchmark"], "family": family(s)} for label, s in zip(labels, summaries)]
+    keys: dict[tuple[str, float], None] = {}
+    for summary in summaries:
+        for result in summary["results"]:
+            keys.setdefault((result["method"], result["ratio"]), None)
+    rank = {m: n for n, m in enumerate(dict.fromkeys([*methods, *(m for m, _ in keys)]))}
+    order = sorted(keys, key=lambda k: (k[0] != VANILLA, -k[1], rank[k[0]]))
+    relatives = {f: relative_scores([s for s, c in zip(summaries, columns) if c["family"] == f],
+                                    [c["label"] for c in columns if c["family"] == f]) for f in FAMILIES}
+    rows = []
+    for method, ratio in order:
+        scores = {}
+        for column, summary in zip(columns, summaries):
+            result = next((r for r in summary["results"] if (r["method"], r["ratio"]) == (method, ratio)), None)
+            metrics = result["metrics"] if result is not None else {}
+            name = "accuracy" if column["family"] == "vqa" else "mIoU"
+            scores[column["label"]] = metrics.get(name)
+        rel = {f: relatives[f].get((method, ratio), {}) for f in FAMILIES}
+        rows.append({"method": method, "ratio": ratio, "scores": scores,
+                     "relative": {c["label"]: rel[c["family"]].get(c["label"]) for c in columns},
+                     "average": {f: rel[f].get("average") if any(c["family"] == f for c in columns) else None
+                                 for f in FAMILIES}})
+    return {"columns": columns, "rows": rows}

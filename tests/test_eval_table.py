@@ -1,0 +1,100 @@
+"""Table 1 from run folders: `scoring.paper_table` on the paper's own numbers, and `ottvid eval --table`
+on run folders of real records (no model)."""
+
+import json
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from ottvid_cli.cli import app
+from ottvid_cli.eval import SampleStore, load_samples, make_record
+from ottvid_cli.eval.scoring import paper_table
+from ottvid_cli.eval.store import save_config
+
+EVAL = Path(__file__).parent / "data" / "eval"
+cli = CliRunner()
+
+
+def _summary(bench, name, vanilla, holitom, ottvid=None):
+    results = [{"method": "none", "ratio": 1.0, "metrics": {name: vanilla}},
+               {"method": "holitom", "ratio": 0.25, "metrics": {name: holitom}}]
+    if ottvid is not None:
+        results.append({"method": "ottvid", "ratio": 0.1, "metrics": {name: ottvid}})
+    return {"benchmark": bench, "results": results}
+
+
+def test_the_paper_table_gives_table_1s_averages():
+    """Table 1, Qwen2.5-VL-7B, HoliTom at 25%: VQA 66.1 / 60.3 / 57.8 / 61.3 of 67.8 / 62.1 / 58.8 / 62.1
+    -> 97.9 %; grounding (mIoU) 35.2 / 24.3 of 36.7 / 30.7 -> 87.5 %, each family averaged apart."""
+    summaries = [_summary("mvbench", "accuracy", 67.8, 66.1, 60.0), _summary("videomme", "accuracy", 62.1, 60.3),
+                 _summary("longvideobench", "accuracy", 58.8, 57.8), _summary("mlvu", "accuracy", 62.1, 61.3),
+                 _summary("timelens", "mIoU", 36.7, 35.2), _summary("timelens", "mIoU", 30.7, 24.3)]
+    labels = ["mvbench", "videomme", "longvideobench", "mlvu", "charades-tl", "anet-tl"]
+    table = paper_table(summaries, labels)
+    assert [(r["method"], r["ratio"]) for r in paper_table(summaries, labels, ["ottvid", "holitom"])["rows"]] == \
+        [("none", 1.0), ("holitom", 0.25), ("ottvid", 0.1)]  # vanilla, then by ratio, then the methods' order
+    summaries[0]["results"].append({"method": "fastvid", "ratio": 0.25, "metrics": {"accuracy": 65.0}})
+    assert [r["method"] for r in paper_table(summaries, labels, ["ottvid", "fastvid", "holitom"])["rows"]] == \
+        ["none", "fastvid", "holitom", "ottvid"]
+    summaries[0]["results"].pop()
+    assert [c["family"] for c in table["columns"]] == ["vqa"] * 4 + ["grounding"] * 2
+    rows = {(r["method"], r["ratio"]): r for r in table["rows"]}
+    assert [(r["method"], r["ratio"]) for r in table["rows"]] == [("none", 1.0), ("holitom", 0.25), ("ottvid", 0.1)]
+    holitom = rows[("holitom", 0.25)]
+    assert round(holitom["average"]["vqa"], 1) == 97.9 and round(holitom["average"]["grounding"], 1) == 87.5
+    assert holitom["scores"]["anet-tl"] == 24.3 and holitom["relative"]["mvbench"] == pytest.approx(100 * 66.1 / 67.8)
+    assert rows[("none", 1.0)]["average"] == {"vqa": 100.0, "grounding": 100.0}
+    ottvid = rows[("ottvid", 0.1)]  # ran on MVBench only: its average is over that one benchmark
+    assert ottvid["scores"]["videomme"] is None and ottvid["average"]["vqa"] == pytest.approx(100 * 60.0 / 67.8)
+    assert ottvid["average"]["grounding"] is None
+
+
+def _run(folder: Path, bench: str, data: Path, replies: dict, model: str = "tiny") -> Path:
+    """A run folder as `ottvid eval` leaves it: config.json and one record per (sample, setting)."""
+    samples = load_samples(bench, data)
+    save_config(folder, {"benchmark": bench, "data": str(data), "model": model, "methods": ["none", "ottvid"],
+                         "ratios": [0.1]})
+    with SampleStore(folder) as store:
+        for (method, ratio), answers in replies.items():
+            for sample, reply in zip(samples, answers):
+                store.add(make_record(sample, method, ratio, reply, duration=sample.duration))
+    return folder
+
+
+def invoke(*args):
+    return cli.invoke(app, ["eval", *[str(a) for a in args]])
+
+
+def test_eval_table_prints_table_1_from_run_folders(tmp_path):
+    mlvu = _run(tmp_path / "mlvu", "mlvu", EVAL / "mlvu" / "4_count.json",
+                {("none", 1.0): ["(A)", "(B)", "(C)"], ("ottvid", 0.1): ["(A)", "(A)", "(A)"]})
+    timelens = _run(tmp_path / "tl", "timelens", EVAL / "timelens_charades.json",
+                    {("none", 1.0): ["From 0 to 10 seconds."] * 3, ("ottvid", 0.1): ["From 0 to 5 seconds."] * 3})
+    result = invoke("--table", mlvu, "--table", timelens, "--json")
+    assert result.exit_code == 0, result.output
+    table = json.loads(result.stdout)
+    assert table["model"] == "tiny" and [c["label"] for c in table["columns"]] == ["mlvu", "timelens"]
+    for row in table["rows"]:  # each score is the run's own headline metric, as --rescore gives it
+        for label, run in (("mlvu", mlvu), ("timelens", timelens)):
+            summary = json.loads(invoke("--rescore", run, "--json").stdout)
+            result_row = next(r for r in summary["results"] if (r["method"], r["ratio"]) == (row["method"], row["ratio"]))
+            name = "accuracy" if label == "mlvu" else "mIoU"
+            assert row["scores"][label] == result_row["metrics"][name]
+    text = invoke("--table", mlvu, "--table", timelens)
+    assert text.exit_code == 0 and "VQA Avg. (%)" in text.stdout and "VTG Avg. (%)" in text.stdout
+
+
+def test_eval_table_refuses_what_would_not_be_one_table(tmp_path):
+    answers = {("none", 1.0): ["(A)", "(B)", "(C)"]}
+    one = _run(tmp_path / "one", "mlvu", EVAL / "mlvu" / "4_count.json", answers)
+    other = _run(tmp_path / "other", "mlvu", EVAL / "mlvu" / "4_count.json", answers, model="another")
+    same = _run(tmp_path / "same", "mlvu", EVAL / "mlvu" / "4_count.json", answers)
+    (tmp_path / "empty").mkdir()
+    for args, message in (((one, other), "the runs are of different models (another, tiny)"),
+                          ((one, same), "are both mlvu (4_count): give each benchmark once"),
+                          ((one, tmp_path / "nowhere"), "nowhere: run folder not found"),
+                          ((one, tmp_path / "empty"), "empty: no sample records")):
+        result = invoke(*[part for run in args for part in ("--table", run)])
+        lines = result.stderr.strip().splitlines()
+        assert result.exit_code == 2 and len(lines) == 1 and message in lines[0], result.stderr
