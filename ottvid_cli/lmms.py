@@ -72,6 +72,7 @@ class OTTVidLMM(lmms):
                                   decoder=decoder)
         self.backbone = load_backbone(pretrained, device=device or "auto", dtype=dtype, attention=attention,
                                       max_pixels=self.plan.max_pixels, siglip_head=siglip_head or None)
+        self.plan = self.plan.for_model(self.backbone)  # the frames lmms-eval's own model reads for this backbone
         self.batch_size = 1  # one request at a time: requests about one video share its encoding
         self._video: tuple[Any, Any] | None = None  # (key, VideoRuns) of the last video
 

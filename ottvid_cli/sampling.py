@@ -10,18 +10,24 @@ from typing import Any
 
 from .settings import DEFAULT_MAX_FRAMES
 
+RULES = ("centre", "linspace", "linspace-floor")  # = video.RULES (this module imports no video code)
+
 
 @dataclass(frozen=True)
 class Sampling:
     """Which frames to take: `frames` uniformly in time (None: the model's default), or `fps` per
     second capped at `max_frames` (subsampled uniformly beyond); `max_pixels` per frame (None: the
-    backbone's own); `decoder` "auto" | "decord" | "pyav"."""
+    backbone's own); `decoder` "auto" | "decord" | "pyav"; `rule`: "centre" (the frame shown at the
+    centre of each of `n` equal parts of the duration) or an evaluation harness's way,
+    "linspace" (qwen-vl-utils: indices `round(linspace(0, total - 1, n))`) / "linspace-floor"
+    (lmms-eval's LLaVA loaders: truncated), see docs/video.md."""
 
     frames: int | None = None
     fps: float | None = None
     max_frames: int | None = None
     max_pixels: int | None = None
     decoder: str = "auto"
+    rule: str = "centre"
 
     def __post_init__(self) -> None:
         if self.frames is not None and self.fps is not None:
@@ -37,6 +43,8 @@ class Sampling:
                 raise ValueError(f"max_frames must be >= 1, got {self.max_frames}")
         if self.max_pixels is not None and self.max_pixels < 1:
             raise ValueError(f"max_pixels must be >= 1, got {self.max_pixels}")
+        if self.rule not in RULES:
+            raise ValueError(f"unknown sampling rule {self.rule!r}: choose one of {', '.join(RULES)}")
 
     @classmethod
     def grounding(cls, fps: float = 2.0, max_frames: int | None = DEFAULT_MAX_FRAMES, **kwargs) -> "Sampling":
@@ -58,9 +66,10 @@ class Sampling:
 
         if self.fps is not None:
             cap = None if self.max_frames is None else max(2, self.max_frames)
-            return sample_fps(path, self.fps, cap, decoder=self.decoder, start=start, end=end, frame_rate=frame_rate)
+            return sample_fps(path, self.fps, cap, decoder=self.decoder, start=start, end=end, frame_rate=frame_rate,
+                              rule=self.rule)
         return sample_frames(path, self.frames or default_frames, decoder=self.decoder, start=start, end=end,
-                             frame_rate=frame_rate)
+                             frame_rate=frame_rate, rule=self.rule)
 
     def describe(self, clip, default_frames: int) -> dict[str, Any]:
         """The frames report: what was asked for, what was sampled, and why they differ."""
@@ -68,6 +77,12 @@ class Sampling:
         notes: list[str] = []
         if self.fps is None:
             requested = target = self.frames or default_frames
+        elif self.rule != "centre":  # qwen-vl-utils smart_nframes: frames / average fps x fps, at least 4
+            fps = getattr(clip.timeline, "average_fps", 0) or 0
+            exact = total / fps * self.fps if fps > 0 else clip.duration * self.fps
+            requested = target = max(int(math.floor(exact + 1e-9)), 4)
+            if exact < 4:
+                notes.append(f"{self.fps:g} fps is {exact:.1f} frames here: at least 4 (qwen-vl-utils' minimum)")
         else:
             requested = target = int(math.floor(clip.duration * self.fps + 1e-9))
         subsampled = self.max_frames is not None and requested > self.max_frames
@@ -80,7 +95,7 @@ class Sampling:
             notes.append(f"{requested} frames asked for, the video has only {total}")
         if count != target:
             notes.append(f"{target} frames asked for, {count} taken: the sample is an even number, at least 2")
-        return {"requested": requested, "count": count, "fps": self.fps, "max_frames": self.max_frames,
+        return {"requested": requested, "count": count, "fps": self.fps, "max_frames": self.max_frames, "rule": self.rule,
                 "subsampled": subsampled, "notes": notes, "total": total,
                 "timestamps": [round(t, 4) for t in clip.timestamps], "indices": list(clip.indices),
                 "duration": clip.duration}

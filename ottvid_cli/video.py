@@ -27,7 +27,7 @@ from typing import Any, Callable, Iterator
 
 import numpy as np
 
-from .settings import DECODERS
+from .settings import DECODERS, DEFAULT_MAX_FRAMES
 
 
 
@@ -339,25 +339,48 @@ def _frames_at(timeline: Timeline, count: int) -> list[int]:
     return np.clip(idx, 0, len(timeline.starts) - 1).astype(int).tolist()
 
 
+def _frames_linspace(timeline: Timeline, count: int, rule: str) -> list[int]:
+    """Indices spread evenly over the frame indices, first and last included, as the evaluation
+    harnesses take them: "linspace" rounds (qwen-vl-utils `_read_video_decord`:
+    `torch.linspace(0, total - 1, n).round()`, what lmms-eval's Qwen2.5-VL / Qwen3-VL read),
+    "linspace-floor" truncates (`np.linspace(0, total - 1, n, dtype=int)`, lmms-eval's LLaVA loaders)."""
+    total = len(timeline.starts)
+    if rule == "linspace":
+        import torch
+
+        return torch.linspace(0, total - 1, count).round().long().clamp(0, total - 1).tolist()
+    return np.linspace(0, total - 1, count, dtype=int).tolist()
+
+
+def _pick(timeline: Timeline, count: int, rule: str) -> list[int]:
+    return _frames_at(timeline, count) if rule == "centre" else _frames_linspace(timeline, count, rule)
+
+
 def _even(n: int) -> int:
     """Largest even number <= n, at least 2 (Qwen2.5-VL encodes frames in pairs)."""
     return max(2, n - n % 2)
 
 
 Plan = Callable[[Timeline], "list[int]"]
+RULES = ("centre", "linspace", "linspace-floor")  # which frames a count picks (see `Sampling.rule`)
+HARNESS_MIN_FRAMES = 4  # qwen-vl-utils FPS_MIN_FRAMES: the fewest frames its fps sampling takes
 
 
-def _plan_count(num_frames: int) -> Plan:
-    return lambda timeline: _frames_at(timeline, _even(min(num_frames, len(timeline.starts))))
+def _plan_count(num_frames: int, rule: str = "centre") -> Plan:
+    return lambda timeline: _pick(timeline, _even(min(num_frames, len(timeline.starts))), rule)
 
 
-def _plan_rate(fps: float, max_frames: int | None) -> Plan:
+def _plan_rate(fps: float, max_frames: int | None, rule: str = "centre") -> Plan:
     def plan(timeline: Timeline) -> list[int]:
+        total = len(timeline.starts)
+        if rule != "centre":  # qwen-vl-utils smart_nframes: frames / average fps * fps, in [4, cap], even
+            cap = min(max_frames or DEFAULT_MAX_FRAMES, total)
+            wanted = total / timeline.average_fps * fps if timeline.average_fps > 0 else timeline.duration * fps
+            return _pick(timeline, _even(int(min(max(wanted, HARNESS_MIN_FRAMES), cap))), rule)
         count = int(math.floor(timeline.duration * fps + 1e-9))
         if max_frames is not None:
             count = min(count, max_frames)
-        total = len(timeline.starts)
-        return _frames_at(timeline, _even(min(count, total) if total >= 2 else count))
+        return _pick(timeline, _even(min(count, total) if total >= 2 else count), rule)
 
     return plan
 
@@ -757,25 +780,37 @@ def check_video(path: str | os.PathLike, decoder: str = "auto") -> None:
 
 
 def sample_frames(path: str | os.PathLike, num_frames: int = 32, decoder: str = "auto",
-                  start: float | None = None, end: float | None = None, frame_rate: float | None = None) -> Video:
+                  start: float | None = None, end: float | None = None, frame_rate: float | None = None,
+                  rule: str = "centre") -> Video:
     """`num_frames` frames (made even; fewer for videos with fewer frames) uniformly in time; with
     `start` / `end` (s), uniformly over that part only (MVBench's time-bounded questions). `path` may
-    be a folder of frame images shown at `frame_rate` a second (default `DEFAULT_FRAME_RATE`, 3)."""
+    be a folder of frame images shown at `frame_rate` a second (default `DEFAULT_FRAME_RATE`, 3).
+    `rule`: "centre" (the frame shown at each segment's centre) or an evaluation harness's
+    "linspace" / "linspace-floor" (`_frames_linspace`)."""
     if num_frames < 1:
         raise VideoError(f"the number of frames must be >= 1, got {num_frames}")
-    return _sample(path, _plan_count(num_frames), decoder, start, end, frame_rate)
+    return _sample(path, _plan_count(num_frames, _rule(rule)), decoder, start, end, frame_rate)
 
 
 def sample_fps(path: str | os.PathLike, fps: float = 2.0, max_frames: int | None = None,
                decoder: str = "auto", start: float | None = None, end: float | None = None,
-               frame_rate: float | None = None) -> Video:
+               frame_rate: float | None = None, rule: str = "centre") -> Video:
     """Frames at `fps` per second of duration (an even count, at least 2), uniformly in time.
 
     With `max_frames`, longer videos are subsampled uniformly to that many frames (made even). `path`
-    may be a folder of frame images shown at `frame_rate` a second (see `sample_frames`).
+    may be a folder of frame images shown at `frame_rate` a second (see `sample_frames`). With a
+    harness `rule` ("linspace" / "linspace-floor") the count is qwen-vl-utils' `smart_nframes`
+    (frames / average fps x fps, at least 4, at most `max_frames` (768 by default) and the frame
+    count, made even) and the frames are spread over the indices as that rule does.
     """
     if not (fps > 0 and math.isfinite(fps)):
         raise VideoError(f"fps must be > 0, got {fps}")
     if max_frames is not None and max_frames < 2:
         raise VideoError(f"max_frames must be >= 2, got {max_frames}")
-    return _sample(path, _plan_rate(fps, max_frames), decoder, start, end, frame_rate)
+    return _sample(path, _plan_rate(fps, max_frames, _rule(rule)), decoder, start, end, frame_rate)
+
+
+def _rule(rule: str) -> str:
+    if rule not in RULES:
+        raise VideoError(f"unknown sampling rule {rule!r}: choose one of {', '.join(RULES)}")
+    return rule

@@ -133,7 +133,8 @@ def test_lmms_eval_cli_runs_a_local_video_task_through_ottvid(tiny_qwen, tmp_pat
     try:
         for record in replies:
             prompt = record["input"].replace("<image>", "").strip()
-            runs = VideoRuns(backbone, VideoRef(Path(videos[prompt.splitlines()[0]])), Sampling(frames=4), "", True)
+            runs = VideoRuns(backbone, VideoRef(Path(videos[prompt.splitlines()[0]])),
+                             Sampling(frames=4, rule="linspace"), "", True)  # lmms-eval's Qwen frames
             _, result = runs.reply(prompt, "ottvid", 0.1, 8)  # the task's max_new_tokens
             assert record["filtered_resps"] == result.answer.split("\n\n")[0], record
     finally:

@@ -540,3 +540,33 @@ def test_damaged_packets_in_the_middle_are_skipped_not_fatal(tmp_path, decoder):
     clean = dict(decoded_frames(DATA / "bikes.mp4"))
     last = clip.timestamps[-1]
     assert np.array_equal(clip.frames[-1], clean[min(clean, key=lambda t: abs(t - last))])
+
+
+# --------------------------------------------------------------------------- the harnesses' frames
+
+
+@pytest.mark.parametrize("rule, indices", [
+    # bikes: 250 frames. qwen-vl-utils: round(linspace(0, 249, 8)) = round(0, 35.57, 71.14, 106.71, ...)
+    ("linspace", [0, 36, 71, 107, 142, 178, 213, 249]),
+    # lmms-eval's LLaVA loaders: np.linspace(0, 249, 8, dtype=int) truncates
+    ("linspace-floor", [0, 35, 71, 106, 142, 177, 213, 249]),
+])
+def test_the_harness_rules_take_the_frames_the_harnesses_take(rule, indices):
+    clip = sample_frames(DATA / "bikes.mp4", 8, rule=rule)
+    assert clip.indices == indices
+    frames = decoded_frames(DATA / "bikes.mp4")
+    for i, image in zip(clip.indices, clip.frames):
+        assert np.array_equal(image, frames[i][1])
+    assert clip.timestamps == pytest.approx([frames[i][0] for i in indices])
+
+
+def test_the_harness_rule_counts_frames_at_a_rate_as_qwen_vl_utils_does():
+    """smart_nframes: frames / average fps x fps, at least 4, at most the cap and the frame count, even."""
+    bikes = sample_fps(DATA / "bikes.mp4", 2.0, 768, rule="linspace")  # 250 / 25 x 2 = 20
+    assert len(bikes.indices) == 20 and bikes.indices[:6] == [0, 13, 26, 39, 52, 66] and bikes.indices[-1] == 249
+    assert len(sample_fps(DATA / "bikes.mp4", 2.0, 8, rule="linspace").indices) == 8  # the cap
+    short = sample_fps(DATA / "realshort.mp4", 2.0, 768, rule="linspace")  # 36 / 30 x 2 = 2.4 -> at least 4
+    assert short.indices == [0, 12, 23, 35]
+    assert len(sample_fps(DATA / "realshort.mp4", 2.0, 768).indices) == 2  # ours: floor(1.2 s x 2)
+    with pytest.raises(VideoError, match="unknown sampling rule 'middle'"):
+        sample_frames(DATA / "bikes.mp4", 8, rule="middle")

@@ -160,6 +160,7 @@ class Backbone(Protocol):
     grounds: bool  # whether the model is trained to answer with time spans
     official_overrides: dict  # OTTVidConfig.official() overrides that reproduce the authors' code on this model
     method_defaults: dict  # method name -> config options that select its official path on this model
+    lmms_sampling: str  # the frames lmms-eval's own model takes (a `Sampling.rule`): what `ottvid eval` takes
 
     def preprocess(self, frames, timestamps: list[float], duration: float, prompt: str,
                    history: Sequence[tuple[str, str]] = ()) -> Any:

@@ -33,6 +33,7 @@ class LlavaOneVision(KeptTokenGeneration):
     frames_per_group = 1
     default_frames = 32
     grounds = False  # the paper evaluates grounding on Qwen2.5-VL only
+    lmms_sampling = "linspace-floor"  # lmms-eval's llava_onevision / llava_vid: np.linspace(..., dtype=int)
     # `--preset official`: the authors' LLaVA path rounds K (llava_vid.py `_run_spatial_llava`)
     official_overrides = {"k_rounding": "round"}
     # the peer methods' official LLaVA-OneVision paths (docs/methods.md, "Per-backbone paths and signals"):

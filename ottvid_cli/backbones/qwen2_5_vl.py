@@ -42,6 +42,7 @@ class Qwen25VL(KeptTokenGeneration):
     default_max_pixels = DEFAULT_MAX_PIXELS
     official_overrides: dict = {}  # `--preset official`: the authors' Qwen2.5-VL path is official()'s default
     method_defaults: dict = {}  # the peer methods' defaults are their Qwen2.5-VL paths already
+    lmms_sampling = "linspace"  # lmms-eval's Qwen2.5-VL / Qwen3-VL read frames with qwen-vl-utils
 
     def __init__(self, model, processor, name: str, max_pixels: int = DEFAULT_MAX_PIXELS):
         self.model = model

@@ -42,6 +42,7 @@ from ..cli import (
     err,
     out,
 )
+from ..sampling import RULES
 from ..settings import check_count
 
 BARRIER_TIMEOUT = timedelta(days=7)  # shards may finish hours apart
@@ -66,6 +67,10 @@ def eval_command(
     skip_missing: bool = typer.Option(False, "--skip-missing", help="Run although some videos are missing "
                                                                     "(they are recorded as errors)."),
     retry_errors: bool = typer.Option(False, "--retry-errors", help="Run again the samples recorded with an error."),
+    sampling_rule: str = typer.Option("lmms", "--sampling", help="Which frames a count picks: lmms (the ones "
+                                      "lmms-eval's own model reads: qwen-vl-utils' rounded linspace for Qwen, "
+                                      "truncated for LLaVA), centre (ottvid ask's: each segment's centre), "
+                                      "linspace or linspace-floor."),
     prefetch: int = typer.Option(None, "--prefetch", min=0, show_default="1 on a GPU, 0 on the CPU",
                                  help="Videos decoded and preprocessed ahead, in background threads, while the "
                                       "model works (0: none)."),
@@ -98,7 +103,7 @@ def eval_command(
             return
         _evaluate(bench, data, videos, model, method, ratio, frames, fps, max_frames, limit, out_dir, shard,
                   skip_missing, retry_errors, compare, preset, as_json, quiet, device, dtype, attention, max_pixels,
-                  decoder, siglip_head, prefetch)
+                  decoder, siglip_head, prefetch, sampling_rule)
     except EvalError as exc:
         _fail(str(exc))
     except StoreError as exc:  # a record or the summary could not be written: what was written is kept
@@ -317,7 +322,7 @@ class _Bar:
 
 def _evaluate(bench, data, videos, model, method, ratio, frames, fps, max_frames, limit, out_dir, shard_arg,
               skip_missing, retry_errors, compare, preset, as_json, quiet, device, dtype, attention, max_pixels,
-              decoder, siglip_head=None, prefetch=None) -> None:
+              decoder, siglip_head=None, prefetch=None, sampling_rule="lmms") -> None:
     from . import check_benchmark, load_samples, missing_videos, save_config
     from .runner import FramePlan, kinds, settings
     from .store import RecordLock
@@ -341,7 +346,10 @@ def _evaluate(bench, data, videos, model, method, ratio, frames, fps, max_frames
     if missing and not skip_missing:
         _fail(f"{len(missing)} of {len(samples)} samples have no video under {videos} (first: {missing[0].video}); "
               f"add --skip-missing to run the others")
-    plan = FramePlan(frames=frames, fps=fps, max_frames=max_frames, max_pixels=max_pixels, decoder=decoder)
+    if sampling_rule not in ("lmms", *RULES):
+        _fail(f"--sampling must be one of lmms, {', '.join(RULES)}, got {sampling_rule!r}")
+    plan = FramePlan(frames=frames, fps=fps, max_frames=max_frames, max_pixels=max_pixels, decoder=decoder,
+                     rule=None if sampling_rule == "lmms" else sampling_rule)
     out_dir = out_dir or default_out(bench, model)
     config = {"benchmark": bench, "data": str(Path(data).resolve()), "videos": str(Path(videos).resolve()),
               "model": model, "methods": list(dict.fromkeys(methods)), "ratios": sorted(set(ratios), reverse=True),

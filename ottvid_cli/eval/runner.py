@@ -44,17 +44,27 @@ def settings(methods: Iterable[str], ratios: Iterable[float]) -> list[Setting]:
 @dataclass(frozen=True)
 class FramePlan:
     """Which frames a sample gets: the benchmark's protocol (32 frames for QA, 2 fps for grounding,
-    at most 768) unless `frames` or `fps` is given for every sample; `max_frames` caps both."""
+    at most 768) unless `frames` or `fps` is given for every sample; `max_frames` caps both. `rule`:
+    which frames a count picks (`Sampling.rule`); None: the one lmms-eval's own model reads for this
+    backbone (`for_model`; "linspace" for Qwen, "linspace-floor" for LLaVA), so that a run sees the
+    frames the harness's does. Unresolved, `sampling` takes "centre"."""
 
     frames: int | None = None
     fps: float | None = None
     max_frames: int | None = None
     max_pixels: int | None = None
     decoder: str = "auto"
+    rule: str | None = None
 
     def __post_init__(self) -> None:
         if self.frames is not None and self.fps is not None:
             raise ValueError("give frames or fps, not both")
+        if self.rule is not None:
+            Sampling(rule=self.rule)  # ValueError naming the rules
+
+    def for_model(self, backbone: Any) -> "FramePlan":
+        """This plan with the backbone's lmms-eval rule where none was chosen."""
+        return self if self.rule is not None else replace(self, rule=getattr(backbone, "lmms_sampling", "centre"))
 
     def sampling(self, benchmark: str, kind: str) -> Sampling:
         rule = protocol(benchmark, kind)
@@ -62,17 +72,18 @@ class FramePlan:
             (None, self.fps) if self.fps is not None else (rule.frames, rule.fps)
         if fps is not None:
             return Sampling(fps=fps, max_frames=self.max_frames or DEFAULT_MAX_FRAMES, max_pixels=self.max_pixels,
-                            decoder=self.decoder)
+                            decoder=self.decoder, rule=self.rule or "centre")
         if self.max_frames is not None:
             frames = min(frames, self.max_frames)
-        return Sampling(frames=frames, max_pixels=self.max_pixels, decoder=self.decoder)
+        return Sampling(frames=frames, max_pixels=self.max_pixels, decoder=self.decoder, rule=self.rule or "centre")
 
     def describe(self, benchmark: str, kinds: Iterable[str]) -> dict[str, dict[str, Any]]:
         """The sampling each kind of sample gets, for the run's config."""
         out = {}
         for kind in sorted(set(kinds)):
             s = self.sampling(benchmark, kind)
-            out[kind] = {"frames": s.frames, "fps": s.fps, "max_frames": s.max_frames}
+            out[kind] = {"frames": s.frames, "fps": s.fps, "max_frames": s.max_frames,
+                         "rule": self.rule or "lmms-eval's for the model"}
         return out
 
 
@@ -183,7 +194,7 @@ class VideoRuns:
         own = (time.perf_counter() - started) * 1e3
         shared = self.answered > 0
         self.answered += 1
-        frames = {k: prepared.frames[k] for k in ("requested", "count", "fps", "max_frames", "notes")}
+        frames = {k: prepared.frames[k] for k in ("requested", "count", "fps", "max_frames", "rule", "notes")}
         record = make_record(sample, method, ratio, result.answer, prompt=prompt, video=prepared.clip.path,
                              duration=prepared.clip.duration, tokens=result.tokens, timings_ms=result.timings_ms)
         record["frames"] = frames
@@ -249,7 +260,7 @@ def run(backbone: Any, samples: Sequence[Sample], out: Path | str, runs: Sequenc
     `prefetch`: how many of the next videos are decoded and preprocessed in background threads while
     the model works on the current one (0: each when it is reached; None: 1 on an accelerator, 0 on
     the CPU, where the loader would only compete with the model for the same cores)."""
-    frames = frames or FramePlan()
+    frames = (frames or FramePlan()).for_model(backbone)
     if prefetch is None:
         prefetch = 0 if backbone.device.type == "cpu" else 1
     finder = VideoFinder(videos)
