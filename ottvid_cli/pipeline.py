@@ -152,7 +152,7 @@ class Loaded:
     timings_ms: dict[str, float | None]
 
 
-_PREPROCESS = threading.Lock()  # one preprocess at a time: `_max_pixels` sets the backbone's cap for its duration
+_PREPROCESS = threading.Lock()  # one preprocess at a time: `_pixels` sets the backbone's range for its duration
 
 
 def load(backbone, video: str | Path | Video, sampling: Sampling | None = None, prompt: str = DESCRIBE,
@@ -173,7 +173,7 @@ def load(backbone, video: str | Path | Video, sampling: Sampling | None = None, 
         with watch("decode"):
             clip = sampling.decode(video, backbone.default_frames)
     step("preprocess")
-    with watch("preprocess"), _PREPROCESS, _max_pixels(backbone, sampling.max_pixels):
+    with watch("preprocess"), _PREPROCESS, _pixels(backbone, sampling):
         inputs = backbone.preprocess(clip.frames, clip.timestamps, clip.duration, prompt)
     return Loaded(clip=clip, sampling=sampling, prompt=prompt, inputs=inputs,
                   timings_ms={k: watch.ms.get(k) for k in ("decode", "preprocess")})
@@ -238,16 +238,18 @@ def _compress(backbone, visual, method: str, config: OTTVidConfig | None,
 
 
 @contextmanager
-def _max_pixels(backbone, value: int | None):
-    """Preprocess with another pixel cap (backbones that have one: Qwen2.5-VL)."""
-    if value is None or not hasattr(backbone, "max_pixels"):
-        yield
-        return
-    saved, backbone.max_pixels = backbone.max_pixels, value
+def _pixels(backbone, sampling: Sampling):
+    """Preprocess with the sampling's pixel range where it gives one (backbones that have one: Qwen)."""
+    changes = {name: value for name in ("max_pixels", "min_pixels")
+               if (value := getattr(sampling, name)) is not None and hasattr(backbone, name)}
+    saved = {name: getattr(backbone, name) for name in changes}
+    for name, value in changes.items():
+        setattr(backbone, name, value)
     try:
         yield
     finally:
-        backbone.max_pixels = saved
+        for name, value in saved.items():
+            setattr(backbone, name, value)
 
 
 def _check_method(method: str) -> None:

@@ -16,8 +16,8 @@ RULES = ("centre", "linspace", "linspace-floor")  # = video.RULES (this module i
 @dataclass(frozen=True)
 class Sampling:
     """Which frames to take: `frames` uniformly in time (None: the model's default), or `fps` per
-    second capped at `max_frames` (subsampled uniformly beyond); `max_pixels` per frame (None: the
-    backbone's own); `decoder` "auto" | "decord" | "pyav"; `rule`: "centre" (the frame shown at the
+    second capped at `max_frames` (subsampled uniformly beyond); `max_pixels` / `min_pixels` per
+    frame (None: the backbone's own; Qwen models); `decoder` "auto" | "decord" | "pyav"; `rule`: "centre" (the frame shown at the
     centre of each of `n` equal parts of the duration) or an evaluation harness's way,
     "linspace" (qwen-vl-utils: indices `round(linspace(0, total - 1, n))`) / "linspace-floor"
     (lmms-eval's LLaVA loaders: truncated), see docs/video.md."""
@@ -28,6 +28,7 @@ class Sampling:
     max_pixels: int | None = None
     decoder: str = "auto"
     rule: str = "centre"
+    min_pixels: int | None = None
 
     def __post_init__(self) -> None:
         if self.frames is not None and self.fps is not None:
@@ -41,8 +42,10 @@ class Sampling:
                 raise ValueError("max_frames caps sampling by fps: give fps too (or a frame count alone)")
             if self.max_frames < 1:
                 raise ValueError(f"max_frames must be >= 1, got {self.max_frames}")
-        if self.max_pixels is not None and self.max_pixels < 1:
-            raise ValueError(f"max_pixels must be >= 1, got {self.max_pixels}")
+        for name in ("max_pixels", "min_pixels"):
+            value = getattr(self, name)
+            if value is not None and value < 1:
+                raise ValueError(f"{name} must be >= 1, got {value}")
         if self.rule not in RULES:
             raise ValueError(f"unknown sampling rule {self.rule!r}: choose one of {', '.join(RULES)}")
 

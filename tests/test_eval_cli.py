@@ -79,8 +79,9 @@ def test_run_resume_rescore_and_torchrun(tiny_qwen, tmp_path):
         ("none", 1.0, 3, 0), ("ottvid", 0.25, 3, 0)]
     config = json.loads((single / "config.json").read_text())
     lmms = "lmms-eval's for the model"  # Qwen2.5-VL: qwen-vl-utils' rounded linspace
-    assert config["sampling"] == {"mc": {"frames": 4, "fps": None, "max_frames": None, "rule": lmms},
-                                  "grounding": {"frames": None, "fps": 2.0, "max_frames": 4, "rule": lmms}}
+    assert config["sampling"] == {"mc": {"frames": 4, "fps": None, "max_frames": None, "rule": lmms, "pixels": lmms},
+                                  "grounding": {"frames": None, "fps": 2.0, "max_frames": 4, "rule": lmms,
+                                                "pixels": lmms}}
     assert config["methods"] == ["none", "ottvid"] and config["ratios"] == [0.25] and config["max_frames"] == 4
     lines = (single / "samples.jsonl").read_text()
     again = invoke(*run_args(tiny_qwen, single))  # nothing left to do: no new line

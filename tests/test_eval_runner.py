@@ -39,13 +39,18 @@ def test_settings_and_frame_plan():
     assert capped.sampling("charades", "grounding") == Sampling(fps=2.0, max_frames=16)
     assert FramePlan(frames=8).sampling("charades", "grounding") == Sampling(frames=8)
     assert FramePlan(fps=1.0).sampling("mlvu", "mc") == Sampling(fps=1.0, max_frames=768)
-    eight = {"frames": 8, "fps": None, "max_frames": None, "rule": "lmms-eval's for the model"}
+    lmms = "lmms-eval's for the model"
+    eight = {"frames": 8, "fps": None, "max_frames": None, "rule": lmms, "pixels": lmms}
     assert FramePlan(frames=8).describe("jsonl", ["mc", "grounding"]) == {"grounding": eight, "mc": eight}
     # the rule: lmms-eval's own model's for the backbone, unless one is chosen
-    qwen, llava = type("Q", (), {"lmms_sampling": "linspace"})(), type("L", (), {"lmms_sampling": "linspace-floor"})()
-    assert paper.for_model(qwen).sampling("videomme", "mc") == Sampling(frames=32, rule="linspace")
+    qwen = type("Q", (), {"lmms_sampling": "linspace", "lmms_pixels": {"min_pixels": 200704, "max_pixels": 1605632}})()
+    llava = type("L", (), {"lmms_sampling": "linspace-floor"})()
+    assert paper.for_model(qwen).sampling("videomme", "mc") == Sampling(frames=32, rule="linspace", min_pixels=200704,
+                                                                        max_pixels=1605632)
+    assert FramePlan(max_pixels=448 * 448).for_model(qwen).sampling("mlvu", "mc").max_pixels == 448 * 448  # given: kept
+    assert paper.for_model(llava).sampling("mlvu", "mc").max_pixels is None
     assert paper.for_model(llava).sampling("charades", "grounding").rule == "linspace-floor"
-    assert FramePlan(rule="centre").for_model(qwen).sampling("videomme", "mc") == Sampling(frames=32)
+    assert FramePlan(rule="centre").for_model(qwen).sampling("videomme", "mc").rule == "centre"
     with pytest.raises(ValueError, match="unknown sampling rule 'middle'"):
         FramePlan(rule="middle")
 
@@ -64,8 +69,9 @@ def test_one_encode_per_video_and_the_same_replies_as_separate_runs(backbone, tm
     # the second bikes question (text swapped in, video prefix reused) replies as a run of its own would
     sample = samples[1]
     for method, config in (("none", None), ("ottvid", OTTVidConfig(ratio=0.25))):
-        alone = pipeline.prepare(backbone, DATA / "bikes.mp4", Sampling(frames=4, rule="linspace"), method, config,
-                                 prompt=build_prompt(sample))  # lmms-eval's frames for Qwen2.5-VL
+        lmms = PLAN.for_model(backbone).sampling("videomme", "mc")  # lmms-eval's Qwen2.5-VL frames and pixels
+        assert lmms == Sampling(frames=4, rule="linspace", min_pixels=256 * 28 * 28, max_pixels=1605632)
+        alone = pipeline.prepare(backbone, DATA / "bikes.mp4", lmms, method, config, prompt=build_prompt(sample))
         reply = pipeline.answer(alone, "ask", 16).answer
         record = got[(sample.id, method)]
         assert record["reply"] == reply and record["prompt"] == build_prompt(sample)

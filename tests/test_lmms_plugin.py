@@ -123,8 +123,7 @@ def test_lmms_eval_cli_runs_a_local_video_task_through_ottvid(tiny_qwen, tmp_pat
 
     from ottvid_cli.backbones import load_backbone
     from ottvid_cli.eval.benchmarks import VideoRef
-    from ottvid_cli.eval.runner import VideoRuns
-    from ottvid_cli.sampling import Sampling
+    from ottvid_cli.eval.runner import FramePlan, VideoRuns
 
     backbone = load_backbone(str(tiny_qwen))
     videos = {doc["question"]: doc["video"] for doc in docs}
@@ -134,7 +133,7 @@ def test_lmms_eval_cli_runs_a_local_video_task_through_ottvid(tiny_qwen, tmp_pat
         for record in replies:
             prompt = record["input"].replace("<image>", "").strip()
             runs = VideoRuns(backbone, VideoRef(Path(videos[prompt.splitlines()[0]])),
-                             Sampling(frames=4, rule="linspace"), "", True)  # lmms-eval's Qwen frames
+                             FramePlan(frames=4).for_model(backbone).sampling("jsonl", "mc"), "", True)
             _, result = runs.reply(prompt, "ottvid", 0.1, 8)  # the task's max_new_tokens
             assert record["filtered_resps"] == result.answer.split("\n\n")[0], record
     finally:

@@ -175,3 +175,46 @@ def test_method_none_keeps_every_token(backbone):
                           max_new_tokens=8)
     assert result.compression is None and result.timings_ms["compression"] is None
     assert result.tokens["visual_after"] == result.tokens["visual_before"]
+
+
+@pytest.fixture(scope="module")
+def real_range(tmp_path_factory):
+    """A tiny Qwen2.5-VL whose processor has the 7B's pixel range (128 to 768 merged tokens a frame)."""
+    from tiny_models import build_tiny_qwen2_5_vl
+
+    path = build_tiny_qwen2_5_vl(tmp_path_factory.mktemp("qwen-range"), min_pixels=128 * 28 * 28,
+                                 max_pixels=768 * 28 * 28)
+    return load_backbone(str(path))
+
+
+@pytest.mark.parametrize("height, width, ours, lmms", [
+    # 640x360 (230,400 px): ours (at most 448 x 448) shrinks it by sqrt(230400 / 200704) and floors to 28;
+    # lmms-eval's range keeps round(360 / 28) x round(640 / 28) = 13 x 23 patches of 28
+    (360, 640, (336, 588), (364, 644)),
+    # 320x240 (76,800 px): raised to the processor's minimum (100,352) for ours, to lmms-eval's 200,704
+    # (sqrt(200704 / 76800) = 1.617; 240 x 1.617 = 388 -> 392, 320 x 1.617 = 517 -> 532) for theirs
+    (240, 320, (280, 392), (392, 532)),
+    # 1280x720: qwen-vl-utils caps a frame at 768 merged tokens (602,112 px) whatever max_pixels says:
+    # sqrt(921600 / 602112) = 1.237; 720 / 1.237 = 582 -> 560, 1280 / 1.237 = 1035 -> 1008
+    (720, 1280, (336, 588), (560, 1008)),
+])
+def test_frame_sizes_with_our_default_and_with_lmms_evals_pixel_range(real_range, height, width, ours, lmms):
+    """Hand-computed smart_resize: the product's default cap (448 x 448) and lmms-eval's Qwen2.5-VL
+    range (min 256 x 28 x 28, max 1605632, which qwen-vl-utils caps at 768 tokens), 32 frames."""
+    assert real_range.frame_size(height, width, 32) == ours
+    saved = real_range.max_pixels, real_range.min_pixels
+    real_range.max_pixels, real_range.min_pixels = real_range.lmms_pixels["max_pixels"], real_range.lmms_pixels["min_pixels"]
+    try:
+        assert real_range.frame_size(height, width, 32) == lmms
+    finally:
+        real_range.max_pixels, real_range.min_pixels = saved
+
+
+def test_the_pixel_range_is_a_sampling_setting_and_is_put_back(real_range):
+    from ottvid_cli.sampling import Sampling
+
+    lmms = Sampling(frames=4, min_pixels=256 * 28 * 28, max_pixels=1605632)
+    big = pipeline.prepare(real_range, DATA / "yoga.mp4", lmms, "none")  # yoga: 568x320
+    small = pipeline.prepare(real_range, DATA / "yoga.mp4", Sampling(frames=4), "none")
+    assert big.visual.grid == (13, 22) and small.visual.grid[0] * small.visual.grid[1] < 13 * 22  # 364 x 616 px
+    assert (real_range.max_pixels, real_range.min_pixels) == (448 * 448, None)

@@ -43,6 +43,10 @@ class Qwen25VL(KeptTokenGeneration):
     official_overrides: dict = {}  # `--preset official`: the authors' Qwen2.5-VL path is official()'s default
     method_defaults: dict = {}  # the peer methods' defaults are their Qwen2.5-VL paths already
     lmms_sampling = "linspace"  # lmms-eval's Qwen2.5-VL / Qwen3-VL read frames with qwen-vl-utils
+    # the pixel range lmms-eval's Qwen2.5-VL gives qwen-vl-utils (its min_pixels / max_pixels defaults;
+    # qwen-vl-utils then caps a frame at 768 merged tokens and the video's total budget)
+    lmms_pixels = {"min_pixels": 256 * 28 * 28, "max_pixels": 1605632}
+    min_pixels: int | None = None  # per frame at least (None: the processor's own minimum)
 
     def __init__(self, model, processor, name: str, max_pixels: int = DEFAULT_MAX_PIXELS):
         self.model = model
@@ -85,12 +89,13 @@ class Qwen25VL(KeptTokenGeneration):
 
     def frame_size(self, height: int, width: int, frames: int) -> tuple[int, int]:
         """Target (height, width) of every frame: qwen-vl-utils' smart_resize, within the processor's
-        pixel range, at most `max_pixels`, and within the video's total pixel budget."""
+        pixel range (its minimum raised to `min_pixels` when set), at most `max_pixels`, and within the
+        video's total pixel budget."""
         from qwen_vl_utils import smart_resize
 
         size = self.processor.video_processor.size
         factor = self.patch * self.merge
-        min_pixels = int(size["shortest_edge"])
+        min_pixels = int(self.min_pixels or size["shortest_edge"])
         max_pixels = min(int(size["longest_edge"]), int(self.max_pixels))
         budget = int(self.processor.video_processor.max_video_tokens * factor * factor * 0.9)
         max_pixels = max(min(max_pixels, budget * self.frames_per_group // max(frames, 1)), int(min_pixels * 1.05))

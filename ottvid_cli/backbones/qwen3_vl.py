@@ -43,6 +43,9 @@ class Qwen3VL(Qwen25VL):
     official_overrides: dict = {}
     method_defaults: dict = {}  # the peer methods' defaults are their Qwen2.5-VL paths already
     default_max_pixels = DEFAULT_MAX_PIXELS
+    # lmms-eval's Qwen3-VL passes only min_pixels for a video (simple/qwen3_vl.py: video_kwargs): the
+    # frame cap is then qwen-vl-utils' own (768 merged tokens, the video's total budget)
+    lmms_pixels = {"min_pixels": 256 * 28 * 28, "max_pixels": 1 << 40}
 
     @classmethod
     def model_class(cls, model_id: str):
@@ -65,9 +68,12 @@ class Qwen3VL(Qwen25VL):
         factor = self.patch * self.merge
         per_frame = min(int(vp.max_video_tokens) * factor * factor, int(vp.size["longest_edge"]) // max(frames, 1),
                         int(self.max_pixels))
-        per_frame = max(per_frame, int(int(vp.size["shortest_edge"]) * 1.05))
+        least = int(self.min_pixels or vp.size["shortest_edge"])
+        per_frame = max(per_frame, int(least * 1.05))
+        # the processor's minimum bounds the whole clip; a `min_pixels` given (qwen-vl-utils') each frame
+        minimum = int(self.min_pixels) * frames if self.min_pixels else least
         return smart_resize(frames, height, width, temporal_factor=self.frames_per_group, factor=factor,
-                            min_pixels=int(vp.size["shortest_edge"]), max_pixels=per_frame * frames)
+                            min_pixels=minimum, max_pixels=per_frame * frames)
 
     def video_metadata(self, timestamps: list[float], duration: float, frames: int) -> dict[str, Any]:
         """Metadata that makes the processor's timestamps our real ones.

@@ -47,7 +47,10 @@ class FramePlan:
     at most 768) unless `frames` or `fps` is given for every sample; `max_frames` caps both. `rule`:
     which frames a count picks (`Sampling.rule`); None: the one lmms-eval's own model reads for this
     backbone (`for_model`; "linspace" for Qwen, "linspace-floor" for LLaVA), so that a run sees the
-    frames the harness's does. Unresolved, `sampling` takes "centre"."""
+    frames the harness's does. Unresolved, `sampling` takes "centre". `max_pixels` / `min_pixels`:
+    per frame (Qwen); None: lmms-eval's own model's defaults for the backbone once `for_model`
+    resolved them (Qwen2.5-VL: 256 x 28 x 28 to 1605632, which qwen-vl-utils caps at 768 tokens a
+    frame), else the backbone's own."""
 
     frames: int | None = None
     fps: float | None = None
@@ -55,6 +58,7 @@ class FramePlan:
     max_pixels: int | None = None
     decoder: str = "auto"
     rule: str | None = None
+    min_pixels: int | None = None
 
     def __post_init__(self) -> None:
         if self.frames is not None and self.fps is not None:
@@ -63,8 +67,11 @@ class FramePlan:
             Sampling(rule=self.rule)  # ValueError naming the rules
 
     def for_model(self, backbone: Any) -> "FramePlan":
-        """This plan with the backbone's lmms-eval rule where none was chosen."""
-        return self if self.rule is not None else replace(self, rule=getattr(backbone, "lmms_sampling", "centre"))
+        """This plan with the backbone's lmms-eval rule and pixel range where none was chosen."""
+        pixels = getattr(backbone, "lmms_pixels", None) or {}
+        return replace(self, rule=self.rule or getattr(backbone, "lmms_sampling", "centre"),
+                       max_pixels=self.max_pixels or pixels.get("max_pixels"),
+                       min_pixels=self.min_pixels or pixels.get("min_pixels"))
 
     def sampling(self, benchmark: str, kind: str) -> Sampling:
         rule = protocol(benchmark, kind)
@@ -72,18 +79,20 @@ class FramePlan:
             (None, self.fps) if self.fps is not None else (rule.frames, rule.fps)
         if fps is not None:
             return Sampling(fps=fps, max_frames=self.max_frames or DEFAULT_MAX_FRAMES, max_pixels=self.max_pixels,
-                            decoder=self.decoder, rule=self.rule or "centre")
+                            decoder=self.decoder, rule=self.rule or "centre", min_pixels=self.min_pixels)
         if self.max_frames is not None:
             frames = min(frames, self.max_frames)
-        return Sampling(frames=frames, max_pixels=self.max_pixels, decoder=self.decoder, rule=self.rule or "centre")
+        return Sampling(frames=frames, max_pixels=self.max_pixels, decoder=self.decoder, rule=self.rule or "centre",
+                        min_pixels=self.min_pixels)
 
     def describe(self, benchmark: str, kinds: Iterable[str]) -> dict[str, dict[str, Any]]:
         """The sampling each kind of sample gets, for the run's config."""
         out = {}
         for kind in sorted(set(kinds)):
             s = self.sampling(benchmark, kind)
-            out[kind] = {"frames": s.frames, "fps": s.fps, "max_frames": s.max_frames,
-                         "rule": self.rule or "lmms-eval's for the model"}
+            lmms = "lmms-eval's for the model"
+            out[kind] = {"frames": s.frames, "fps": s.fps, "max_frames": s.max_frames, "rule": self.rule or lmms,
+                         "pixels": [self.min_pixels, self.max_pixels] if self.max_pixels or self.min_pixels else lmms}
         return out
 
 
