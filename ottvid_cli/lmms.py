@@ -64,7 +64,7 @@ class OTTVidLMM(lmms):
         self.ratio = 1.0 if method == "none" else float(ratio)
         self.preset = preset
         self.max_new_tokens = int(max_new_tokens)
-        self.prefetch = _number(prefetch, int)  # None: 1 on an accelerator, 0 on the CPU
+        self.prefetch = _number(prefetch, int)  # None: prefetch.default_depth
         self.plan = FramePlan(frames=_number(frames, int), fps=_number(fps, float),
                               max_frames=_number(max_frames, int), max_pixels=_number(max_pixels, int), decoder=decoder)
         if self.plan.frames is None and self.plan.fps is None:
@@ -113,7 +113,7 @@ class OTTVidLMM(lmms):
     def generate_until(self, requests) -> list[str]:
         """Each request's reply, in order. Consecutive requests about one video share its encoding;
         on an accelerator the next video is decoded and preprocessed in the background meanwhile."""
-        from .eval.prefetch import ahead
+        from .eval.prefetch import ahead, default_depth
 
         runs: list[tuple[str, list]] = []  # (video, its consecutive requests)
         for request in requests:
@@ -124,7 +124,7 @@ class OTTVidLMM(lmms):
             else:
                 runs.append((path, [request]))
         current = self._video[0] if self._video is not None else None
-        depth = self.prefetch if self.prefetch is not None else 0 if self.backbone.device.type == "cpu" else 1
+        depth = self.prefetch if self.prefetch is not None else default_depth(self.backbone.device)
         replies = []
         for (path, asks), loaded, error in ahead(runs, lambda run: None if run[0] == current else self._load(run[0]),
                                                  depth):

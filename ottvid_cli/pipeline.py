@@ -156,9 +156,11 @@ _PREPROCESS = threading.Lock()  # one preprocess at a time: `_pixels` sets the b
 
 
 def load(backbone, video: str | Path | Video, sampling: Sampling | None = None, prompt: str = DESCRIBE,
-         on_step: Callable[[str], None] | None = None) -> Loaded:
+         on_step: Callable[[str], None] | None = None, start: float | None = None, end: float | None = None,
+         frame_rate: float | None = None) -> Loaded:
     """decode -> preprocess: the part of `prepare` that runs on the CPU (the processor's inputs are
-    moved to the backbone's device). `video` is a file or an already decoded `Video`. Safe to call
+    moved to the backbone's device). `video` is a file (only its part [`start`, `end`] s when given;
+    a folder of frame images shown at `frame_rate` a second) or an already decoded `Video`. Safe to call
     from a background thread while the model runs (it times on the host clock, so it never waits for
     the device's queued work); preprocessing is serialised. The tokenizer it shares with the main
     thread's `reprompt` is used without padding or truncation everywhere, so no call changes its
@@ -171,7 +173,7 @@ def load(backbone, video: str | Path | Video, sampling: Sampling | None = None, 
     else:
         step("decode")
         with watch("decode"):
-            clip = sampling.decode(video, backbone.default_frames)
+            clip = sampling.decode(video, backbone.default_frames, start, end, frame_rate=frame_rate)
     step("preprocess")
     with watch("preprocess"), _PREPROCESS, _pixels(backbone, sampling):
         inputs = backbone.preprocess(clip.frames, clip.timestamps, clip.duration, prompt)

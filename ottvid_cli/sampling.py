@@ -8,17 +8,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .settings import DEFAULT_MAX_FRAMES
-
-RULES = ("centre", "linspace", "linspace-floor")  # = video.RULES (this module imports no video code)
+from .settings import DEFAULT_MAX_FRAMES, SAMPLING_RULES as RULES
 
 
 @dataclass(frozen=True)
 class Sampling:
     """Which frames to take: `frames` uniformly in time (None: the model's default), or `fps` per
     second capped at `max_frames` (subsampled uniformly beyond); `max_pixels` / `min_pixels` per
-    frame (None: the backbone's own; Qwen models); `decoder` "auto" | "decord" | "pyav"; `rule`: "centre" (the frame shown at the
-    centre of each of `n` equal parts of the duration) or an evaluation harness's way,
+    frame (None: the backbone's own; Qwen models); `decoder` "auto" | "decord" | "pyav"; `rule`:
+    "centre" (the frame shown at the centre of each of `n` equal parts of the duration) or an
+    evaluation harness's way,
     "linspace" (qwen-vl-utils: indices `round(linspace(0, total - 1, n))`) / "linspace-floor"
     (lmms-eval's LLaVA loaders: truncated), see docs/video.md."""
 
@@ -80,12 +79,14 @@ class Sampling:
         notes: list[str] = []
         if self.fps is None:
             requested = target = self.frames or default_frames
-        elif self.rule != "centre":  # qwen-vl-utils smart_nframes: frames / average fps x fps, at least 4
-            fps = getattr(clip.timeline, "average_fps", 0) or 0
-            exact = total / fps * self.fps if fps > 0 else clip.duration * self.fps
-            requested = target = max(int(math.floor(exact + 1e-9)), 4)
-            if exact < 4:
-                notes.append(f"{self.fps:g} fps is {exact:.1f} frames here: at least 4 (qwen-vl-utils' minimum)")
+        elif self.rule != "centre":  # qwen-vl-utils smart_nframes
+            from .video import HARNESS_MIN_FRAMES, harness_frames
+
+            exact = harness_frames(total, getattr(clip.timeline, "average_fps", 0) or 0, clip.duration, self.fps)
+            requested = target = max(int(math.floor(exact + 1e-9)), HARNESS_MIN_FRAMES)
+            if exact < HARNESS_MIN_FRAMES:
+                notes.append(f"{self.fps:g} fps is {exact:.1f} frames here: at least {HARNESS_MIN_FRAMES} "
+                             "(qwen-vl-utils' minimum)")
         else:
             requested = target = int(math.floor(clip.duration * self.fps + 1e-9))
         subsampled = self.max_frames is not None and requested > self.max_frames
@@ -98,7 +99,7 @@ class Sampling:
             notes.append(f"{requested} frames asked for, the video has only {total}")
         if count != target:
             notes.append(f"{target} frames asked for, {count} taken: the sample is an even number, at least 2")
-        return {"requested": requested, "count": count, "fps": self.fps, "max_frames": self.max_frames, "rule": self.rule,
-                "subsampled": subsampled, "notes": notes, "total": total,
+        return {"requested": requested, "count": count, "fps": self.fps, "max_frames": self.max_frames,
+                "rule": self.rule, "subsampled": subsampled, "notes": notes, "total": total,
                 "timestamps": [round(t, 4) for t in clip.timestamps], "indices": list(clip.indices),
                 "duration": clip.duration}

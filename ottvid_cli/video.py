@@ -27,7 +27,7 @@ from typing import Any, Callable, Iterator
 
 import numpy as np
 
-from .settings import DECODERS, DEFAULT_MAX_FRAMES
+from .settings import DECODERS, DEFAULT_MAX_FRAMES, SAMPLING_RULES as RULES
 
 
 
@@ -362,8 +362,13 @@ def _even(n: int) -> int:
 
 
 Plan = Callable[[Timeline], "list[int]"]
-RULES = ("centre", "linspace", "linspace-floor")  # which frames a count picks (see `Sampling.rule`)
 HARNESS_MIN_FRAMES = 4  # qwen-vl-utils FPS_MIN_FRAMES: the fewest frames its fps sampling takes
+
+
+def harness_frames(total: int, average_fps: float, duration: float, fps: float) -> float:
+    """The frames qwen-vl-utils' `smart_nframes` wants at `fps`, before its bounds (at least
+    `HARNESS_MIN_FRAMES`, at most the cap and the frame count, made even): frames / average fps x fps."""
+    return total / average_fps * fps if average_fps > 0 else duration * fps
 
 
 def _plan_count(num_frames: int, rule: str = "centre") -> Plan:
@@ -375,7 +380,7 @@ def _plan_rate(fps: float, max_frames: int | None, rule: str = "centre") -> Plan
         total = len(timeline.starts)
         if rule != "centre":  # qwen-vl-utils smart_nframes: frames / average fps * fps, in [4, cap], even
             cap = min(max_frames or DEFAULT_MAX_FRAMES, total)
-            wanted = total / timeline.average_fps * fps if timeline.average_fps > 0 else timeline.duration * fps
+            wanted = harness_frames(total, timeline.average_fps, timeline.duration, fps)
             return _pick(timeline, _even(int(min(max(wanted, HARNESS_MIN_FRAMES), cap))), rule)
         count = int(math.floor(timeline.duration * fps + 1e-9))
         if max_frames is not None:
@@ -451,7 +456,8 @@ class _Seeker:
 
     def _seek(self, pts: int) -> None:
         self.container.seek(int(pts), stream=self.stream, backward=True, any_frame=False)
-        self.frames, self.last, self.started, self.seek_to = _decoded(self.container, self.stream, self.skipped), None, False, pts
+        self.frames = _decoded(self.container, self.stream, self.skipped)
+        self.last, self.started, self.seek_to = None, False, pts
 
     def _far(self, target: int) -> bool:
         """Whether a key frame lies between the decoder's position and `target` (or it is past `target`)."""

@@ -49,6 +49,7 @@ from .store import (
     merge_shards,
     rescore,
     save_config,
+    score,
     shard,
     summarise,
     write_summary,
@@ -59,5 +60,5 @@ __all__ = [
     "find_video", "load_samples", "missing_videos", "SYSTEM_PROMPT", "Protocol", "build_prompt", "protocol",
     "VANILLA", "Judgement", "clean_reply", "grounding_metrics", "iou", "judge", "mc_metrics", "metrics",
     "relative", "relative_scores", "SampleStore", "load_config", "load_records", "make_record", "merge_shards",
-    "rescore", "save_config", "shard", "summarise", "write_summary",
+    "rescore", "save_config", "score", "shard", "summarise", "write_summary",
 ]

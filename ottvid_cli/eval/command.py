@@ -42,8 +42,7 @@ from ..cli import (
     err,
     out,
 )
-from ..sampling import RULES
-from ..settings import check_count
+from ..settings import SAMPLING_RULES as RULES, check_count
 
 BARRIER_TIMEOUT = timedelta(days=7)  # shards may finish hours apart
 
@@ -136,15 +135,11 @@ def _vanilla(other: str, benchmark: str) -> dict:
     """The vanilla (method none) result of run folder `other`, a `benchmark` run (EvalError if not)."""
     from .benchmarks import EvalError
     from .scoring import VANILLA
-    from .store import load_config, load_records, summarise
+    from .store import score
 
     if not Path(other).is_dir():
         raise EvalError(f"{other}: run folder to compare with not found")
-    records = load_records(other)
-    if not records:
-        raise EvalError(f"{other}: no sample records to compare with")
-    config = load_config(other) if (Path(other) / "config.json").exists() else {}
-    theirs = summarise(records, config.get("benchmark") or records[0].get("benchmark") or "?", config.get("model", ""))
+    theirs, _ = score(other)
     if theirs["benchmark"] != benchmark:
         raise EvalError(f"{other}: a {theirs['benchmark']} run cannot be compared with a {benchmark} one")
     vanilla = next((r for r in theirs["results"] if r["method"] == VANILLA and r["count"] > r["errors"]), None)
@@ -180,22 +175,26 @@ def _rescore(run: str, compare: str | None) -> dict:
     return summary
 
 
+def _console():
+    """stdout for a table: the terminal, or a wide console that truncates no column in a file."""
+    from rich.console import Console
+
+    return out if out.is_terminal else Console(width=max(out.width, 160))
+
+
 def _paper_table(runs: list[str]) -> dict:
     """Table 1 over run folders (their records, scored afresh; nothing is written): one column per
     run, named by its benchmark (and its annotation file's stem where two runs share a benchmark)."""
     from .benchmarks import EvalError
     from .scoring import paper_table
-    from .store import CONFIG, load_config, load_records, summarise
+    from .store import score
 
     summaries, configs = [], []
     for run in runs:
         if not Path(run).is_dir():
             raise EvalError(f"{run}: run folder not found")
-        records = load_records(run)
-        if not records:
-            raise EvalError(f"{run}: no sample records")
-        config = load_config(run) if (Path(run) / CONFIG).exists() else {}
-        summaries.append(summarise(records, config.get("benchmark") or records[0]["benchmark"], config.get("model", "")))
+        summary, config = score(run)
+        summaries.append(summary)
         configs.append(config)
     models = sorted({c.get("model") for c in configs if c.get("model")})
     if len(models) > 1:
@@ -213,7 +212,6 @@ def _paper_table(runs: list[str]) -> dict:
 
 
 def _show_table(table: dict, as_json: bool) -> None:
-    from rich.console import Console
     from rich.table import Table
 
     if as_json:
@@ -239,12 +237,10 @@ def _show_table(table: dict, as_json: bool) -> None:
         values = [number(row["scores"][label] if label is not None else row["average"][family])
                   for _, family, label in cells]
         view.add_row(row["method"], "100%" if row["method"] == "none" else f"{row['ratio'] * 100:g}%", *values)
-    console = out if out.is_terminal else Console(width=max(out.width, 160))
-    console.print(view)
+    _console().print(view)
 
 
 def _show(summary: dict, as_json: bool) -> None:
-    from rich.console import Console
     from rich.table import Table
 
     if as_json:
@@ -267,7 +263,7 @@ def _show(summary: dict, as_json: bool) -> None:
         if "relative" in result:
             row.append("-" if result["relative"] is None else f"{result['relative']:.1f}")
         table.add_row(*row)
-    console = out if out.is_terminal else Console(width=max(out.width, 160))  # no truncated columns in files
+    console = _console()
     console.print(table)
     if summary.get("out"):
         console.print(f"records and summary in {summary['out']}", highlight=False, soft_wrap=True)

@@ -20,13 +20,19 @@ Item = TypeVar("Item")
 Result = TypeVar("Result")
 
 
+def default_depth(device) -> int:
+    """How many videos to load ahead when none is asked for: 1 on an accelerator, 0 on the CPU, where
+    the loader would only compete with the model for the same cores."""
+    return 0 if device.type == "cpu" else 1
+
+
 def ahead(items: Iterable[Item], load: Callable[[Item], Result], depth: int = 1
           ) -> Iterator[tuple[Item, Result | None, BaseException | None]]:
     """(item, load(item), None) or (item, None, the exception) for each item, in order; with
     `depth` >= 1 the loads of the next `depth` items run in as many background threads while the
     caller works on the current one; `depth` 0 loads each item when it is reached (no thread).
-    Closing the iterator early (break, an exception in the caller) cancels the loads not started
-    and waits for the running ones."""
+    Closing the iterator early (break, an exception in the caller) cancels the loads not started;
+    a running one finishes in its daemon thread, unwaited (an exit does not wait for it either)."""
     if depth <= 0:
         for item in items:
             try:

@@ -22,7 +22,7 @@ from typing import Any, Callable, Iterable, Sequence
 from ..sampling import Sampling
 from ..settings import DEFAULT_MAX_FRAMES
 from .benchmarks import GROUNDING, MC, Sample, VideoFinder, VideoRef
-from .prefetch import ahead
+from .prefetch import ahead, default_depth
 from .prompts import build_prompt, protocol
 from .store import SampleStore, load_records, make_record, record_key, shard
 
@@ -77,20 +77,19 @@ class FramePlan:
         rule = protocol(benchmark, kind)
         frames, fps = (self.frames, None) if self.frames is not None else \
             (None, self.fps) if self.fps is not None else (rule.frames, rule.fps)
+        common = {"max_pixels": self.max_pixels, "min_pixels": self.min_pixels, "decoder": self.decoder,
+                  "rule": self.rule or "centre"}
         if fps is not None:
-            return Sampling(fps=fps, max_frames=self.max_frames or DEFAULT_MAX_FRAMES, max_pixels=self.max_pixels,
-                            decoder=self.decoder, rule=self.rule or "centre", min_pixels=self.min_pixels)
+            return Sampling(fps=fps, max_frames=self.max_frames or DEFAULT_MAX_FRAMES, **common)
         if self.max_frames is not None:
             frames = min(frames, self.max_frames)
-        return Sampling(frames=frames, max_pixels=self.max_pixels, decoder=self.decoder, rule=self.rule or "centre",
-                        min_pixels=self.min_pixels)
+        return Sampling(frames=frames, **common)
 
     def describe(self, benchmark: str, kinds: Iterable[str]) -> dict[str, dict[str, Any]]:
         """The sampling each kind of sample gets, for the run's config."""
-        out = {}
+        out, lmms = {}, "lmms-eval's for the model"
         for kind in sorted(set(kinds)):
             s = self.sampling(benchmark, kind)
-            lmms = "lmms-eval's for the model"
             out[kind] = {"frames": s.frames, "fps": s.fps, "max_frames": s.max_frames, "rule": self.rule or lmms,
                          "pixels": [self.min_pixels, self.max_pixels] if self.max_pixels or self.min_pixels else lmms}
         return out
@@ -233,12 +232,7 @@ def load_video(backbone: Any, ref: VideoRef | None, sampling: Sampling | None, p
 
     if ref is None:
         return None
-    started = time.perf_counter()
-    clip = sampling.decode(ref.path, backbone.default_frames, ref.start, ref.end, frame_rate=ref.frame_rate)
-    decoded = (time.perf_counter() - started) * 1e3
-    loaded = load(backbone, clip, sampling, prompt)
-    loaded.timings_ms["decode"] = decoded
-    return loaded
+    return load(backbone, ref.path, sampling, prompt, start=ref.start, end=ref.end, frame_rate=ref.frame_rate)
 
 
 def groups_by_video(todo: Sequence[tuple[Sample, list[Setting]]], finder: VideoFinder, frames: FramePlan
@@ -267,11 +261,10 @@ def run(backbone: Any, samples: Sequence[Sample], out: Path | str, runs: Sequenc
     goes on; a record that cannot be written (store.StoreError) and Ctrl-C stop it, keeping what was written.
     `max_new_tokens` overrides the protocol's reply budget (for measurements only: benchmarks/eval_sweep.py).
     `prefetch`: how many of the next videos are decoded and preprocessed in background threads while
-    the model works on the current one (0: each when it is reached; None: 1 on an accelerator, 0 on
-    the CPU, where the loader would only compete with the model for the same cores)."""
+    the model works on the current one (0: each when it is reached; None: `prefetch.default_depth`)."""
     frames = (frames or FramePlan()).for_model(backbone)
     if prefetch is None:
-        prefetch = 0 if backbone.device.type == "cpu" else 1
+        prefetch = default_depth(backbone.device)
     finder = VideoFinder(videos)
     stats = RunStats()
     started = time.perf_counter()
@@ -289,8 +282,8 @@ def run(backbone: Any, samples: Sequence[Sample], out: Path | str, runs: Sequenc
                     stats.errors += 1
                     progress.errors += 1
 
-        groups = ahead(groups_by_video(todo, finder, frames), 
-                   lambda group: load_video(backbone, group[0], group[1], build_prompt(group[2][0][0])), prefetch)
+        groups = ahead(groups_by_video(todo, finder, frames),
+                       lambda group: load_video(backbone, group[0], group[1], build_prompt(group[2][0][0])), prefetch)
         try:
             while True:
                 asked = time.perf_counter()
@@ -326,7 +319,7 @@ def run(backbone: Any, samples: Sequence[Sample], out: Path | str, runs: Sequenc
                             except Exception as exc:
                                 record = make_record(sample, method, ratio, error=_failure(exc), prompt=prompt,
                                                      video=ref.path)
-                        write(record)  # outside the try: a failed write (StoreError) stops the run, it is no sample's error
+                        write(record)  # outside the try: a failed write (StoreError) stops the run
                     stats.samples += 1
                     progress.done += 1
                     if on_progress is not None:

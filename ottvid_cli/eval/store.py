@@ -378,11 +378,11 @@ class SampleStore:
         if self.out.exists() and not self.out.is_dir():
             raise EvalError(f"{self.out}: not a folder")
         self._fd: int | None = None
-        self._lock = acquire(lock_file(self.path), what=self.path)
+        self._lock = RecordLock(self.out, rank, shards)
         try:
             self._open(retry_errors)
         except BaseException:
-            release(self._lock)
+            self._lock.release()
             raise
 
     def _open(self, retry_errors: bool) -> None:
@@ -411,7 +411,7 @@ class SampleStore:
         if self._fd is not None:
             os.close(self._fd)
             self._fd = None
-            release(self._lock)
+            self._lock.release()
 
     def __len__(self) -> int:
         return len(self._done)
@@ -608,19 +608,25 @@ def write_summary(out_dir: Path | str, summary: dict) -> Path:
     return path
 
 
-def rescore(out_dir: Path | str) -> dict:
-    """Rebuild OUT/summary.json from the record files alone (benchmark and model from config.json,
-    else from the records) and return it. A folder without records is an error (an existing
-    summary.json is left as it is)."""
+def score(out_dir: Path | str) -> tuple[dict, dict]:
+    """(summary, config) of a run folder from its record files alone (benchmark and model from
+    config.json, else from the records; config {} without one); nothing is written. A folder without
+    records is an EvalError."""
     out = Path(out_dir)
     records = load_records(out)
     config = load_config(out) if (out / CONFIG).exists() else {}
     if not records:
         what = "config.json but no sample records yet" if config else "no sample records and no config.json"
-        raise EvalError(f"{out}: {what}; nothing to rescore")
+        raise EvalError(f"{out}: {what}")
     benchmark = config.get("benchmark") or records[0].get("benchmark")
     if not benchmark:
-        raise EvalError(f"{out}: no config.json and no benchmark in the records; nothing to rescore")
-    summary = summarise(records, benchmark, config.get("model", ""))
-    write_summary(out, summary)
+        raise EvalError(f"{out}: no config.json and no benchmark in the records")
+    return summarise(records, benchmark, config.get("model", "")), config
+
+
+def rescore(out_dir: Path | str) -> dict:
+    """Rebuild OUT/summary.json from the record files alone (`score`) and return it. A folder without
+    records is an error (an existing summary.json is left as it is)."""
+    summary, _ = score(out_dir)
+    write_summary(out_dir, summary)
     return summary
