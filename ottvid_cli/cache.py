@@ -22,7 +22,7 @@ import tempfile
 from collections import OrderedDict
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 import torch
@@ -33,10 +33,11 @@ _HASHES: "OrderedDict[tuple, str]" = OrderedDict()  # (realpath, size, mtime_ns,
 _HASHES_MAX = 4096
 
 
-def content_hash(path: str | Path) -> str:
+def content_hash(path: str | Path, cancel: Callable[[], None] | None = None) -> str:
     """blake2b (128-bit) of the file's bytes, streamed in 1 MiB chunks; memoised by (real path, size,
     mtime_ns, inode), so a file rewritten in place is hashed again. For a folder of frame images
-    (video.frame_files): of each image's name and bytes in order, memoised by every image's stat."""
+    (video.frame_files): of each image's name and bytes in order, memoised by every image's stat.
+    `cancel`, if given, is called before each chunk; what it raises stops the hashing."""
     folder = os.path.isdir(path)
     if folder:
         from .video import frame_files
@@ -56,6 +57,8 @@ def content_hash(path: str | Path) -> str:
             digest.update(f"{os.path.basename(file)}\0{st.st_size}\0".encode())
         with open(file, "rb") as f:
             while chunk := f.read(CHUNK):
+                if cancel is not None:
+                    cancel()
                 digest.update(chunk)
     value = digest.hexdigest()
     _HASHES[memo] = value
@@ -70,10 +73,11 @@ def default_cache_dir() -> Path:
     return Path(base) / "ottvid"
 
 
-def video_key(backbone: Any, video: Any, sampling: Any) -> dict[str, Any]:
-    """What makes two preparations the same: the video's content, the sampling and the model."""
+def video_key(backbone: Any, video: Any, sampling: Any, cancel: Callable[[], None] | None = None) -> dict[str, Any]:
+    """What makes two preparations the same: the video's content, the sampling and the model
+    (`cancel`: as for content_hash)."""
     if isinstance(video, (str, Path)):
-        content = content_hash(video)
+        content = content_hash(video, cancel)
     else:  # an already decoded video.Video: its frames and times are the content
         digest = hashlib.blake2b(np.ascontiguousarray(video.frames).data, digest_size=16)
         digest.update(json.dumps([list(video.timestamps), list(video.indices), video.duration]).encode())

@@ -898,6 +898,9 @@ def serve(
                                   help="Requests waiting for the model at most (503 with Retry-After beyond)."),
     timeout: float = typer.Option(300.0, "--timeout", callback=_checked(check_positive, "--timeout"),
                                   help="Seconds a request may take, waiting included (504 beyond)."),
+    max_prompt_chars: int = typer.Option(16384, "--max-prompt-chars",
+                                         callback=_checked(check_count, "--max-prompt-chars"),
+                                         help="Longest question (with its choices) in characters (400 beyond)."),
     cache_dir: str = CACHE_DIR,
     quiet: bool = QUIET,
     device: str = DEVICE,
@@ -913,7 +916,7 @@ def serve(
     from .serve.command import serve as run
 
     run(model, host, port, api_key, allowed_media_dir, max_upload_mb, max_queue, timeout, _cache_path(cache_dir),
-        device, dtype, attention, max_pixels, decoder, quiet, siglip_head)
+        device, dtype, attention, max_pixels, decoder, quiet, siglip_head, max_prompt_chars)
 
 
 convert_app = typer.Typer(help="Convert checkpoints into formats transformers (and ottvid) load.",

@@ -44,29 +44,32 @@ class Engine:
     def ask(self, video, question: str, options: list[str] | None = None, sampling: Sampling | None = None,
             method: str = "ottvid", ratio: float = 0.1, config=None, preset: str = "paper",
             max_new_tokens: int = 64, on_token=None, on_step=None,
-            history: Sequence[tuple[str, str]] = ()) -> RunResult:
-        """`pipeline.ask` with reuse; `history`: earlier (question, answer) turns, sent before this one."""
+            history: Sequence[tuple[str, str]] = (), cancel: Callable[[], None] | None = None) -> RunResult:
+        """`pipeline.ask` with reuse; `history`: earlier (question, answer) turns, sent before this one;
+        `cancel`: called between the chunks of long work without steps (hashing the video), raises to stop."""
         if not question.strip():
             raise ValueError("the question is empty")
         return self._run("ask", video, qa.build_prompt(question, options), sampling or Sampling(), method,
                          make_config(ratio, preset, self.backbone, config, method), max_new_tokens, on_token, on_step,
-                         options=options, history=history)
+                         options=options, history=history, cancel=cancel)
 
     def ground(self, video, query: str, sampling: Sampling | None = None, method: str = "ottvid",
                ratio: float = 0.1, config=None, preset: str = "paper", max_new_tokens: int = 48,
-               on_token=None, on_step=None) -> RunResult:
-        """`pipeline.ground` with reuse."""
+               on_token=None, on_step=None, cancel: Callable[[], None] | None = None) -> RunResult:
+        """`pipeline.ground` with reuse (`cancel`: as for `ask`)."""
         if not query.strip():
             raise ValueError("the query is empty")
         return self._run("ground", video, grounding.build_prompt(query), sampling or Sampling.grounding(), method,
-                         make_config(ratio, preset, self.backbone, config, method), max_new_tokens, on_token, on_step)
+                         make_config(ratio, preset, self.backbone, config, method), max_new_tokens, on_token, on_step,
+                         cancel=cancel)
 
     def prepared(self, video, sampling: Sampling, method: str, config, prompt: str,
-                 on_step: Callable[[str], None] | None = None) -> tuple[Prepared, Entry, dict, bool]:
+                 on_step: Callable[[str], None] | None = None,
+                 cancel: Callable[[], None] | None = None) -> tuple[Prepared, Entry, dict, bool]:
         """(the prepared video for this prompt, its cache entry, the entry's key, whether it was a
         cache hit). A hit builds only the prompt's text inputs and, for a new method or config,
         recompresses the cached encoder output."""
-        key = video_key(self.backbone, video, sampling)
+        key = video_key(self.backbone, video, sampling, cancel)
         ckey = compression_key(method, config)
         entry = self.cache.get(key, self.backbone)
         needs_saliency = method != "none"
@@ -88,9 +91,9 @@ class Engine:
         return _served(p).reprompt(prompt), entry, key, True
 
     def _run(self, task: str, video, prompt: str, sampling: Sampling, method: str, config, max_new_tokens: int,
-             on_token, on_step, options=None, history=()) -> RunResult:
+             on_token, on_step, options=None, history=(), cancel=None) -> RunResult:
         with self._lock:
-            prepared, entry, key, hit = self.prepared(video, sampling, method, config, prompt, on_step)
+            prepared, entry, key, hit = self.prepared(video, sampling, method, config, prompt, on_step, cancel)
             if history:
                 prepared = prepared.reprompt(prompt, history)
             ckey = compression_key(method, config)

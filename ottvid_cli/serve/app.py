@@ -31,9 +31,10 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from .schema import MAX_NEW_TOKENS, ChatCompletion, ChatRequest, ErrorResponse, Message, ModelCard, ModelList, usage_of
 from .security import ApiError, MediaPolicy, require_key
-from .worker import Job, ModelWorker, QueueFull
+from .worker import INTERNAL_MESSAGE, Job, ModelWorker, QueueFull
 
 DEFAULT_TOKENS = {"ask": 64, "ground": 48}  # `ottvid ask` / `ground`'s --max-new-tokens
+MAX_PROMPT_CHARS = 16384  # the question and its choices, in characters (about 4k tokens): --max-prompt-chars
 
 
 @dataclass(frozen=True)
@@ -48,6 +49,7 @@ class ServeSettings:
     timeout: float = 300.0  # seconds per request, queueing included
     max_pixels: int | None = None
     decoder: str = "auto"
+    max_prompt_chars: int = MAX_PROMPT_CHARS
 
     @property
     def max_upload_bytes(self) -> int:
@@ -108,6 +110,9 @@ def create_app(engine: Any, settings: ServeSettings) -> FastAPI:
                 job.media.cleanup()
                 raise ApiError(503, str(exc), code="queue_full", headers={"Retry-After": str(exc.retry_after)}) \
                     from None
+            except ApiError:
+                job.media.cleanup()
+                raise
             reply = _Reply(body, settings.model_id)
             if body.stream:
                 first = await _next(job, deadline, gone)  # a bad video is still a plain 4xx here
@@ -145,6 +150,11 @@ async def _job(body: ChatRequest, request: Request) -> Job:
     if not text:
         raise ApiError(400, f"the {'question' if task == 'ask' else 'query'} is empty: add a text part",
                        code="empty_text", param="messages")
+    length = len(text) + sum(len(choice) for choice in options.choices or ())
+    if length > settings.max_prompt_chars:
+        raise ApiError(400, f"the {'question' if task == 'ask' else 'query'} is {length:,} characters (choices "
+                            f"included); this server takes at most {settings.max_prompt_chars:,} "
+                            f"(--max-prompt-chars)", code="prompt_too_long", param="messages")
     if task == "ground":
         if options.choices:
             raise ApiError(400, "choices are for task ask, not ground", param="ottvid.choices")
@@ -322,13 +332,15 @@ def _add_error_handlers(app: FastAPI) -> None:
         status = exc.status_code
         message = {404: "no such endpoint (POST /v1/chat/completions, GET /v1/models, GET /health)",
                    413: "the request body is larger than the server's limit (--max-upload-mb)"}.get(status, exc.detail)
-        code = {404: "unknown_url", 405: "method_not_allowed", 413: "upload_too_large"}.get(status)
+        if status == 400:  # FastAPI's only 400: a JSON body it could not parse (not UTF-8, nested too deeply)
+            message = "the body is not valid JSON (not UTF-8, or nested too deeply)"
+        code = {400: "invalid_json", 404: "unknown_url", 405: "method_not_allowed",
+                413: "upload_too_large"}.get(status)
         return await api_error(_request, ApiError(status, str(message), code=code, headers=dict(exc.headers or {})))
 
     @app.exception_handler(Exception)
-    async def crashed(_request: Request, exc: Exception) -> JSONResponse:
-        return JSONResponse(ApiError(500, f"internal error: {type(exc).__name__}", code="internal_error").body(),
-                            status_code=500)
+    async def crashed(_request: Request, exc: Exception) -> JSONResponse:  # our bug: Starlette then logs it
+        return JSONResponse(ApiError(500, INTERNAL_MESSAGE, code="internal_error").body(), status_code=500)
 
 
 def _validation_error(exc: RequestValidationError) -> ApiError:

@@ -15,7 +15,7 @@ import socket
 
 def serve(model, host: str, port: int, api_key: str | None, allowed_media_dir: str | None, max_upload_mb: float,
           max_queue: int, timeout: float, cache_dir: str | None, device, dtype, attention, max_pixels, decoder,
-          quiet: bool, siglip_head: str | None = None) -> None:
+          quiet: bool, siglip_head: str | None = None, max_prompt_chars: int | None = None) -> None:
     from ..cli import EXIT_RUN, _engine, _fail, _load, _Progress, _settle, err
 
     model, device, dtype, _, _ = _settle(model, device, dtype, None, None, None, False)
@@ -40,11 +40,12 @@ def serve(model, host: str, port: int, api_key: str | None, allowed_media_dir: s
     backbone = _load(model, device, dtype, attention, max_pixels, progress, siglip_head)
     progress.stop()
 
-    from .app import ServeSettings, create_app
+    from .app import MAX_PROMPT_CHARS, ServeSettings, create_app
 
     settings = ServeSettings(model_id=model, api_key=api_key or None, allowed_media_dir=allowed_media_dir,
                              max_upload_mb=max_upload_mb, max_queue=max_queue, timeout=timeout,
-                             max_pixels=max_pixels, decoder=decoder)
+                             max_pixels=max_pixels, decoder=decoder,
+                             max_prompt_chars=max_prompt_chars or MAX_PROMPT_CHARS)
     app = create_app(_engine(backbone, cache_dir), settings)
     bound_host, bound_port = sock.getsockname()[:2]
     shown = f"[{bound_host}]" if ":" in bound_host else bound_host

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, field_validator
 
 from ..settings import DEFAULT_MAX_FRAMES, METHODS, PRESETS, check_choice, check_count, check_positive, check_ratio
 
@@ -51,7 +51,8 @@ class OttvidOptions(BaseModel):
     max_frames: int | None = None
     choices: list[str] | None = Field(default=None, description="Multiple-choice options ('A. a dog'), ask only.")
 
-    @field_validator("ratio")
+    # the numbers are checked as sent (mode "before"): `true` is not 1, "0.5" is not 0.5
+    @field_validator("ratio", mode="before")
     @classmethod
     def _ratio(cls, v):
         return v if v is None else check_ratio(v, "ratio")
@@ -66,12 +67,12 @@ class OttvidOptions(BaseModel):
     def _preset(cls, v):
         return check_choice(v, "preset", PRESETS)
 
-    @field_validator("frames", "max_frames")
+    @field_validator("frames", "max_frames", mode="before")
     @classmethod
     def _count(cls, v, info):
         return v if v is None else check_count(v, info.field_name)
 
-    @field_validator("fps")
+    @field_validator("fps", mode="before")
     @classmethod
     def _fps(cls, v):
         return v if v is None else check_positive(v, "fps")
@@ -88,7 +89,7 @@ class OttvidOptions(BaseModel):
 
 
 class StreamOptions(BaseModel):
-    include_usage: bool = False
+    include_usage: StrictBool = False
 
 
 class ChatRequest(BaseModel):
@@ -98,12 +99,19 @@ class ChatRequest(BaseModel):
     model_config = ConfigDict(extra="allow")
     model: str
     messages: list[Message] = Field(min_length=1)
-    stream: bool = False
+    stream: StrictBool = False
     stream_options: StreamOptions | None = None
     max_tokens: int | None = Field(default=None, ge=1, le=MAX_NEW_TOKENS)
     max_completion_tokens: int | None = Field(default=None, ge=1, le=MAX_NEW_TOKENS)
     n: int = Field(default=1, ge=1, le=1)
     ottvid: OttvidOptions = Field(default_factory=OttvidOptions)
+
+    @field_validator("max_tokens", "max_completion_tokens", "n", mode="before")
+    @classmethod
+    def _integer(cls, v, info):
+        if isinstance(v, bool):  # JSON true is not 1
+            raise ValueError(f"{info.field_name} must be an integer, got {str(v).lower()}")
+        return v
 
 
 # ------------------------------------------------------------------------------------------------

@@ -2,9 +2,12 @@
 
 - API key: with one set (`--api-key` or OTTVID_API_KEY), every /v1 request needs
   `Authorization: Bearer KEY`; the comparison is constant-time (`secrets.compare_digest`).
-- Local files (`file://` URLs or absolute paths) are read only from under `--allowed-media-dir`,
-  after resolving symlinks and `..` (`os.path.realpath`); the resolved path is what gets decoded.
-  Without the flag no local file is served.
+- Local files (`file://` URLs or absolute paths) are read only from under `--allowed-media-dir`.
+  The name is resolved (symlinks, `..`) and checked, then the file is opened once, at once (no
+  following of a final symlink, non-blocking so a fifo cannot hang the server), and what was opened
+  is checked: a regular file whose real path is inside the folder. The decoder reads that open file
+  (`/proc/self/fd/N` on Linux), so a name swapped after the check changes nothing. Without the flag
+  no local file is served.
 - `data:` URLs (base64) up to `--max-upload-mb` are written to a private temporary file (mode 0600
   in a 0700 folder) and deleted when the request ends.
 - `http(s)` and every other scheme are refused: the server downloads nothing.
@@ -16,6 +19,7 @@ import base64
 import binascii
 import os
 import secrets
+import stat
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -64,14 +68,25 @@ def require_key(request: Request, credentials: HTTPAuthorizationCredentials | No
 # media
 
 
+UPLOAD = "the uploaded video"  # what replies name an upload (never its temporary file)
+
+
 @dataclass
 class Media:
-    """A video the worker may decode: `path`, and whether it is an upload to delete afterwards."""
+    """A video the worker may decode: `path` (what the decoder opens: `/proc/self/fd/N` for a local
+    file held open in `fd`, or an upload's temporary file), `name` (what the request named: the only
+    name replies and errors show) and whether it is an upload to delete afterwards."""
 
     path: str
+    name: str = UPLOAD
     temporary: bool = False
+    fd: int | None = None
 
     def cleanup(self) -> None:
+        """Close the held file and delete an upload (idempotent)."""
+        if self.fd is not None:
+            fd, self.fd = self.fd, None
+            os.close(fd)
         if self.temporary:
             try:
                 os.unlink(self.path)
@@ -110,26 +125,47 @@ class MediaPolicy:
         else:
             raise ApiError(400, f"unsupported video URL scheme {parsed.scheme!r}: use data: or file://",
                            code="url_not_allowed", param=param)
-        return Media(self._local(path, param))
+        if "\0" in path:
+            raise ApiError(400, "the video path contains a NUL character", code="invalid_video", param=param)
+        return self._local(path, param)
 
-    def _local(self, path: str, param: str) -> str:
+    def _inside(self, real: str) -> bool:
+        try:
+            return os.path.commonpath([real, self.allowed]) == self.allowed
+        except ValueError:  # another drive (Windows)
+            return False
+
+    def _local(self, path: str, param: str) -> Media:
+        """Open the named file once and check what was opened (docs/serve.md, Security)."""
         if not os.path.isabs(path):
             raise ApiError(400, "a local video must be an absolute path or a file:// URL", code="invalid_video",
                            param=param)
         if self.allowed is None:
             raise ApiError(403, "this server serves no local files (start it with --allowed-media-dir DIR)",
                            code="media_not_allowed", param=param)
-        real = os.path.realpath(path)  # symlinks and `..` resolved before the check
-        try:
-            inside = os.path.commonpath([real, self.allowed]) == self.allowed
-        except ValueError:  # another drive (Windows)
-            inside = False
-        if not inside:
-            raise ApiError(403, "the video is outside the server's --allowed-media-dir", code="media_not_allowed",
+        outside = ApiError(403, "the video is outside the server's --allowed-media-dir", code="media_not_allowed",
                            param=param)
-        if not os.path.isfile(real):
-            raise ApiError(400, f"video not found: {path}", code="invalid_video", param=param)
-        return real
+        real = os.path.realpath(path)  # symlinks and `..` resolved before the check
+        if not self._inside(real):
+            raise outside
+        try:  # the resolved name; a final symlink here was swapped in after realpath: refused (ELOOP)
+            fd = os.open(real, os.O_RDONLY | _NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+        except (FileNotFoundError, NotADirectoryError):
+            raise ApiError(400, f"video not found: {path}", code="invalid_video", param=param) from None
+        except OSError as exc:
+            raise ApiError(400, f"cannot open the video {path}: {exc.strerror or 'refused'}", code="invalid_video",
+                           param=param) from None
+        try:
+            info = os.fstat(fd)
+            if not stat.S_ISREG(info.st_mode):
+                what = "a folder" if stat.S_ISDIR(info.st_mode) else "not a regular file (a fifo, socket or device)"
+                raise ApiError(400, f"the video {path} is {what}", code="invalid_video", param=param)
+            if not self._inside(_opened_path(fd, real, info)):
+                raise outside
+        except BaseException:
+            os.close(fd)
+            raise
+        return Media(_fd_path(fd) or real, name=path, fd=fd)
 
     def _upload(self, url: str, param: str) -> Media:
         header, sep, payload = url[5:].partition(",")
@@ -151,4 +187,27 @@ class MediaPolicy:
         fd, path = tempfile.mkstemp(prefix="upload-", suffix=_SUFFIXES.get(mime, ".bin"), dir=self.upload_dir)
         with os.fdopen(fd, "wb") as f:
             f.write(data)
-        return Media(path, temporary=True)
+        return Media(path, name=UPLOAD, temporary=True)
+
+
+_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
+_PROC_FD = "/proc/self/fd"
+
+
+def _fd_path(fd: int) -> str | None:
+    """A name that opens the very file `fd` holds (Linux: /proc/self/fd/N reopens its inode, whatever
+    its name has become); None where the platform has none (the checked real path is decoded then)."""
+    return f"{_PROC_FD}/{fd}" if os.path.isdir(_PROC_FD) else None
+
+
+def _opened_path(fd: int, real: str, info: os.stat_result) -> str:
+    """The real path of the file `fd` holds: its /proc link on Linux; elsewhere `real`, if that name
+    still leads to the same file (device and inode), else "" (it changed: refused)."""
+    fd_path = _fd_path(fd)
+    if fd_path is not None:
+        return os.readlink(fd_path).removesuffix(" (deleted)")
+    try:
+        now = os.stat(real)
+    except OSError:
+        return ""
+    return real if (now.st_dev, now.st_ino) == (info.st_dev, info.st_ino) else ""

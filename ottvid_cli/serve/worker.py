@@ -1,9 +1,11 @@
 """The model worker: one thread owns the engine (and so the model) and runs one job at a time, in
 arrival order, from a bounded queue.
 
-A full queue refuses new work at once (`QueueFull`; the app answers 503 with Retry-After). A job
-whose client went away or timed out is cancelled: taken out of the queue if it has not started, or
-stopped at its next step or generated token if it has (the engine's `on_step` / `on_token` raise).
+A full queue refuses new work at once (`QueueFull`; the app answers 503 with Retry-After: the jobs
+ahead times the mean duration of the last jobs run). A job whose client went away or timed out is
+cancelled: taken out of the queue if it has not started, or stopped at its next cancellation point
+if it has (the engine's `on_step` / `on_token`, and `cancel`, called between the chunks of hashing
+the video, raise).
 A failing job (a video that does not decode, not enough memory, anything else) becomes an error for
 its own request only; the worker goes on with the next job and the model stays loaded.
 """
@@ -19,15 +21,15 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from .security import ApiError, Media
+from .security import UPLOAD, ApiError, Media
 
 log = logging.getLogger("ottvid.serve")
 
 OOM_MESSAGE = ("not enough memory for this request: ask for fewer frames or a smaller ratio (the model is still "
                "loaded; other requests are served)")
 
-
-UPLOAD = "the uploaded video"
+INTERNAL_MESSAGE = "internal error (the details are in the server's log)"
+RECENT = 20  # jobs whose durations make the Retry-After estimate
 
 
 class QueueFull(Exception):
@@ -75,7 +77,8 @@ class ModelWorker:
         self._cond = threading.Condition()
         self._stopping = False
         self._current: Job | None = None
-        self._seconds = 1.0  # running average of a job's duration, for Retry-After
+        self._started = 0.0  # when the job in flight began (perf_counter)
+        self._durations: collections.deque[float] = collections.deque(maxlen=RECENT)  # of jobs that ran
         self.served = 0
         self._thread = threading.Thread(target=self._loop, name="ottvid-model-worker", daemon=True)
 
@@ -97,9 +100,19 @@ class ModelWorker:
             if self._stopping:
                 raise ApiError(503, "the server is shutting down", code="shutting_down")
             if len(self._pending) >= self.max_queue:
-                raise QueueFull(max(1, round(self._seconds * (len(self._pending) + 1))))
+                raise QueueFull(self.retry_after())
             self._pending.append(job)
             self._cond.notify()
+
+    def retry_after(self) -> int:
+        """Seconds until a place in the queue frees up, roughly: every queued job and the one in flight
+        take the mean duration of the last jobs run (before any has finished: as long as the one in
+        flight has taken so far), less what the one in flight has already run."""
+        now = time.perf_counter()
+        elapsed = now - self._started if self._current is not None else 0.0
+        mean = sum(self._durations) / len(self._durations) if self._durations else max(elapsed, 1.0)
+        ahead = len(self._pending) * mean + max(mean - elapsed, 0.0)
+        return max(1, round(ahead))
 
     def cancel(self, job: Job) -> None:
         """Nobody waits for this job any more: drop it from the queue, or stop it where it runs."""
@@ -134,18 +147,21 @@ class ModelWorker:
                 if not self._pending:
                     return
                 job = self._current = self._pending.popleft()
-            start = time.perf_counter()
+                self._started = time.perf_counter()
+            ran = False
             try:
-                self._run(job)
+                ran = self._run(job)
             finally:
                 job.media.cleanup()
+                if ran:
+                    self._durations.append(time.perf_counter() - self._started)
                 self._current = None
-                self._seconds = 0.8 * self._seconds + 0.2 * (time.perf_counter() - start)
                 self.served += 1
 
-    def _run(self, job: Job) -> None:
+    def _run(self, job: Job) -> bool:
+        """Run the job and emit its result; False if it was cancelled before it began."""
         if job.cancelled.is_set():
-            return
+            return False
 
         def step(_name: str = "") -> None:
             if job.cancelled.is_set():
@@ -158,19 +174,20 @@ class ModelWorker:
 
         call = self.engine.ask if job.task == "ask" else self.engine.ground
         try:
-            result = call(job.media.path, job.text, on_token=token, on_step=step, **job.run)
+            result = call(job.media.path, job.text, on_token=token, on_step=step, cancel=step, **job.run)
             data = result.to_dict()
             data["cache_hit"] = bool(data.get("cache_hit", getattr(result, "cache_hit", False)))
-            if job.media.temporary:
-                data["video"] = UPLOAD  # not the private temporary file's name
+            # what this request named: never the file the decoder read (an upload's temporary file,
+            # /proc/self/fd/N) nor, on a cache hit, the name of whoever prepared the video first
+            data["video"] = job.media.name
             job.emit("done", data)
         except _Cancelled:
             log.info("request cancelled: its client went away or timed out")
         except Exception as exc:  # noqa: BLE001 - every failure is this request's error, never the server's end
             error = error_for(exc)
-            if job.media.temporary:
-                error.message = error.message.replace(job.media.path, UPLOAD)
+            error.message = error.message.replace(job.media.path, job.media.name)
             job.emit("error", error)
+        return True
 
 
 def error_for(exc: BaseException) -> ApiError:
@@ -181,7 +198,9 @@ def error_for(exc: BaseException) -> ApiError:
     from ..video import VideoError
 
     oom = (getattr(torch, "OutOfMemoryError", ()), MemoryError)
-    if isinstance(exc, oom) or (isinstance(exc, RuntimeError) and "out of memory" in str(exc).lower()):
+    said = str(exc).lower()
+    if isinstance(exc, oom) or (isinstance(exc, RuntimeError) and ("out of memory" in said
+                                                                   or "can't allocate memory" in said)):
         gc.collect()
         if torch.cuda.is_available():
             torch.cuda.empty_cache()
@@ -190,7 +209,5 @@ def error_for(exc: BaseException) -> ApiError:
         return ApiError(400, str(exc), code="invalid_video", param="messages")
     if isinstance(exc, ValueError):
         return ApiError(400, str(exc), code="invalid_value")
-    if isinstance(exc, ModelError):
-        return ApiError(500, str(exc), code="model_error")
-    log.exception("the run failed", exc_info=exc)
-    return ApiError(500, f"the run failed: {type(exc).__name__}: {exc}", code="internal_error")
+    log.error("the run failed", exc_info=exc)  # the details stay here: a 500 tells the client nothing internal
+    return ApiError(500, INTERNAL_MESSAGE, code="model_error" if isinstance(exc, ModelError) else "internal_error")
