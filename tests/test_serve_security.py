@@ -306,7 +306,7 @@ def test_unparseable_bodies_are_invalid_json(start, content):
     ({"ottvid": {"frames": True}}, "ottvid.frames"),
     ({"ottvid": {"fps": True, "frames": None}}, "ottvid.fps"),
     ({"max_tokens": True}, "max_tokens"),
-    ({"max_completion_tokens": False}, "max_completion_tokens"),
+    ({"max_completion_tokens": True}, "max_completion_tokens"),
     ({"stream": "yes"}, "stream"),
 ])
 def test_booleans_are_not_numbers(start, folders, change, param):

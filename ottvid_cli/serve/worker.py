@@ -21,7 +21,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from .security import UPLOAD, ApiError, Media
+from .security import ApiError, Media
 
 log = logging.getLogger("ottvid.serve")
 
