@@ -279,6 +279,19 @@ def test_an_internal_failure_is_internal_error_without_its_message(start, folder
     assert post(server, body(str(folders[0] / "realshort.mp4"), model=MODEL)).status_code == 200
 
 
+def test_a_library_s_value_error_is_internal_and_ottvid_s_own_is_a_400(start, folders):
+    server, gated = start()
+    video = str(folders[0] / "realshort.mp4")
+    gated.fail = ValueError("Image features and image tokens do not match: tokens: 7, features 9")
+    response = post(server, body(video, model=MODEL))
+    assert response.status_code == 500 and response.json()["error"]["code"] == "internal_error", response.text
+    assert "tokens" not in response.json()["error"]["message"]
+    gated.fail = None  # ottvid's own check of the request (pipeline.make_config): its message is for the client
+    refused = post(server, body(video, model=MODEL, ottvid={"frames": 4, "method": "topk", "preset": "official"}))
+    assert refused.status_code == 400 and refused.json()["error"]["code"] == "invalid_value"
+    assert "preset 'official' is OTT-Vid's" in refused.json()["error"]["message"]
+
+
 def test_the_allocator_s_message_is_out_of_memory_not_sent(start, folders):
     server, gated = start()
     gated.fail = RuntimeError("[enforce fail at alloc_cpu.cpp:117] data. DefaultCPUAllocator: can't allocate memory: "

@@ -149,7 +149,7 @@ class MediaPolicy:
         if not self._inside(real):
             raise outside
         try:  # the resolved name; a final symlink here was swapped in after realpath: refused (ELOOP)
-            fd = os.open(real, os.O_RDONLY | _NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+            fd = os.open(real, os.O_RDONLY | _NOFOLLOW | _NONBLOCK | getattr(os, "O_CLOEXEC", 0))
         except (FileNotFoundError, NotADirectoryError):
             raise ApiError(400, f"video not found: {path}", code="invalid_video", param=param) from None
         except OSError as exc:
@@ -191,6 +191,7 @@ class MediaPolicy:
 
 
 _NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
+_NONBLOCK = getattr(os, "O_NONBLOCK", 0)  # Windows has no fifos to block on
 _PROC_FD = "/proc/self/fd"
 
 
