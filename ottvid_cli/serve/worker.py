@@ -53,6 +53,7 @@ class Job:
     text: str
     run: dict[str, Any]  # sampling, method, ratio, preset, max_new_tokens (+ options for ask)
     stream: bool = False
+    picture: bool = False  # also draw the `show` picture (ottvid.picture)
     loop: asyncio.AbstractEventLoop = field(default_factory=asyncio.get_running_loop, repr=False)
     events: asyncio.Queue = field(default_factory=asyncio.Queue, repr=False)
     cancelled: threading.Event = field(default_factory=threading.Event, repr=False)
@@ -163,6 +164,8 @@ class ModelWorker:
             data["cache_hit"] = bool(data.get("cache_hit", getattr(result, "cache_hit", False)))
             if job.media.temporary:
                 data["video"] = UPLOAD  # not the private temporary file's name
+            if job.picture:
+                data["picture"] = picture_of(result, data, UPLOAD if job.media.temporary else None)
             job.emit("done", data)
         except _Cancelled:
             log.info("request cancelled: its client went away or timed out")
@@ -171,6 +174,26 @@ class ModelWorker:
             if job.media.temporary:
                 error.message = error.message.replace(job.media.path, UPLOAD)
             job.emit("error", error)
+
+
+def picture_of(result: Any, data: dict[str, Any], name: str | None = None) -> dict[str, Any] | None:
+    """`ottvid.picture`: the `show` picture of the run as a PNG data: URL (`image`) with what `show
+    --json` reports (width, height, tiles, kept, ...); None for method none (nothing was compressed).
+    Its drawing time is `timings_ms.picture`."""
+    import base64
+
+    from ..pipeline import picture_png
+
+    prepared = getattr(result, "prepared", None)
+    if prepared is None or getattr(prepared, "compressed", None) is None:
+        return None
+    start = time.perf_counter()
+    try:
+        png, info = picture_png(prepared, name=name)
+    except ValueError as exc:  # nothing to draw: the answer still goes out
+        return {"image": None, "error": str(exc)}
+    data.setdefault("timings_ms", {})["picture"] = (time.perf_counter() - start) * 1000
+    return {"image": "data:image/png;base64," + base64.b64encode(png).decode("ascii"), **info}
 
 
 def error_for(exc: BaseException) -> ApiError:
