@@ -370,7 +370,7 @@ def test_pick_a_server_video_and_seek(browser, open_server, tiny_qwen):
         page.close()
 
 
-def test_bad_upload_shows_the_error_and_the_page_keeps_working(browser, open_server, tiny_qwen, folder):
+def test_bad_upload_shows_the_error_and_the_page_keeps_working(browser, open_server, tiny_qwen, folder, tmp_path):
     page = Page(browser, open_server.url)
     try:
         _wait_for_model(page, str(tiny_qwen))
@@ -386,6 +386,7 @@ def test_bad_upload_shows_the_error_and_the_page_keeps_working(browser, open_ser
         error = page["error"].inner_text()
         assert page["error"].is_visible() and "video" in error.lower() and "Traceback" not in error, error
         assert page["answer"].inner_text() == ""
+        page.tab.screenshot(path=str(tmp_path / "error-1280x800.png"))
         # a wrong setting: the API's message names the field
         page["video-file"].set_input_files(str(DATA / "realshort.mp4"))
         page.ask("What happens?", ratio=1.5)

@@ -147,7 +147,7 @@
       return;
     }
     const select = $("media-list");
-    const options = [new Option(listing.data.length ? "–" : "(no videos in the folder)", "")];
+    const options = [new Option(listing.data.length ? "choose a video…" : "(no videos in the folder)", "")];
     for (const item of listing.data) {
       const option = new Option(item.name + "  (" + megabytes(item.bytes) + ")", item.name);
       option.dataset.url = item.url;
