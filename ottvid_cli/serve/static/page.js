@@ -196,11 +196,12 @@
     }
     play(URL.createObjectURL(file));
     $("video-name").textContent = file.name + " (" + megabytes(file.size) + ", uploaded with each question)";
-    state.video = { kind: "upload", name: file.name, file: file, url: null };
+    const video = (state.video = { kind: "upload", name: file.name, file: file, url: null });
     try {
-      state.video.url = await readAsDataUrl(file);
+      const url = await readAsDataUrl(file);
+      if (state.video === video) video.url = url; // not if another video was chosen meanwhile
     } catch (error) {
-      state.video = null;
+      if (state.video === video) state.video = null;
       showError(error.message);
     }
   });
@@ -212,7 +213,7 @@
     if (!option || !option.value) return;
     $("video-file").value = "";
     const name = option.value;
-    state.video = { kind: "media", name: name, url: option.dataset.url };
+    const video = (state.video = { kind: "media", name: name, url: option.dataset.url });
     $("video-name").textContent = name + " (on the server)";
     const path = "/v1/ottvid/media/" + name.split("/").map(encodeURIComponent).join("/");
     if (!state.key) {
@@ -222,7 +223,8 @@
     try { // a <video> cannot send the key: fetch it, then play the copy
       const response = await fetch(path, { headers: headers() });
       if (!response.ok) throw await failure(response);
-      play(URL.createObjectURL(await response.blob()));
+      const blob = await response.blob();
+      if (state.video === video) play(URL.createObjectURL(blob));
     } catch (error) {
       handle(error);
     }
