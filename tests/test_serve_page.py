@@ -272,15 +272,22 @@ STREAM_PROBE = """() => {
 
 
 def _wait_for_model(page: Page, model: str) -> None:
-    page.tab.wait_for_function("m => document.getElementById('model').textContent === m", arg=model)
+    """Until the page has connected: the model named, the controls and the folder's list filled."""
+    page.tab.wait_for_function("m => document.getElementById('model').textContent === m && "
+                               "document.body.dataset.ready === 'true'", arg=model)
 
 
 def _no_horizontal_scroll(page: Page) -> bool:
     return page.tab.evaluate("() => document.documentElement.scrollWidth <= window.innerWidth")
 
 
-def test_upload_ask_stream_picture_cache_ground_and_both_sizes(browser, open_server, tiny_qwen, tmp_path):
-    page = Page(browser, open_server.url)
+def test_upload_ask_stream_picture_cache_ground_and_both_sizes(browser, tiny_qwen, folder, tmp_path):
+    from ottvid_cli.backbones import load_backbone
+    from ottvid_cli.session import Engine
+
+    # its own engine: the first question must find the cache empty
+    server = _serve(Engine(load_backbone(str(tiny_qwen), device="cpu")), str(tiny_qwen), folder[0])
+    page = Page(browser, server.url)
     try:
         _wait_for_model(page, str(tiny_qwen))
         assert page["api-key"].is_hidden()
@@ -346,6 +353,7 @@ def test_upload_ask_stream_picture_cache_ground_and_both_sizes(browser, open_ser
         assert page.unexpected_console() == []
     finally:
         page.close()
+        server.stop()
     print(f"screenshots in {tmp_path}")
 
 

@@ -132,6 +132,7 @@
     $("frames").placeholder = info.frames ? "default (" + info.frames + ")" : "default";
     updateTokenHint();
     if (info.media_folder) await listMedia();
+    document.body.dataset.ready = "true"; // connected: the controls are filled (a hook for scripts)
   }
 
   function fill(select, values, chosen) {
