@@ -243,7 +243,7 @@
     $("playhead").style.left = d ? Math.min(100, (100 * player.currentTime) / d) + "%" : "0";
   });
   player.addEventListener("error", () => {
-    if (state.video) $("video-name").textContent += " (this browser cannot play it; the server can still read it)";
+    if (state.video) $("video-name").textContent += " (this browser cannot play it)";
   });
 
   function clock(seconds) {
