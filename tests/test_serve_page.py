@@ -13,6 +13,7 @@ import io
 import os
 import re
 import shutil
+import time
 from pathlib import Path
 
 import httpx
@@ -139,7 +140,8 @@ def test_media_file_is_the_video_and_nothing_else(open_server, folder):
     part = httpx.get(url + "bikes.mp4", headers={"Range": "bytes=0-99"})  # the player seeks with ranges
     assert part.status_code == 206 and part.content == (DATA / "bikes.mp4").read_bytes()[:100]
     for name, status in (("escape.mp4", 403), ("..%2Foutside%2Fsecret.mp4", 403), ("sub/..%2F..%2Foutside/secret.mp4", 403),
-                         ("notes.txt", 404), ("notes.mp4", 404), ("nothere.mp4", 400)):
+                         ("notes.txt", 404), ("notes.mp4", 404), ("nothere.mp4", 400), ("bikes%00.mp4", 400),
+                         ("%2Fetc%2Fpasswd.mp4", 403)):
         response = httpx.get(url + name)
         assert response.status_code == status, (name, response.text)
         assert response.json()["error"]["message"] and str(folder[1]) not in response.text
@@ -482,5 +484,62 @@ def test_ground_span_is_drawn_on_the_timeline_and_click_seeks(browser, folder):
         assert span.is_hidden()
         assert page.unexpected_console() == []
     finally:
+        page.close()
+        server.stop()
+
+
+class _Slow:
+    """A stand-in engine that works until `gate` is set (10 s at most), calling on_step as it goes,
+    so that a request can be seen running and cancelled."""
+
+    backbone = None
+
+    def __init__(self):
+        import threading
+
+        self.gate = threading.Event()
+        self.started, self.finished = [], []
+
+    def ask(self, video, question, on_token=None, on_step=None, **kwargs):
+        self.started.append(question)
+        for _ in range(200):
+            on_step("generate")
+            if self.gate.wait(0.05):
+                break
+        on_token("done.")
+        self.finished.append(question)
+        return _Spans.Result("ask", "done.", None)
+
+
+def test_stop_cancels_the_question_on_the_server(browser, folder):
+    engine = _Slow()
+    server = ThreadServer(create_app(engine, ServeSettings(model_id="slow", allowed_media_dir=str(folder[0]))))
+    page = Page(browser, server.url)
+    try:
+        _wait_for_model(page, "slow")
+        page["video-file"].set_input_files(str(DATA / "realshort.mp4"))
+        page.tab.wait_for_function("() => document.getElementById('player').readyState >= 1")
+        page["question"].fill("first")
+        page["question"].press("Enter")
+        page.tab.wait_for_function("() => !document.getElementById('stop').hidden")
+        assert page["submit"].is_disabled()
+        deadline = time.monotonic() + 10
+        while not httpx.get(server.url + "/health").json()["busy"]:
+            assert time.monotonic() < deadline
+            time.sleep(0.02)
+        page.tab.locator("#stop").click()
+        page.tab.wait_for_function("() => !document.getElementById('error').hidden")
+        assert page["error"].inner_text() == "stopped" and page["submit"].is_enabled()
+        deadline = time.monotonic() + 5
+        while httpx.get(server.url + "/health").json()["busy"]:  # the server stopped the work
+            assert time.monotonic() < deadline
+            time.sleep(0.02)
+        assert engine.started == ["first"] and engine.finished == []
+        engine.gate.set()
+        page.ask("second")
+        assert page["error"].is_hidden() and page["answer"].inner_text() == "done."
+        assert page.unexpected_console() == []
+    finally:
+        engine.gate.set()
         page.close()
         server.stop()

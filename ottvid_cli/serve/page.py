@@ -99,6 +99,8 @@ def add_page(app: FastAPI) -> None:
 
 def _video_file(policy: MediaPolicy, name: str) -> str:
     """The resolved path of video `name` (relative to the folder), through the API's own check."""
+    if "\x00" in name:
+        raise ApiError(400, "the video's name holds a NUL byte", code="invalid_video")
     if not name.lower().endswith(VIDEO_SUFFIXES):
         raise ApiError(404, f"not a video file: {name}", code="invalid_video")
     real = policy.resolve(os.path.join(policy.allowed, name)).path  # 403 outside the folder, 400 missing
