@@ -394,7 +394,8 @@ def write_picture(prepared: Prepared, path, max_tiles: int | None = None, name: 
                               prepared.backbone.frames_per_group, path, name=name, **extra).to_dict()
 
 
-def picture_png(prepared: Prepared, name: str | None = None, max_tiles: int | None = None) -> tuple[bytes, dict[str, Any]]:
+def picture_png(prepared: Prepared, name: str | None = None,
+                max_tiles: int | None = None) -> tuple[bytes, dict[str, Any]]:
     """The picture of what compression kept as PNG bytes, and what `write_picture` reports (less the
     path); `name` titles it instead of the video's file name. ValueError with method none."""
     import io

@@ -139,7 +139,8 @@ def test_media_file_is_the_video_and_nothing_else(open_server, folder):
     assert whole.headers["content-type"] == "video/mp4"
     part = httpx.get(url + "bikes.mp4", headers={"Range": "bytes=0-99"})  # the player seeks with ranges
     assert part.status_code == 206 and part.content == (DATA / "bikes.mp4").read_bytes()[:100]
-    for name, status in (("escape.mp4", 403), ("..%2Foutside%2Fsecret.mp4", 403), ("sub/..%2F..%2Foutside/secret.mp4", 403),
+    for name, status in (("escape.mp4", 403), ("..%2Foutside%2Fsecret.mp4", 403),
+                         ("sub/..%2F..%2Foutside/secret.mp4", 403),
                          ("notes.txt", 404), ("notes.mp4", 404), ("nothere.mp4", 400), ("bikes%00.mp4", 400),
                          ("%2Fetc%2Fpasswd.mp4", 403)):
         response = httpx.get(url + name)
@@ -238,7 +239,8 @@ class Page:
     def unexpected_console(self, *statuses: int) -> list[str]:
         """Console errors other than the browser's own note on an API error this test provoked."""
         allowed = tuple(f"status of {s} " for s in statuses)
-        return [m for m in self.console if not (m.startswith("Failed to load resource") and any(a in m for a in allowed))]
+        return [m for m in self.console
+                if not (m.startswith("Failed to load resource") and any(a in m for a in allowed))]
 
     def ask(self, question: str, **settings) -> None:
         """Fill the settings and the question, press Enter, wait for the answer to be complete."""
