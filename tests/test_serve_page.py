@@ -295,9 +295,11 @@ def test_upload_ask_stream_picture_cache_ground_and_both_sizes(browser, tiny_qwe
     try:
         _wait_for_model(page, str(tiny_qwen))
         assert page["api-key"].is_hidden()
+        assert page.tab.locator("#player").is_hidden() and page.tab.locator("#placeholder").is_visible()
         page["video-file"].set_input_files(str(DATA / "realshort.mp4"))
-        page.tab.wait_for_function("() => document.getElementById('player').readyState >= 1")
+        page.tab.wait_for_function("() => document.getElementById('player').readyState >= 2")  # a frame decoded
         assert page.tab.evaluate("() => document.getElementById('player').duration") == pytest.approx(1.2, abs=0.1)
+        assert page.tab.locator("#player").is_visible() and page.tab.locator("#placeholder").is_hidden()
 
         page.ask("What happens in the video?", task="ask", method="ottvid", ratio=0.3, frames=4, max_tokens=12)
         assert page["error"].is_hidden()
@@ -465,7 +467,7 @@ class _Spans:
         return self.Result("ask", "A bike.", None)
 
 
-def test_ground_span_is_drawn_on_the_timeline_and_click_seeks(browser, folder):
+def test_ground_span_is_drawn_on_the_timeline_and_click_seeks(browser, folder, tmp_path):
     server = ThreadServer(create_app(_Spans(), ServeSettings(model_id="spans", allowed_media_dir=str(folder[0]))))
     page = Page(browser, server.url)
     try:
@@ -481,6 +483,7 @@ def test_ground_span_is_drawn_on_the_timeline_and_click_seeks(browser, folder):
         assert bar["width"] / timeline["width"] == pytest.approx(0.25, abs=0.02)
         span.click()
         page.tab.wait_for_function("() => Math.abs(document.getElementById('player').currentTime - 2.5) < 0.05")
+        page.tab.screenshot(path=str(tmp_path / "span-1280x800.png"))
         assert page["picture"].is_hidden()  # the stand-in has no picture
         page.ask("what is it?", task="ask")  # an ask answer clears the span
         assert span.is_hidden()

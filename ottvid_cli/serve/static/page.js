@@ -171,6 +171,7 @@
     state.duration = null;
     drawSpan(undefined);
     $("player").src = src;
+    document.body.classList.add("has-video");
   }
 
   function readAsDataUrl(file) {
@@ -191,6 +192,8 @@
     if (cap !== null && file.size > cap) {
       state.video = null;
       $("video-name").textContent = "No video.";
+      document.body.classList.remove("has-video");
+      $("player").removeAttribute("src");
       showError("the uploaded video is larger than the server's limit (" + megabytes(cap) + ", --max-upload-mb): " +
                 file.name + " is " + megabytes(file.size));
       return;
