@@ -22,7 +22,7 @@ from test_serve import DATA, KEY, ThreadServer
 
 from ottvid_cli.serve.app import ServeSettings, create_app
 
-CHROMIUM = "/usr/bin/chromium"
+CHROMIUM = os.environ.get("OTTVID_CHROMIUM", "/usr/bin/chromium")  # Debian's package
 CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
                  "--disable-background-networking", "--disable-component-update", "--disable-sync"]
 IN_CI = os.environ.get("CI", "").lower() in ("true", "1", "yes")
