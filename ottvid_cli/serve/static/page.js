@@ -399,6 +399,7 @@
     busy(true);
     const controller = (state.controller = new AbortController());
     let run = null;
+    let finish = null;
     try {
       const response = await fetch("/v1/chat/completions", {
         method: "POST",
@@ -412,12 +413,13 @@
         const choice = chunk.choices && chunk.choices[0];
         if (choice && choice.delta && choice.delta.content) $("answer").textContent += choice.delta.content;
         if (chunk.ottvid) run = chunk.ottvid;
-        if (choice && choice.finish_reason === "length") $("answer").dataset.cut = "1";
+        if (choice && choice.finish_reason) finish = choice.finish_reason;
       });
       if (!run) throw new ApiError("the reply ended before the answer was complete", 0, "incomplete");
-      render(run);
+      render(run, finish);
     } catch (error) {
       if (error.name === "AbortError") showError("stopped");
+      else if (error instanceof TypeError) showError("cannot reach the server (" + error.message + ")");
       else handle(error);
     } finally {
       controller.abort(); // a no-op once the reply is read; otherwise the server stops the job
@@ -448,11 +450,12 @@
     return row;
   }
 
-  function render(run) {
+  function render(run, finish) {
     const answer = $("answer");
     answer.textContent = run.answer || "(empty answer)";
     answer.classList.add("done");
     if (run.letter) item(answer, "letter", run.letter, "letter");
+    if (finish === "length") item(answer, "note", "cut at the token limit (Max tokens)", "cut");
 
     const cache = $("cache");
     cache.dataset.hit = run.cache_hit ? "true" : "false";
