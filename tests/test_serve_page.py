@@ -323,7 +323,9 @@ def test_upload_ask_stream_picture_cache_ground_and_both_sizes(browser, tiny_qwe
         # the same video again (uploaded again: the cache is keyed by its content)
         page.ask("Who is in it?")
         assert page["cache"].get_attribute("data-hit") == "true" and "hit" in page["cache"].inner_text().lower()
-        assert re.search(r"vision\s+0\b", page["timings"].inner_text())
+        timings = page["timings"].inner_text()
+        assert re.search(r"vision\s+0\b", timings) and "picture" not in timings  # the same picture: not drawn again
+        assert page["picture"].is_visible()
 
         # multiple choice: the letter comes back
         page.tab.locator("#choices-box summary").click()

@@ -16,6 +16,7 @@
     duration: null, // seconds, from the player (or the server's frames report)
     span: undefined, // the ground answer's [start, end] seconds; null: none; undefined: no ground answer
     controller: null,
+    shown: null, // {key, picture}: the last picture drawn, and the video and settings it shows
   };
   try {
     state.key = sessionStorage.getItem(KEY_STORE);
@@ -317,13 +318,23 @@
     return text === "" ? null : Number(text);
   }
 
+  // what the picture depends on: the video, the sampling (the task's default, or frames) and the compression
+  function pictureKey(ottvid) {
+    const v = state.video;
+    const video = v.kind === "upload" ? [v.name, v.file.size, v.file.lastModified] : [v.name];
+    return JSON.stringify([v.kind, video, ottvid.frames === undefined ? ottvid.task : ottvid.frames, ottvid.method,
+      ottvid.ratio]);
+  }
+
   function request(question) {
     const task = $("task").value;
-    const ottvid = { task: task, method: $("method").value, picture: true };
+    const ottvid = { task: task, method: $("method").value };
     const ratio = number("ratio");
     if (ratio !== null) ottvid.ratio = ratio;
     const frames = number("frames");
     if (frames !== null) ottvid.frames = frames;
+    // the server draws the picture only when it would differ from the one on the page
+    ottvid.picture = !state.shown || state.shown.key !== pictureKey(ottvid);
     const choices = $("choices").value.split("\n").map((s) => s.trim()).filter((s) => s);
     if (task === "ask" && choices.length) ottvid.choices = choices;
     const body = {
@@ -400,11 +411,13 @@
     const controller = (state.controller = new AbortController());
     let run = null;
     let finish = null;
+    const body = request(question);
+    const key = pictureKey(body.ottvid);
     try {
       const response = await fetch("/v1/chat/completions", {
         method: "POST",
         headers: headers({ "Content-Type": "application/json", Accept: "text/event-stream" }),
-        body: JSON.stringify(request(question)),
+        body: JSON.stringify(body),
         signal: controller.signal,
       });
       if (!response.ok) throw await failure(response);
@@ -416,7 +429,8 @@
         if (choice && choice.finish_reason) finish = choice.finish_reason;
       });
       if (!run) throw new ApiError("the reply ended before the answer was complete", 0, "incomplete");
-      render(run, finish);
+      if (body.ottvid.picture) state.shown = { key: key, picture: run.picture };
+      render(run, finish, state.shown ? state.shown.picture : null);
     } catch (error) {
       if (error.name === "AbortError") showError("stopped");
       else if (error instanceof TypeError) showError("cannot reach the server (" + error.message + ")");
@@ -450,7 +464,7 @@
     return row;
   }
 
-  function render(run, finish) {
+  function render(run, finish, picture) {
     const answer = $("answer");
     answer.textContent = run.answer || "(empty answer)";
     answer.classList.add("done");
@@ -492,7 +506,6 @@
     }
     item(timings, "total", total.toFixed(0), "total");
 
-    const picture = run.picture;
     if (picture && picture.image) {
       $("picture").src = picture.image;
       $("picture-caption").textContent = "What compression kept: " + picture.kept + " of " + picture.total +
