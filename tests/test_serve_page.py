@@ -418,6 +418,32 @@ def test_bad_upload_shows_the_error_and_the_page_keeps_working(browser, open_ser
         page.close()
 
 
+def test_a_video_moved_out_of_the_folder_is_the_api_s_error(browser, engine, tiny_qwen, tmp_path):
+    allowed, outside = tmp_path / "media", tmp_path / "outside"
+    allowed.mkdir()
+    outside.mkdir()
+    shutil.copy(DATA / "realshort.mp4", allowed / "a.mp4")
+    shutil.copy(DATA / "realshort.mp4", allowed / "b.mp4")
+    shutil.copy(DATA / "yoga.mp4", outside / "private.mp4")
+    server = _serve(engine, str(tiny_qwen), allowed)
+    page = Page(browser, server.url)
+    try:
+        _wait_for_model(page, str(tiny_qwen))
+        (allowed / "a.mp4").unlink()  # listed, then made a link out of the folder
+        (allowed / "a.mp4").symlink_to(outside / "private.mp4")
+        page["media-list"].select_option("a.mp4")
+        page.ask("What happens?", frames=4, max_tokens=4)
+        assert "outside the server's --allowed-media-dir" in page["error"].inner_text()
+        assert str(outside) not in page.tab.content()
+        page["media-list"].select_option("b.mp4")
+        page.ask("What happens?", frames=4, max_tokens=4)
+        assert page["error"].is_hidden() and page["answer"].inner_text()
+        assert page.unexpected_console(403) == []
+    finally:
+        page.close()
+        server.stop()
+
+
 def test_with_an_api_key_the_page_asks_for_it(browser, keyed_server, tiny_qwen, tmp_path):
     page = Page(browser, keyed_server.url)
     try:
