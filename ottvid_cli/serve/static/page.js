@@ -192,7 +192,7 @@
     const cap = state.info ? state.info.max_upload_bytes : null;
     if (cap !== null && file.size > cap) {
       state.video = null;
-      $("video-name").textContent = "No video.";
+      $("video-name").textContent = "";
       document.body.classList.remove("has-video");
       $("player").removeAttribute("src");
       showError("the uploaded video is larger than the server's limit (" + megabytes(cap) + ", --max-upload-mb): " +
