@@ -382,15 +382,28 @@ def plan_counts(groups: int, tokens: int, ratio: float = 0.1, gamma: float = 0.3
 # pictures
 
 
-def write_picture(prepared: Prepared, path: str | Path, max_tiles: int | None = None) -> dict[str, Any]:
-    """Draw what compression kept (show.py) and write it as a PNG; returns what was written."""
+def write_picture(prepared: Prepared, path, max_tiles: int | None = None, name: str | None = None) -> dict[str, Any]:
+    """Draw what compression kept (show.py) and write it as a PNG to `path` (or a binary file object);
+    returns what was written. `name` titles the picture instead of the video's file name."""
     from . import show
 
     if prepared.compressed is None:
         raise ValueError("a picture of the kept tokens needs a compressing method (method none keeps every token)")
     extra = {} if max_tiles is None else {"max_tiles": max_tiles}
     return show.write_picture(prepared.clip, prepared.compressed, prepared.visual.grid,
-                              prepared.backbone.frames_per_group, path, **extra).to_dict()
+                              prepared.backbone.frames_per_group, path, name=name, **extra).to_dict()
+
+
+def picture_png(prepared: Prepared, name: str | None = None,
+                max_tiles: int | None = None) -> tuple[bytes, dict[str, Any]]:
+    """The picture of what compression kept as PNG bytes, and what `write_picture` reports (less the
+    path); `name` titles it instead of the video's file name. ValueError with method none."""
+    import io
+
+    buffer = io.BytesIO()
+    data = write_picture(prepared, buffer, max_tiles, name)
+    data.pop("path", None)
+    return buffer.getvalue(), data
 
 
 def inspect(backbone, video: str | Path, frames: int | None = None, fps: float | None = None,

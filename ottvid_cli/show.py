@@ -320,17 +320,17 @@ class ShowResult:
 
 
 def write_picture(video, compressed, grid: tuple[int, int], frames_per_group: int, output,
-                  max_tiles: int = MAX_TILES) -> ShowResult:
-    """Draw the picture of one compression result (titled with the video's name, the method and the
-    ratio) and write it to `output`."""
+                  max_tiles: int = MAX_TILES, name: str | None = None) -> ShowResult:
+    """Draw the picture of one compression result (titled with the video's name, or `name`, the
+    method and the ratio) and write it to `output` (a path, or a binary file object)."""
     import os
 
     r = compressed.report
     ratio = r.config.get("ratio", 1.0)
     method = getattr(r, "method", "ottvid")
-    name = "OTT-Vid" if method == "ottvid" else method
+    label = "OTT-Vid" if method == "ottvid" else method
     image, layout = picture(video, compressed, grid, frames_per_group, max_tiles=max_tiles,
-                            title=f"{os.path.basename(str(video.path))}: {name} at ratio {ratio:g}")
+                            title=f"{name or os.path.basename(str(video.path))}: {label} at ratio {ratio:g}")
     save(image, output)
     return ShowResult(path=str(output), width=image.width, height=image.height, tiles=len(layout.tiles),
                       every=layout.step, groups=r.T, kept=r.kept, total=r.T * r.N, B=list(getattr(r, "B", [])),

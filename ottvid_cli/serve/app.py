@@ -4,6 +4,7 @@
                                 server-sent events; our settings in the `ottvid` body field
     GET  /v1/models             the one model served
     GET  /health                liveness, queue length (no API key needed)
+    GET  /                      the page for people, and its /v1/ottvid/* endpoints (page.py)
 
 Every error is OpenAI's `{"error": {"message", "type", "param", "code"}}` with a 4xx/5xx status;
 none ends the server. docs/serve.md is the reference.
@@ -31,6 +32,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from .schema import MAX_NEW_TOKENS, ChatCompletion, ChatRequest, ErrorResponse, Message, ModelCard, ModelList, usage_of
 from .security import ApiError, MediaPolicy, require_key
+from .page import add_page
 from .worker import INTERNAL_MESSAGE, Job, ModelWorker, QueueFull
 
 DEFAULT_TOKENS = {"ask": 64, "ground": 48}  # `ottvid ask` / `ground`'s --max-new-tokens
@@ -84,6 +86,7 @@ def create_app(engine: Any, settings: ServeSettings) -> FastAPI:
     app.state.engine = engine
     app.state.started = int(time.time())
     _add_error_handlers(app)
+    add_page(app)
 
     @app.get("/health")
     async def health(request: Request) -> dict[str, Any]:
@@ -172,7 +175,7 @@ async def _job(body: ChatRequest, request: Request) -> Job:
     if task == "ask":
         run["options"] = options.choices or None
     media = await run_in_threadpool(request.app.state.media.resolve, url)  # an upload is decoded and written
-    return Job(task=task, media=media, text=text, run=run, stream=body.stream)
+    return Job(task=task, media=media, text=text, run=run, stream=body.stream, picture=options.picture)
 
 
 def _video_and_text(messages: list[Message]) -> tuple[str, str]:

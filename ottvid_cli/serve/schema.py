@@ -50,6 +50,8 @@ class OttvidOptions(BaseModel):
     fps: float | None = None
     max_frames: int | None = None
     choices: list[str] | None = Field(default=None, description="Multiple-choice options ('A. a dog'), ask only.")
+    picture: bool = Field(default=False, description="Also return the `show` picture of what compression kept "
+                                                     "(`ottvid.picture.image`, a PNG data: URL).")
 
     # the numbers are checked as sent (mode "before"): `true` is not 1, "0.5" is not 0.5
     @field_validator("ratio", mode="before")

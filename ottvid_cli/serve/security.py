@@ -75,12 +75,14 @@ UPLOAD = "the uploaded video"  # what replies name an upload (never its temporar
 class Media:
     """A video the worker may decode: `path` (what the decoder opens: `/proc/self/fd/N` for a local
     file held open in `fd`, or an upload's temporary file), `name` (what the request named: the only
-    name replies and errors show) and whether it is an upload to delete afterwards."""
+    name replies and errors show), whether it is an upload to delete afterwards, and `real`: the
+    checked real path of the local file that was opened (empty for an upload)."""
 
     path: str
     name: str = UPLOAD
     temporary: bool = False
     fd: int | None = None
+    real: str = ""
 
     def cleanup(self) -> None:
         """Close the held file and delete an upload (idempotent)."""
@@ -160,12 +162,13 @@ class MediaPolicy:
             if not stat.S_ISREG(info.st_mode):
                 what = "a folder" if stat.S_ISDIR(info.st_mode) else "not a regular file (a fifo, socket or device)"
                 raise ApiError(400, f"the video {path} is {what}", code="invalid_video", param=param)
-            if not self._inside(_opened_path(fd, real, info)):
+            opened = _opened_path(fd, real, info)
+            if not self._inside(opened):
                 raise outside
         except BaseException:
             os.close(fd)
             raise
-        return Media(_fd_path(fd) or real, name=path, fd=fd)
+        return Media(_fd_path(fd) or real, name=path, fd=fd, real=opened)
 
     def _upload(self, url: str, param: str) -> Media:
         header, sep, payload = url[5:].partition(",")

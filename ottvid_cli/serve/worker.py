@@ -57,6 +57,7 @@ class Job:
     text: str
     run: dict[str, Any]  # sampling, method, ratio, preset, max_new_tokens (+ options for ask)
     stream: bool = False
+    picture: bool = False  # also draw the `show` picture (ottvid.picture)
     loop: asyncio.AbstractEventLoop = field(default_factory=asyncio.get_running_loop, repr=False)
     events: asyncio.Queue = field(default_factory=asyncio.Queue, repr=False)
     cancelled: threading.Event = field(default_factory=threading.Event, repr=False)
@@ -182,6 +183,9 @@ class ModelWorker:
             # what this request named: never the file the decoder read (an upload's temporary file,
             # /proc/self/fd/N) nor, on a cache hit, the name of whoever prepared the video first
             data["video"] = job.media.name
+            if job.picture:
+                title = job.media.name if job.media.temporary else os.path.basename(job.media.name)
+                data["picture"] = picture_of(result, data, title)
             job.emit("done", data)
         except _Cancelled:
             log.info("request cancelled: its client went away or timed out")
@@ -190,6 +194,26 @@ class ModelWorker:
             error.message = error.message.replace(job.media.path, job.media.name)
             job.emit("error", error)
         return True
+
+
+def picture_of(result: Any, data: dict[str, Any], name: str | None = None) -> dict[str, Any] | None:
+    """`ottvid.picture`: the `show` picture of the run as a PNG data: URL (`image`) with what `show
+    --json` reports (width, height, tiles, kept, ...); None for method none (nothing was compressed).
+    Its drawing time is `timings_ms.picture`."""
+    import base64
+
+    from ..pipeline import picture_png
+
+    prepared = getattr(result, "prepared", None)
+    if prepared is None or getattr(prepared, "compressed", None) is None:
+        return None
+    start = time.perf_counter()
+    try:
+        png, info = picture_png(prepared, name=name)
+    except ValueError as exc:  # nothing to draw: the answer still goes out
+        return {"image": None, "error": str(exc)}
+    data.setdefault("timings_ms", {})["picture"] = (time.perf_counter() - start) * 1000
+    return {"image": "data:image/png;base64," + base64.b64encode(png).decode("ascii"), **info}
 
 
 def error_for(exc: BaseException) -> ApiError:
