@@ -251,6 +251,9 @@ class PreparedCache:
             self.warnings.append(f"cannot write the cache folder {self.directory}: {exc.strerror or exc}; "
                                  "prepared videos are kept in memory only")
             return
+        except (ValueError, TypeError, RuntimeError) as exc:  # this entry cannot be serialised: kept in memory only
+            self.warnings.append(f"cannot store this video in the cache folder {self.directory}: {_one_line(exc)}")
+            return
         evict_disk(self.directory, self.disk_bytes, keep=name)
 
     def resize(self, key: dict[str, Any]) -> None:

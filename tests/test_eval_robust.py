@@ -622,6 +622,10 @@ def test_a_record_of_a_sample_not_in_the_data_file_is_refused(tmp_path):
     refused(invoke("--rescore", out), "zz_not_in_set", "does not hold")
     refused(invoke(*base_args(HUB_MODEL, out), "--limit", "1"), "zz_not_in_set")
     assert path.read_text() == before and not (out / "summary.json").exists()
+    config = json.loads((out / "config.json").read_text())
+    (out / "config.json").write_text(json.dumps(dict(config, data=str(tmp_path / "moved.jsonl"))))
+    refused(invoke("--rescore", out), "moved.jsonl", "give --data FILE")  # cannot check: refused, not skipped
+    refused(invoke("--rescore", out, "--data", EVAL / "custom.jsonl"), "zz_not_in_set")
 
 
 @pytest.mark.parametrize("text", ["[1, 2]", "3", '"run"', "null"])
