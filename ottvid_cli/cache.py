@@ -38,6 +38,7 @@ CHUNK = 1 << 20
 FULL_HASH_BYTES = 64 << 20  # files up to this size are hashed whole; larger ones by sampled blocks
 SAMPLED_BLOCKS = 16  # blocks of CHUNK bytes read from a larger file, evenly spread, first and last included
 DEFAULT_DISK_BYTES = 4 << 30  # the cache folder's default bound (--cache-max-gb 4)
+MAX_WARNINGS = 100  # warnings kept until taken
 _HASHES: "OrderedDict[tuple, str]" = OrderedDict()  # (realpath, size, mtime_ns, inode) -> content hash
 _HASHES_MAX = 4096
 
@@ -248,13 +249,16 @@ class PreparedCache:
             self._save(name, key, entry.base)
         except OSError as exc:
             self._unwritable = True
-            self.warnings.append(f"cannot write the cache folder {self.directory}: {exc.strerror or exc}; "
-                                 "prepared videos are kept in memory only")
+            self._warn(f"cannot write the cache folder {self.directory}: {exc.strerror or exc}; "
+                       "prepared videos are kept in memory only")
             return
         except (ValueError, TypeError, RuntimeError) as exc:  # this entry cannot be serialised: kept in memory only
-            self.warnings.append(f"cannot store this video in the cache folder {self.directory}: {_one_line(exc)}")
+            self._warn(f"cannot store this video in the cache folder {self.directory}: {_one_line(exc)}")
             return
-        evict_disk(self.directory, self.disk_bytes, keep=name)
+        try:
+            evict_disk(self.directory, self.disk_bytes, keep=name)
+        except OSError as exc:  # an entry that cannot be deleted: the folder stays over its bound
+            self._warn(f"cannot bound the cache folder {self.directory}: {exc.strerror or exc}")
 
     def resize(self, key: dict[str, Any]) -> None:
         """Account for what was added to an entry (a compression, a prefix), then evict to the bound."""
@@ -375,8 +379,13 @@ class PreparedCache:
         return prepared
 
     def _damaged(self, meta_path: Path, why: str) -> None:
-        self.warnings.append(f"damaged cache entry {meta_path}: {why}; prepared again and rewritten")
+        self._warn(f"damaged cache entry {meta_path}: {why}; prepared again and rewritten")
         return None
+
+    def _warn(self, line: str) -> None:
+        """Collect a warning; a caller that never takes them (a long-running server) keeps the last 100."""
+        self.warnings.append(line)
+        del self.warnings[:-MAX_WARNINGS]
 
 
 def _one_line(exc: BaseException) -> str:
