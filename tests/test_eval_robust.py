@@ -609,6 +609,8 @@ def test_rescore_judges_every_stored_reply_again(tmp_path):
     assert again.exit_code == 0, again.output
     assert [c["changed"] for c in json.loads(again.stdout)["rejudged"]] == [0, 0]
     assert (out / "samples.jsonl.bak").read_text() == edited  # kept once: the first version stays
+    with holding(out) as pid:  # a run still writing the records: nothing is rewritten under it
+        refused(invoke("--rescore", out), "being written by another run", f"pid {pid}")
 
 
 def test_a_record_of_a_sample_not_in_the_data_file_is_refused(tmp_path):
