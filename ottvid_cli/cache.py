@@ -85,8 +85,9 @@ def content_hash(path: str | Path, cancel: Cancel | None = None) -> str:
     is the same video. A larger file: blake2b-128 of its size, its mtime (ns) and 16 blocks of 1 MiB
     spread over it ("sampled:" + hex), so what is read is bounded (16 MiB of a 20 GB file); a copy
     is the same video only where its mtime was kept (cp -p, rsync -t), and any rewrite (a new mtime)
-    is another. For a folder of frame images (video.frame_files): of each image's name, length and
-    bytes (by the same rule) in order.
+    is another. A folder of frame images (video.frame_files) of at most FULL_HASH_BYTES in all: each
+    image's name, length and bytes (by the same rule) in order; a larger one: every image's name,
+    size and mtime, and the first 1 MiB of 16 images spread over it (again "sampled:").
 
     Memoised by (real path, and each file's name, size, mtime_ns, inode), so a file rewritten in
     place is hashed again. `cancel` (a callable returning True, or a threading.Event) is checked
@@ -105,11 +106,23 @@ def content_hash(path: str | Path, cancel: Cancel | None = None) -> str:
         _HASHES.move_to_end(memo)
         return _HASHES[memo]
     digest = hashlib.blake2b(digest_size=16)
-    for file, st in zip(files, stats):
-        if folder:  # each image's name and length frame its bytes
-            digest.update(f"{os.path.basename(file)}\0{st.st_size}\0".encode())
-        _hash_file(digest, file, st.st_size, st.st_mtime_ns, cancel)
     sampled = any(st.st_size > FULL_HASH_BYTES for st in stats)
+    if folder and sum(st.st_size for st in stats) > FULL_HASH_BYTES:  # a large folder: as a large file
+        sampled = True
+        digest.update(b"sampled folder\0")
+        for file, st in zip(files, stats):
+            digest.update(f"{os.path.basename(file)}\0{st.st_size}\0{st.st_mtime_ns}\0".encode())
+        picks = sorted({round(k * (len(files) - 1) / (SAMPLED_BLOCKS - 1)) for k in range(SAMPLED_BLOCKS)})
+        for i in picks:  # the first CHUNK bytes of SAMPLED_BLOCKS images spread over the folder
+            if _cancelled(cancel):
+                raise HashCancelled(f"hashing {path} was cancelled")
+            with open(files[i], "rb") as f:
+                digest.update(f.read(CHUNK))
+    else:
+        for file, st in zip(files, stats):
+            if folder:  # each image's name and length frame its bytes
+                digest.update(f"{os.path.basename(file)}\0{st.st_size}\0".encode())
+            _hash_file(digest, file, st.st_size, st.st_mtime_ns, cancel)
     value = ("sampled:" if sampled else "") + digest.hexdigest()
     _HASHES[memo] = value
     while len(_HASHES) > _HASHES_MAX:

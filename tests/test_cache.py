@@ -269,6 +269,29 @@ def test_a_huge_file_is_keyed_by_a_bounded_read_and_the_hash_can_be_cancelled(tm
     assert content_hash(fresh, cancel=threading.Event()) == content_hash(DATA / "bikes.mp4")  # small: whole bytes
 
 
+def test_a_large_folder_of_frames_is_keyed_by_a_bounded_read(tmp_path):
+    """Issue 28.8 for a folder of frame images: its total, not each image, bounds what is read."""
+    from ottvid_cli import cache
+
+    frames = tmp_path / "frames"
+    frames.mkdir()
+    for i in range(40):  # 40 sparse images of 4 MB: 160 MB in all
+        with open(frames / f"{i + 1:05d}.jpg", "wb") as f:
+            f.truncate(4 * 10**6)
+    io = Path("/proc/self/io")
+    before = int(dict(line.split(": ") for line in io.read_text().splitlines())["rchar"]) if io.exists() else None
+    key = content_hash(frames)
+    if before is not None:
+        read = int(dict(line.split(": ") for line in io.read_text().splitlines())["rchar"]) - before
+        assert read <= (cache.SAMPLED_BLOCKS + 1) * cache.CHUNK, read
+    assert key.startswith("sampled:")
+    os.utime(frames / "00020.jpg", ns=(1, 1))  # one image rewritten (a new mtime), though not among those read
+    assert content_hash(frames) != key
+    os.utime(frames / "00020.jpg", ns=(2, 2))
+    with pytest.raises(cache.HashCancelled):
+        content_hash(frames, cancel=lambda: True)
+
+
 def test_the_folder_is_bounded_least_recently_used_first(backbone, tmp_path):
     """Issue 23.6: the disk cache grew without bound."""
     from ottvid_cli.cache import clear_disk, disk_entries
