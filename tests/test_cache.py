@@ -220,6 +220,23 @@ def test_a_folder_that_cannot_be_written_warns_once(backbone, tmp_path):
     assert blocker.read_text() == "mine"
 
 
+def _bounded(hash_of, path):
+    """hash_of(path), checking (on Linux: /proc/self/io's rchar) that it read at most 17 MiB."""
+    from ottvid_cli import cache
+
+    io = Path("/proc/self/io")
+
+    def rchar() -> int:
+        return int(dict(line.split(": ") for line in io.read_text().splitlines())["rchar"])
+
+    before = rchar() if io.exists() else None
+    value = hash_of(path)
+    if before is not None:
+        read = rchar() - before
+        assert read <= (cache.SAMPLED_BLOCKS + 1) * cache.CHUNK, read
+    return value
+
+
 def test_a_huge_file_is_keyed_by_a_bounded_read_and_the_hash_can_be_cancelled(tmp_path):
     """Issue 28.8: a 20 GB file was hashed whole (90 s of a busy worker after its request timed out)."""
     import threading
@@ -231,12 +248,7 @@ def test_a_huge_file_is_keyed_by_a_bounded_read_and_the_hash_can_be_cancelled(tm
         f.truncate(20 * 10**9)
         f.seek(5 * 10**9)
         f.write(b"some bytes in the middle")
-    io = Path("/proc/self/io")
-    before = int(dict(line.split(": ") for line in io.read_text().splitlines())["rchar"]) if io.exists() else None
-    key = content_hash(huge)
-    if before is not None:
-        read = int(dict(line.split(": ") for line in io.read_text().splitlines())["rchar"]) - before
-        assert read <= (cache.SAMPLED_BLOCKS + 1) * cache.CHUNK, read
+    key = _bounded(content_hash, huge)
     assert key.startswith("sampled:")
     mtime = huge.stat().st_mtime_ns
 
@@ -278,12 +290,7 @@ def test_a_large_folder_of_frames_is_keyed_by_a_bounded_read(tmp_path):
     for i in range(40):  # 40 sparse images of 4 MB: 160 MB in all
         with open(frames / f"{i + 1:05d}.jpg", "wb") as f:
             f.truncate(4 * 10**6)
-    io = Path("/proc/self/io")
-    before = int(dict(line.split(": ") for line in io.read_text().splitlines())["rchar"]) if io.exists() else None
-    key = content_hash(frames)
-    if before is not None:
-        read = int(dict(line.split(": ") for line in io.read_text().splitlines())["rchar"]) - before
-        assert read <= (cache.SAMPLED_BLOCKS + 1) * cache.CHUNK, read
+    key = _bounded(content_hash, frames)
     assert key.startswith("sampled:")
     os.utime(frames / "00020.jpg", ns=(1, 1))  # one image rewritten (a new mtime), though not among those read
     assert content_hash(frames) != key
