@@ -43,6 +43,7 @@ def run_one(shape: str, ratio: float, repeats: int, device: str) -> dict:
     import torch
 
     sys.path.insert(0, os.path.dirname(__file__))
+    from provenance import of_tensor
     from synthetic import video_tokens
 
     from ottvid_cli.compression import OTTVidConfig, compress
@@ -76,7 +77,7 @@ def run_one(shape: str, ratio: float, repeats: int, device: str) -> dict:
         "shape": shape, "T": t, "N": n, "D": d, "ratio": ratio, "kept": out.report.kept,
         "stages_ms": stage, "total_ms": statistics.median(walls), "min_ms": min(walls), "max_ms": max(walls),
         "peak_mb": peak, "memory_kind": kind, "sinkhorn_iterations": out.report.sinkhorn_iterations,
-        "threads": torch.get_num_threads(), "device": device,
+        "threads": torch.get_num_threads(), "device": device, "environment": of_tensor(features),
     }
 
 
@@ -132,7 +133,9 @@ def print_table(rows: list[dict]) -> None:
         if i == 0:
             print("-+-".join("-" * w for w in widths))
     if rows:
-        print(f"\nfloat32, device {rows[0]['device']}, {rows[0]['threads']} threads; memory: {rows[0]['memory_kind']}")
+        from provenance import line
+
+        print(f"\n{line(rows[0]['environment'])}; memory: {rows[0]['memory_kind']}")
 
 
 if __name__ == "__main__":

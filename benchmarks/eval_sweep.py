@@ -267,8 +267,11 @@ def main() -> None:
     names = ", ".join(f"{m} {r:g}" for m, r in sweep)
     model = (f"random Qwen2.5-VL-7B shape, {args.llm_layers} LLM layers, {args.vision_blocks} vision blocks, "
              f"{torch.get_num_threads()} threads")
-    device = f"{backbone.device}, {str(backbone.model.dtype).replace('torch.', '')}"
-    result = {"model": model, "frames": args.frames, "samples": args.samples, "max_new_tokens": args.max_new_tokens,
+    from provenance import line, of_model
+
+    env = of_model(backbone.model)
+    device = line(env)
+    result = {"model": model, "environment": env, "frames": args.frames, "samples": args.samples, "max_new_tokens": args.max_new_tokens,
               "prefetch": args.prefetch, "long_minutes": args.long,
               "repeats": args.repeats, "sweep": names, "one": f"{one[0]} {one[1]:g}",
               "seconds": {"one": base, "sweep": wall, "alone": alone},

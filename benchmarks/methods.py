@@ -41,6 +41,7 @@ import types
 import torch
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
+from provenance import line, of_tensor  # noqa: E402
 
 SHAPES = {
     "qwen": (16, 256, "Qwen2.5-VL, 32 frames"),
@@ -461,6 +462,7 @@ def main(argv: list[str] | None = None) -> None:
                     other_kept = (out[0] if isinstance(out, tuple) else out).shape[0]
             print(f"{shape:<12} {f'{t}x{n}':<9} {name:<20} {ours:>9.1f} {kept:>6} {same:>18} {other:>12} "
                   f"{other_kept:>6}", flush=True)
+        print(line(of_tensor(x)), flush=True)
 
 
 def scaling(names: list[str], ratio: float, dim: int, repeats: int, frames=(16, 32, 64, 128), tokens: int = 256) -> None:
@@ -483,6 +485,7 @@ def scaling(names: list[str], ratio: float, dim: int, repeats: int, frames=(16, 
             per_frame.append((ms, ms / t))
         cells = " ".join(f"{f'{ms:.0f} ({f:.1f})':>16}" for ms, f in per_frame)
         print(f"{name:<20} {cells} {per_frame[-1][1] / per_frame[0][1]:>16.2f}x", flush=True)
+    print(line(of_tensor(inputs[frames[0]][0])), flush=True)
 
 
 if __name__ == "__main__":

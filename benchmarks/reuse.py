@@ -33,6 +33,15 @@ QUESTIONS = ["What is the bird doing?", "What colour is the bird?", "Where is th
 STAGES = ("decode", "preprocess", "vision", "compression", "prefill")
 
 
+def describe(backbone, llm_layers: int, vision_blocks: int) -> tuple[str, dict]:
+    """(the model label, its environment): the device, dtype and versions the run really used."""
+    from provenance import line, of_model
+
+    env = of_model(backbone.model)
+    return (f"random Qwen2.5-VL-7B shape, {llm_layers} LLM layers, {vision_blocks} vision blocks; "
+            f"{line(env)}"), env
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--video", default=str(ROOT / "tests" / "data" / "cockatoo.mp4"))
@@ -107,10 +116,9 @@ def main() -> None:
                         "prefilled": statistics.median(r["prefilled"] for r in runs),
                         "llm_input": statistics.median(r["llm_input"] for r in runs),
                         **{k: statistics.median(r[k] for r in runs) for k in STAGES}})
-    model = (f"random Qwen2.5-VL-7B shape, {args.llm_layers} LLM layers, {args.vision_blocks} vision blocks, "
-             f"float32, cpu")
+    model, env = describe(backbone, args.llm_layers, args.vision_blocks)
     if args.json:
-        print(to_json({"model": model, "video": args.video, "frames": args.frames, "ratio": args.ratio,
+        print(to_json({"model": model, "environment": env, "video": args.video, "frames": args.frames, "ratio": args.ratio,
                        "repeats": args.repeats, "rows": summary}))
         return
     from rich.table import Table

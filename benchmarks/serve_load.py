@@ -84,11 +84,12 @@ async def load(url: str, model: str | None, videos: list[Path], requests: int, c
             try:
                 response = await client.post("/v1/chat/completions", json=body)
                 ok = response.status_code == 200
-                hit = bool(response.json()["ottvid"]["cache_hit"]) if ok else False
+                report = response.json()["ottvid"] if ok else {}
+                hit = bool(report.get("cache_hit"))
             except httpx.HTTPError:
-                ok, hit = False, False
+                ok, hit, report = False, False, {}
             rows.append({"kind": "same" if same else "different", "ms": (time.perf_counter() - start) * 1e3,
-                         "ok": ok, "hit": hit})
+                         "ok": ok, "hit": hit, "ran_on": (report.get("device"), report.get("dtype"))})
             if pid is not None and len(rows) in (20, requests):
                 memory[len(rows)] = rss_mb(pid)
 
@@ -122,7 +123,8 @@ def summary(result: dict, requests: int, concurrency: int) -> dict:
             "all": percentiles(None), "same": percentiles("same"), "different": percentiles("different"),
             "rss_mb_after_20": round(first, 1) if first else None,
             "rss_mb_after_all": round(last, 1) if last else None,
-            "rss_growth": round(growth, 4) if growth is not None else None}
+            "rss_growth": round(growth, 4) if growth is not None else None,
+            "server_ran_on": sorted({f"{d}, {t}" for d, t in (r["ran_on"] for r in rows if r["ok"])})}
 
 
 def table(s: dict, what: str) -> str:
@@ -136,6 +138,9 @@ def table(s: dict, what: str) -> str:
               f"| cache hit rate | {s['cache_hit_rate']:.1%} |",
               f"| server RSS after 20 / after {s['requests']} | {s['rss_mb_after_20']} / {s['rss_mb_after_all']} MB "
               f"({growth}) |"]
+    env = s["environment"]
+    lines += ["", f"server ran on {' / '.join(env['server_device_dtype']) or '-'} (its replies' device, dtype); "
+                  f"torch {env['torch']}, transformers {env['transformers']} ({env['versions_of']})"]
     return "\n".join(lines)
 
 
@@ -183,6 +188,13 @@ def main() -> None:
     s = summary(result, args.requests, args.concurrency)
     s["model"] = what
     s["frames"], s["max_tokens"], s["videos"] = args.frames, args.max_tokens, [v.name for v in videos]
+    from provenance import environment
+
+    # the server reports its device and dtype in each reply; its versions are this interpreter's when started here
+    here = environment("cpu", "-")
+    s["environment"] = {"server_device_dtype": s.pop("server_ran_on"), "torch": here["torch"],
+                        "transformers": here["transformers"],
+                        "versions_of": "the server (started here)" if args.server is None else "this client only"}
     print(json.dumps(s, indent=2) if args.json else table(s, what))
     bad = s["errors"] > 0 or (s["rss_growth"] is not None and s["rss_growth"] > 0.10)
     raise SystemExit(1 if bad else 0)

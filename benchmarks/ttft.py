@@ -56,11 +56,15 @@ def main() -> None:
                          warmup=args.warmup, decode=lambda: sample_frames(args.video, args.frames),
                          on_step=lambda s: status.update(f"profiling: {s} ..."))
     data = result.to_dict()
+    from provenance import line, of_model
+
     data["model"] = f"random Qwen2.5-VL-7B shape, {args.llm_layers} LLM layers, {args.vision_blocks} vision blocks"
+    data["environment"] = of_model(backbone.model)
     if args.json:
         print(to_json(data))
     else:
         render_profile(data, Console(width=200))
+        print(line(data["environment"]))
 
 
 if __name__ == "__main__":

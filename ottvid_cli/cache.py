@@ -1,15 +1,19 @@
 """The prepared-video cache: what decode -> preprocess -> vision encoder -> compress produced for one
 video, kept so that the next question about it needs none of that again (docs/reuse.md).
 
-An entry is keyed by the video's **content** (blake2b of its bytes, never its path; the hash itself
-is memoised by (path, size, mtime_ns, inode) so it is not recomputed on every call), the sampling
+An entry is keyed by the video's **content** (blake2b of its bytes up to 64 MiB; above, of its size,
+mtime and 16 sampled 1 MiB blocks, so a 20 GB file costs 16 MiB of reading; never its path; the hash
+is memoised by (path, size, mtime_ns, inode) and can be cancelled between chunks), the sampling
 (frames / fps / max frames / max pixels / decoder), the model (name, config fingerprint, dtype, pixel
 cap). It holds the encoded video (`Prepared`: clip, the video part of the processor's inputs, the
 visual tokens and saliency), one compression per (method, config) and, per compression, the KV
 cache of the prompt's question-independent prefix. Memory: LRU bounded in bytes. Disk (optional):
-the encoded video as safetensors + a JSON key, written atomically (temp file + rename); an entry
-whose key or files do not match exactly is ignored and rebuilt, never trusted. Compressions and
-prefixes are kept in memory only (they take milliseconds / one prefill to rebuild).
+the encoded video as safetensors + a JSON key, written atomically (temp file + rename), with a
+digest of both verified on every load; an entry whose key or files do not match exactly is ignored
+and rewritten, never trusted (a damaged one with a warning, `PreparedCache.take_warnings`). The
+folder is bounded in bytes too (least recently used entries deleted first; `disk_entries`,
+`clear_disk`). Compressions and prefixes are kept in memory only (they take milliseconds / one
+prefill to rebuild).
 """
 
 from __future__ import annotations
@@ -18,26 +22,76 @@ import dataclasses
 import hashlib
 import json
 import os
+import re
 import tempfile
+import time
 from collections import OrderedDict
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 import torch
 
-FORMAT = 1  # bump when what is stored changes; older files are then ignored
+FORMAT = 2  # bump when what is stored changes; older files are then ignored (2: the entry's digest)
 CHUNK = 1 << 20
+FULL_HASH_BYTES = 64 << 20  # files up to this size are hashed whole; larger ones by sampled blocks
+SAMPLED_BLOCKS = 16  # blocks of CHUNK bytes read from a larger file, evenly spread, first and last included
+DEFAULT_DISK_BYTES = 4 << 30  # the cache folder's default bound (--cache-max-gb 4)
+MAX_WARNINGS = 100  # warnings kept until taken
 _HASHES: "OrderedDict[tuple, str]" = OrderedDict()  # (realpath, size, mtime_ns, inode) -> content hash
 _HASHES_MAX = 4096
 
+Cancel = Any  # a callable returning True to stop, or anything with is_set() (threading.Event)
 
-def content_hash(path: str | Path, cancel: Callable[[], None] | None = None) -> str:
-    """blake2b (128-bit) of the file's bytes, streamed in 1 MiB chunks; memoised by (real path, size,
-    mtime_ns, inode), so a file rewritten in place is hashed again. For a folder of frame images
-    (video.frame_files): of each image's name and bytes in order, memoised by every image's stat.
-    `cancel`, if given, is called before each chunk; what it raises stops the hashing."""
+
+class HashCancelled(Exception):
+    """`content_hash` was cancelled (its `cancel` said so between two chunks); nothing is memoised."""
+
+
+def _cancelled(cancel: Cancel | None) -> bool:
+    if cancel is None:
+        return False
+    is_set = getattr(cancel, "is_set", None)
+    return bool(is_set() if is_set is not None else cancel())
+
+
+def _hash_file(digest: Any, file: str, size: int, mtime_ns: int, cancel: Cancel | None) -> None:
+    """Feed one file to `digest`: its bytes in CHUNK reads when it is at most FULL_HASH_BYTES, else
+    its size, its mtime and SAMPLED_BLOCKS blocks of CHUNK bytes at evenly spread offsets (the first
+    and the last included). `cancel` is asked before every read."""
+    with open(file, "rb") as f:
+        if size <= FULL_HASH_BYTES:
+            while True:
+                if _cancelled(cancel):
+                    raise HashCancelled(f"hashing {file} was cancelled")
+                chunk = f.read(CHUNK)
+                if not chunk:
+                    return
+                digest.update(chunk)
+        digest.update(f"sampled\0{size}\0{mtime_ns}\0".encode())
+        step = (size - CHUNK) / (SAMPLED_BLOCKS - 1)
+        for k in range(SAMPLED_BLOCKS):
+            if _cancelled(cancel):
+                raise HashCancelled(f"hashing {file} was cancelled")
+            f.seek(round(k * step))
+            digest.update(f.read(CHUNK))
+
+
+def content_hash(path: str | Path, cancel: Cancel | None = None) -> str:
+    """The identity of a video's content for the cache key (docs/reuse.md, "The key").
+
+    A file of at most FULL_HASH_BYTES (64 MiB): blake2b-128 of its bytes, so a copy or a renamed file
+    is the same video. A larger file: blake2b-128 of its size, its mtime (ns) and 16 blocks of 1 MiB
+    spread over it ("sampled:" + hex), so what is read is bounded (16 MiB of a 20 GB file); a copy
+    is the same video only where its mtime was kept (cp -p, rsync -t), and any rewrite (a new mtime)
+    is another. A folder of frame images (video.frame_files) of at most FULL_HASH_BYTES in all: each
+    image's name, length and bytes (by the same rule) in order; a larger one: every image's name,
+    size and mtime, and the first 1 MiB of 16 images spread over it (again "sampled:").
+
+    Memoised by (real path, and each file's name, size, mtime_ns, inode), so a file rewritten in
+    place is hashed again. `cancel` (a callable returning True, or a threading.Event) is checked
+    before each 1 MiB read: HashCancelled then, within one read (a server's timeout frees its worker)."""
     folder = os.path.isdir(path)
     if folder:
         from .video import frame_files
@@ -52,15 +106,24 @@ def content_hash(path: str | Path, cancel: Callable[[], None] | None = None) -> 
         _HASHES.move_to_end(memo)
         return _HASHES[memo]
     digest = hashlib.blake2b(digest_size=16)
-    for file, st in zip(files, stats):
-        if folder:  # each image's name and length frame its bytes
-            digest.update(f"{os.path.basename(file)}\0{st.st_size}\0".encode())
-        with open(file, "rb") as f:
-            while chunk := f.read(CHUNK):
-                if cancel is not None:
-                    cancel()
-                digest.update(chunk)
-    value = digest.hexdigest()
+    sampled = any(st.st_size > FULL_HASH_BYTES for st in stats)
+    if folder and sum(st.st_size for st in stats) > FULL_HASH_BYTES:  # a large folder: as a large file
+        sampled = True
+        digest.update(b"sampled folder\0")
+        for file, st in zip(files, stats):
+            digest.update(f"{os.path.basename(file)}\0{st.st_size}\0{st.st_mtime_ns}\0".encode())
+        picks = sorted({round(k * (len(files) - 1) / (SAMPLED_BLOCKS - 1)) for k in range(SAMPLED_BLOCKS)})
+        for i in picks:  # the first CHUNK bytes of SAMPLED_BLOCKS images spread over the folder
+            if _cancelled(cancel):
+                raise HashCancelled(f"hashing {path} was cancelled")
+            with open(files[i], "rb") as f:
+                digest.update(f.read(CHUNK))
+    else:
+        for file, st in zip(files, stats):
+            if folder:  # each image's name and length frame its bytes
+                digest.update(f"{os.path.basename(file)}\0{st.st_size}\0".encode())
+            _hash_file(digest, file, st.st_size, st.st_mtime_ns, cancel)
+    value = ("sampled:" if sampled else "") + digest.hexdigest()
     _HASHES[memo] = value
     while len(_HASHES) > _HASHES_MAX:
         _HASHES.popitem(last=False)
@@ -73,9 +136,9 @@ def default_cache_dir() -> Path:
     return Path(base) / "ottvid"
 
 
-def video_key(backbone: Any, video: Any, sampling: Any, cancel: Callable[[], None] | None = None) -> dict[str, Any]:
-    """What makes two preparations the same: the video's content, the sampling and the model
-    (`cancel`: as for content_hash)."""
+def video_key(backbone: Any, video: Any, sampling: Any, cancel: Cancel | None = None) -> dict[str, Any]:
+    """What makes two preparations the same: the video's content, the sampling and the model.
+    `cancel`: passed to `content_hash` (HashCancelled when it says stop)."""
     if isinstance(video, (str, Path)):
         content = content_hash(video, cancel)
     else:  # an already decoded video.Video: its frames and times are the content
@@ -142,14 +205,22 @@ class Entry:
 
 
 class PreparedCache:
-    """LRU of `Entry` by video key, bounded in bytes, with an optional on-disk copy of the encoded videos."""
+    """LRU of `Entry` by video key, bounded in bytes, with an optional on-disk copy of the encoded
+    videos (bounded by `disk_bytes`, least recently used entries deleted first).
 
-    def __init__(self, max_bytes: int = 2 << 30, directory: str | Path | None = None):
+    Library code does not print: what the user should hear about (a damaged entry rebuilt, a folder
+    that cannot be written) is collected as one-line warnings, `take_warnings()`."""
+
+    def __init__(self, max_bytes: int = 2 << 30, directory: str | Path | None = None,
+                 disk_bytes: int = DEFAULT_DISK_BYTES):
         self.max_bytes = int(max_bytes)
         self.directory = Path(directory).expanduser() if directory is not None else None
+        self.disk_bytes = int(disk_bytes)
         self.entries: OrderedDict[str, Entry] = OrderedDict()
         self.sizes: dict[str, int] = {}
         self.hits = self.misses = self.disk_hits = 0
+        self.warnings: list[str] = []
+        self._unwritable = False  # the folder could not be written: said once
 
     def __len__(self) -> int:
         return len(self.entries)
@@ -157,6 +228,11 @@ class PreparedCache:
     @property
     def nbytes(self) -> int:
         return sum(self.sizes.values())
+
+    def take_warnings(self) -> list[str]:
+        """The warnings collected since the last call (one line each), then forgotten."""
+        out, self.warnings = self.warnings, []
+        return out
 
     def get(self, key: dict[str, Any], backbone: Any) -> Entry | None:
         """The entry for this key: from memory, else from disk (None when neither holds a valid one)."""
@@ -176,13 +252,26 @@ class PreparedCache:
         return entry
 
     def put(self, key: dict[str, Any], entry: Entry) -> None:
+        """Keep `entry` in memory and, with a folder, write it there (replacing whatever file of that
+        name is there: `put` follows a miss, so it was missing, stale or damaged), then bound the folder."""
         name = _digest(key)
         self._remember(name, entry)
-        if self.directory is not None:
-            try:
-                self._save(name, key, entry.base)
-            except (OSError, ValueError, RuntimeError, TypeError):
-                pass  # a cache that cannot be written is only slower
+        if self.directory is None or self._unwritable:
+            return
+        try:
+            self._save(name, key, entry.base)
+        except OSError as exc:
+            self._unwritable = True
+            self._warn(f"cannot write the cache folder {self.directory}: {exc.strerror or exc}; "
+                       "prepared videos are kept in memory only")
+            return
+        except (ValueError, TypeError, RuntimeError) as exc:  # this entry cannot be serialised: kept in memory only
+            self._warn(f"cannot store this video in the cache folder {self.directory}: {_one_line(exc)}")
+            return
+        try:
+            evict_disk(self.directory, self.disk_bytes, keep=name)
+        except OSError as exc:  # an entry that cannot be deleted: the folder stays over its bound
+            self._warn(f"cannot bound the cache folder {self.directory}: {exc.strerror or exc}")
 
     def resize(self, key: dict[str, Any]) -> None:
         """Account for what was added to an entry (a compression, a prefix), then evict to the bound."""
@@ -214,14 +303,12 @@ class PreparedCache:
     # ---------------------------------------------------------------------------------------- disk
 
     def _paths(self, name: str) -> tuple[Path, Path]:
-        return self.directory / f"{name}.json", self.directory / f"{name}.safetensors"
+        return _entry_paths(self.directory, name)
 
     def _save(self, name: str, key: dict[str, Any], prepared: Any) -> None:
-        from safetensors.torch import save_file
+        from safetensors.torch import save
 
         meta_path, data_path = self._paths(name)
-        if meta_path.exists() and data_path.exists():
-            return
         self.directory.mkdir(parents=True, exist_ok=True)
         tensors: dict[str, torch.Tensor] = {"clip.frames": torch.from_numpy(np.ascontiguousarray(prepared.clip.frames))}
         visual = prepared.visual
@@ -254,36 +341,187 @@ class PreparedCache:
                      "total_frames": int(clip.total_frames), "average_fps": float(clip.average_fps),
                      "decoder": clip.decoder},
         }
+        payload = save(tensors)
+        meta["data_bytes"] = len(payload)
+        meta["digest"] = _entry_digest(meta, payload)
+        text = json.dumps(meta)
         fd, tmp = tempfile.mkstemp(dir=self.directory, prefix=f".{name}.", suffix=".tmp")
-        os.close(fd)
         try:
-            save_file(tensors, tmp)
-            meta["data_bytes"] = os.path.getsize(tmp)
+            with os.fdopen(fd, "wb") as f:
+                f.write(payload)
+            if meta_path.exists():  # a stale or damaged entry of this name: never pair its JSON with new data
+                meta_path.unlink()
             os.replace(tmp, data_path)
             fd, tmp = tempfile.mkstemp(dir=self.directory, prefix=f".{name}.", suffix=".tmp")
             with os.fdopen(fd, "w") as f:
-                json.dump(meta, f)
+                f.write(text)
             os.replace(tmp, meta_path)  # the JSON appears last: its presence marks a complete entry
         finally:
             if os.path.exists(tmp):
                 os.unlink(tmp)
 
     def _load(self, name: str, key: dict[str, Any], backbone: Any) -> Any | None:
-        """The stored encoded video as a Prepared with no compression, or None (missing, stale, corrupt)."""
+        """The stored encoded video as a Prepared with no compression, or None: missing, stale (another
+        key, an older format: silently) or damaged (a warning; the caller prepares it again and `put`
+        rewrites it). A hit marks the entry as just used (its JSON's mtime) for the folder's LRU."""
         meta_path, data_path = self._paths(name)
-        if not (meta_path.is_file() and data_path.is_file()):
+        if not meta_path.is_file():
             return None
         try:
             meta = json.loads(meta_path.read_text())
-            if meta.get("key") != json.loads(json.dumps(key)) or meta.get("data_bytes") != data_path.stat().st_size:
-                return None
-            return _restore(meta, data_path, backbone)
-        except Exception:  # noqa: BLE001 - anything wrong with a cache file means: rebuild it
-            return None
+        except (OSError, ValueError) as exc:
+            return self._damaged(meta_path, f"its JSON does not read ({_one_line(exc)})")
+        if not isinstance(meta, dict) or meta.get("key") != json.loads(json.dumps(key)):
+            return None  # another key or format: stale, not damaged
+        try:
+            payload = data_path.read_bytes()
+        except OSError as exc:
+            return self._damaged(meta_path, f"its tensor file does not read ({_one_line(exc)})")
+        if meta.get("data_bytes") != len(payload):
+            return self._damaged(meta_path, f"its tensor file has {len(payload)} bytes, not {meta.get('data_bytes')}")
+        if meta.get("digest") != _entry_digest({k: v for k, v in meta.items() if k != "digest"}, payload):
+            return self._damaged(meta_path, "its contents do not match their digest")
+        try:
+            prepared = _restore(meta, payload, backbone)
+        except Exception as exc:  # noqa: BLE001 - a verified entry that does not restore: rebuild it, and say so
+            return self._damaged(meta_path, f"it does not restore ({_one_line(exc)})")
+        try:
+            os.utime(meta_path)
+        except OSError:
+            pass
+        return prepared
+
+    def _damaged(self, meta_path: Path, why: str) -> None:
+        self._warn(f"damaged cache entry {meta_path}: {why}; prepared again and rewritten")
+        return None
+
+    def _warn(self, line: str) -> None:
+        """Collect a warning; a caller that never takes them (a long-running server) keeps the last 100."""
+        self.warnings.append(line)
+        del self.warnings[:-MAX_WARNINGS]
 
 
-def _restore(meta: dict[str, Any], data_path: Path, backbone: Any) -> Any:
-    from safetensors.torch import load_file
+def _one_line(exc: BaseException) -> str:
+    return " ".join(str(exc).split())[:200] or type(exc).__name__
+
+
+def _entry_digest(meta: dict[str, Any], payload: bytes) -> str:
+    """blake2b-128 of an entry's JSON (canonical, without the digest) and its tensor file's bytes."""
+    digest = hashlib.blake2b(json.dumps(meta, sort_keys=True).encode(), digest_size=16)
+    digest.update(b"\0")
+    digest.update(payload)
+    return digest.hexdigest()
+
+
+# ------------------------------------------------------------------------------------ the folder
+
+_ENTRY_FILE = re.compile(r"^([0-9a-f]{32})\.(json|safetensors)$")
+_TEMP_FILE = re.compile(r"^\.([0-9a-f]{32})\..*\.tmp$")
+STALE_TEMP_SECONDS = 3600  # a temporary file this old belongs to no write in progress
+
+
+def _entry_paths(directory: Path, name: str) -> tuple[Path, Path]:
+    return directory / f"{name}.json", directory / f"{name}.safetensors"
+
+
+@dataclass
+class DiskEntry:
+    """One entry of a cache folder: its name, its files' bytes, when it was last used (written or
+    loaded; the JSON's mtime, or the newest file's) and, read from its JSON where it reads, the
+    video's path when it was prepared, the model, the frames and the sampling."""
+
+    name: str
+    bytes: int
+    last_used: float
+    files: list[Path]
+    complete: bool
+    video: str | None = None
+    model: str | None = None
+    frames: int | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"name": self.name, "bytes": self.bytes, "last_used": self.last_used, "complete": self.complete,
+                "video": self.video, "model": self.model, "frames": self.frames}
+
+
+def disk_entries(directory: str | Path, details: bool = False) -> list[DiskEntry]:
+    """The entries of a cache folder, least recently used first (only ottvid's own files: NAME.json,
+    NAME.safetensors and their temporary files; anything else in the folder is not ours). `details`:
+    also read each JSON for the video, model and frames. A missing folder has none."""
+    folder = Path(directory).expanduser()
+    groups: dict[str, list[tuple[Path, os.stat_result]]] = {}
+    try:
+        names = os.listdir(folder)
+    except (FileNotFoundError, NotADirectoryError):
+        return []
+    for file in names:
+        match = _ENTRY_FILE.match(file) or _TEMP_FILE.match(file)
+        if match is None:
+            continue
+        path = folder / file
+        try:
+            st = path.lstat()
+        except FileNotFoundError:  # deleted meanwhile
+            continue
+        groups.setdefault(match.group(1), []).append((path, st))
+    entries = []
+    for name, files in groups.items():
+        meta = folder / f"{name}.json"
+        data = folder / f"{name}.safetensors"
+        stamps = {path: st.st_mtime for path, st in files}
+        entry = DiskEntry(name=name, bytes=sum(st.st_size for _, st in files),
+                          last_used=stamps.get(meta, max(stamps.values())), files=[p for p, _ in files],
+                          complete=meta in stamps and data in stamps)
+        if details and entry.complete:
+            try:
+                doc = json.loads(meta.read_text())
+                entry.video = doc["clip"]["path"]
+                entry.model = doc["key"]["model"]
+                entry.frames = len(doc["clip"]["indices"])
+            except (OSError, ValueError, KeyError, TypeError):
+                pass
+        entries.append(entry)
+    return sorted(entries, key=lambda e: (e.last_used, e.name))
+
+
+def _delete(entry: DiskEntry) -> int:
+    """Delete an entry's files, its JSON first (so no reader pairs it with a missing tensor file)."""
+    freed = 0
+    for path in sorted(entry.files, key=lambda p: p.suffix != ".json"):
+        try:
+            size = path.lstat().st_size
+            path.unlink()
+            freed += size
+        except FileNotFoundError:
+            pass
+    return freed
+
+
+def evict_disk(directory: str | Path, max_bytes: int, keep: str | None = None) -> int:
+    """Bound a cache folder to `max_bytes`: delete least recently used entries until it fits, never
+    `keep` (the entry just written) nor an incomplete entry younger than an hour (a write in
+    progress). Returns the bytes freed."""
+    now = time.time()
+    entries = disk_entries(directory)
+    total = sum(e.bytes for e in entries)
+    freed = 0
+    for entry in entries:
+        if total - freed <= max_bytes:
+            break
+        if entry.name == keep or (not entry.complete and now - entry.last_used <= STALE_TEMP_SECONDS):
+            continue
+        freed += _delete(entry)
+    return freed
+
+
+def clear_disk(directory: str | Path) -> tuple[int, int]:
+    """Delete every entry of a cache folder (ottvid's files only); (entries deleted, bytes freed)."""
+    entries = disk_entries(directory)
+    return len(entries), sum(_delete(e) for e in entries)
+
+
+def _restore(meta: dict[str, Any], payload: bytes, backbone: Any) -> Any:
+    from safetensors.torch import load
     from transformers import BatchFeature
 
     from .backbones import VisualTokens
@@ -292,9 +530,10 @@ def _restore(meta: dict[str, Any], data_path: Path, backbone: Any) -> Any:
     from .video import Video
 
     device = backbone.device
-    tensors = load_file(str(data_path), device=str(device))
+    tensors = load(payload)
     c = meta["clip"]
-    frames = tensors.pop("clip.frames").cpu().numpy()
+    frames = tensors.pop("clip.frames").numpy()
+    tensors = {k: v.to(device) for k, v in tensors.items()}
     if frames.shape[0] != len(c["indices"]):
         raise ValueError("frames and indices disagree")
     clip = Video(path=c["path"], frames=frames, timestamps=c["timestamps"], indices=c["indices"],

@@ -200,6 +200,9 @@ SERVER = typer.Option(None, "--server", help="URL of a running `ottvid serve`: s
 CACHE_DIR = typer.Option(None, "--cache-dir", show_default="memory only",
                          help="Also keep prepared videos on disk in this folder, so a later run on the same video "
                               "skips decoding and encoding; 'default' is $XDG_CACHE_HOME/ottvid (~/.cache/ottvid).")
+CACHE_MAX_GB = typer.Option(None, "--cache-max-gb", callback=_checked(check_positive, "--cache-max-gb"),
+                            show_default="4", help="Bound of the --cache-dir folder in GiB: least recently used "
+                                                   "entries are deleted first (`ottvid cache ls` lists them).")
 
 
 # ------------------------------------------------------------------------------------------------
@@ -407,7 +410,7 @@ def _write_picture(prepared, path: str, max_tiles: int | None = None) -> tuple[d
 
 def _answer(task: str, video: str, texts, options, ratio, frames, fps, max_frames, model, method, preset,
             as_json, device, dtype, attention, max_pixels, max_new_tokens, output, decoder, quiet,
-            cache_dir=None, method_args=None, siglip_head=None) -> None:
+            cache_dir=None, method_args=None, siglip_head=None, cache_max_gb=None) -> None:
     """ask and ground: check everything, load, run each question (one preparation and one prefix for
     all, session.Engine), print each result, then report a failed picture. With --json, one question
     prints an object, several a list of them in order."""
@@ -429,7 +432,7 @@ def _answer(task: str, video: str, texts, options, ratio, frames, fps, max_frame
         progress.stop()
         _fail(f"ground needs a Qwen2.5-VL model: {backbone.name} is not trained to give time spans "
               f"(the paper evaluates grounding on Qwen2.5-VL only)")
-    engine = _engine(backbone, cache_dir)
+    engine = _engine(backbone, cache_dir, max_gb=cache_max_gb)
     documents, failure = [], ""
     for i, text in enumerate(texts):
         if len(texts) > 1 and not as_json:
@@ -441,6 +444,7 @@ def _answer(task: str, video: str, texts, options, ratio, frames, fps, max_frame
                                   config=config, max_new_tokens=max_new_tokens, on_step=progress.step,
                                   on_token=None if as_json else stream, **extra), progress)
         stream.close()
+        _cache_warnings(engine, quiet)
         data = result.to_dict()
         if i == 0 and output is not None:
             picture, failure = _write_picture(result.prepared, output)
@@ -485,9 +489,12 @@ class _Stream:
             sys.stdout.flush()
 
 
-def _cache_path(value: str | None) -> str | None:
-    """--cache-dir: None (memory only), 'default' ($XDG_CACHE_HOME/ottvid) or a folder (refused if it is a file)."""
+def _cache_path(value: str | None, max_gb: float | None = None) -> str | None:
+    """--cache-dir: None (memory only), 'default' ($XDG_CACHE_HOME/ottvid) or a folder (refused if it
+    is a file); --cache-max-gb (`max_gb`) needs one."""
     if value is None:
+        if max_gb is not None:
+            _fail("--cache-max-gb bounds the --cache-dir folder: give --cache-dir too")
         return None
     if value == "default":
         from .cache import default_cache_dir
@@ -501,7 +508,7 @@ def _cache_path(value: str | None) -> str | None:
 
 def _remote(task, server, video, texts, options, ratio, frames, fps, max_frames, model, method, preset, as_json, quiet,
             max_new_tokens, device, dtype, attention, max_pixels, decoder, output, cache_dir,
-            siglip_head=None) -> None:
+            siglip_head=None, cache_max_gb=None) -> None:
     """ask / ground --server: the same checks as a local run (the flags only a local run uses are
     refused), then one request per question to a running `ottvid serve`; prints as a local run
     prints. Exit codes as a local run's (1: the server failed or cannot be reached)."""
@@ -509,7 +516,8 @@ def _remote(task, server, video, texts, options, ratio, frames, fps, max_frames,
     from .serve.client import URL_SCHEMES, Client, ServerError, request_body, video_url
 
     local = {"--device": device, "--dtype": dtype, "--attention": attention, "--max-pixels": max_pixels,
-             "--decoder": decoder, "--output": output, "--cache-dir": cache_dir, "--siglip-head": siglip_head}
+             "--decoder": decoder, "--output": output, "--cache-dir": cache_dir, "--siglip-head": siglip_head,
+             "--cache-max-gb": cache_max_gb}
     for flag, value in local.items():
         if value not in (None, "auto"):
             _fail(f"{flag} does not apply with --server: the server runs the model with its own settings")
@@ -558,11 +566,21 @@ def _remote(task, server, video, texts, options, ratio, frames, fps, max_frames,
     _conclude(task, documents, as_json)
 
 
-def _engine(backbone, cache_dir: str | None, keep_saliency: bool = False):
-    """The reuse engine over a loaded backbone: prepared videos in memory, and on disk in `cache_dir`."""
+def _engine(backbone, cache_dir: str | None, keep_saliency: bool = False, max_gb: float | None = None):
+    """The reuse engine over a loaded backbone: prepared videos in memory, and on disk in `cache_dir`
+    (at most `max_gb` GiB of them, else the cache's default bound)."""
+    from .cache import DEFAULT_DISK_BYTES
     from .session import Engine
 
-    return Engine(backbone, cache_dir=cache_dir, keep_saliency=keep_saliency)
+    disk_bytes = DEFAULT_DISK_BYTES if max_gb is None else int(max_gb * (1 << 30))
+    return Engine(backbone, cache_dir=cache_dir, keep_saliency=keep_saliency, disk_bytes=disk_bytes)
+
+
+def _cache_warnings(engine, quiet: bool) -> None:
+    """The cache's warnings (a damaged entry rebuilt, a folder that cannot be written): one line each."""
+    for line in engine.cache.take_warnings():
+        if not quiet:
+            err.print(f"warning: {line}", highlight=False, markup=False, soft_wrap=True)
 
 
 # ------------------------------------------------------------------------------------------------
@@ -641,6 +659,7 @@ def ask(
     max_new_tokens: int = typer.Option(64, "--max-new-tokens", callback=_checked(check_count, "--max-new-tokens"),
                                        help=TOKENS),
     cache_dir: str = CACHE_DIR,
+    cache_max_gb: float = CACHE_MAX_GB,
     server: str = SERVER,
 ) -> None:
     """Answer questions about a video, with OTT-Vid (or --method) compressing the visual tokens (several
@@ -650,10 +669,10 @@ def ask(
             _fail("--method-arg is for a model run here: a server uses its methods' defaults")
         return _remote("ask", server, video, questions, choice, ratio, frames, fps, max_frames, model, method, preset,
                        as_json, quiet, max_new_tokens, device, dtype, attention, max_pixels, decoder, output, cache_dir,
-                       siglip_head=siglip_head)
+                       siglip_head=siglip_head, cache_max_gb=cache_max_gb)
     _answer("ask", video, questions, choice, ratio, frames, fps, max_frames, model, method, preset, as_json, device,
-            dtype, attention, max_pixels, max_new_tokens, output, decoder, quiet, _cache_path(cache_dir), method_args,
-            siglip_head=siglip_head)
+            dtype, attention, max_pixels, max_new_tokens, output, decoder, quiet, _cache_path(cache_dir, cache_max_gb),
+            method_args, siglip_head=siglip_head, cache_max_gb=cache_max_gb)
 
 
 @app.command()
@@ -680,6 +699,7 @@ def ground(
     max_new_tokens: int = typer.Option(48, "--max-new-tokens", callback=_checked(check_count, "--max-new-tokens"),
                                        help=TOKENS),
     cache_dir: str = CACHE_DIR,
+    cache_max_gb: float = CACHE_MAX_GB,
     server: str = SERVER,
 ) -> None:
     """Find when something happens in a video: start and end in seconds (exit 3 if the reply holds none)."""
@@ -688,10 +708,10 @@ def ground(
             _fail("--method-arg is for a model run here: a server uses its methods' defaults")
         return _remote("ground", server, video, query, None, ratio, frames, fps, max_frames, model, method, preset,
                        as_json, quiet, max_new_tokens, device, dtype, attention, max_pixels, decoder, output, cache_dir,
-                       siglip_head=siglip_head)
+                       siglip_head=siglip_head, cache_max_gb=cache_max_gb)
     _answer("ground", video, query, None, ratio, frames, fps, max_frames, model, method, preset, as_json, device,
-            dtype, attention, max_pixels, max_new_tokens, output, decoder, quiet, _cache_path(cache_dir), method_args,
-            siglip_head=siglip_head)
+            dtype, attention, max_pixels, max_new_tokens, output, decoder, quiet, _cache_path(cache_dir, cache_max_gb),
+            method_args, siglip_head=siglip_head, cache_max_gb=cache_max_gb)
 
 
 @app.command()
@@ -715,6 +735,7 @@ def chat(
     max_new_tokens: int = typer.Option(64, "--max-new-tokens", callback=_checked(check_count, "--max-new-tokens"),
                                        help=TOKENS),
     cache_dir: str = CACHE_DIR,
+    cache_max_gb: float = CACHE_MAX_GB,
 ) -> None:
     """Talk about a video: one question a line, each reply streamed; /ratio 0.25 and the like change
     settings without encoding again, /help lists the commands, /quit or end of input leaves."""
@@ -722,12 +743,12 @@ def chat(
 
     model, device, dtype, ratio, frames = _settle(model, device, dtype, ratio, frames, fps)
     sampling = _sampling(frames, fps, max_frames, max_pixels, decoder)
-    cache_dir = _cache_path(cache_dir)
+    cache_dir = _cache_path(cache_dir, cache_max_gb)
     _check_video(video, decoder)
     progress = _Progress(quiet)
     backbone = _load(model, device, dtype, attention, max_pixels, progress, siglip_head)
     progress.stop()
-    session = Chat(_engine(backbone, cache_dir, keep_saliency=True), video, sampling, ratio, method, preset,
+    session = Chat(_engine(backbone, cache_dir, keep_saliency=True, max_gb=cache_max_gb), video, sampling, ratio, method, preset,
                    max_new_tokens, history)
     interactive = sys.stdin.isatty()
     if not quiet:
@@ -760,6 +781,7 @@ def chat(
             sys.stdout.write(result.answer)
             stream.started = True
         stream.close()
+        _cache_warnings(session.engine, quiet)
         if not quiet:
             t = result.timings_ms
             err.print(f"[{'cache hit' if result.cache_hit else 'prepared'}: time to first token "
@@ -948,6 +970,10 @@ def convert_llava_video(
 from .eval.command import eval_command  # noqa: E402  (it uses the shared options above)
 
 app.command("eval")(eval_command)
+
+from .cache_command import cache_app  # noqa: E402  (it uses the shared helpers above)
+
+app.add_typer(cache_app, name="cache")
 
 
 def main() -> None:

@@ -309,6 +309,7 @@ class RunResult:
         p = self.prepared
         return {
             "task": self.task, "video": str(p.clip.path), "model": p.backbone.name, "device": str(p.backbone.device),
+            "dtype": str(getattr(getattr(p.backbone, "model", None), "dtype", "")).removeprefix("torch.") or None,
             "method": p.method, "ratio": p.ratio, "prompt": p.prompt,
             "answer": self.answer, "letter": self.letter, "span": self.span,
             "frames": p.frames, "tokens": self.tokens,

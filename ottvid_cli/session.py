@@ -20,7 +20,7 @@ import threading
 from pathlib import Path
 from typing import Callable, Sequence
 
-from .cache import Entry, PreparedCache, compression_key, video_key
+from .cache import DEFAULT_DISK_BYTES, Entry, PreparedCache, compression_key, video_key
 from .pipeline import Prepared, RunResult, answer, make_config, prepare
 from .sampling import Sampling
 from .tasks import grounding, qa
@@ -32,21 +32,24 @@ class Engine:
     """A loaded backbone plus the reuse caches; thread-compatible (the server calls it from one worker thread)."""
 
     def __init__(self, backbone, cache_bytes: int = 2 << 30, cache_dir: str | Path | None = None,
-                 keep_saliency: bool = False):
+                 keep_saliency: bool = False, disk_bytes: int = DEFAULT_DISK_BYTES):
         """cache_bytes: bound of the in-memory cache (prepared videos, compressions, prefix KV caches);
-        cache_dir: also keep encoded videos there (None: memory only); keep_saliency: compute the
-        saliency even for method "none", so that any later method recompresses without encoding."""
+        cache_dir: also keep encoded videos there (None: memory only), at most `disk_bytes` of them
+        (least recently used deleted first); keep_saliency: compute the saliency even for method
+        "none", so that any later method recompresses without encoding. Warnings about the cache
+        (a damaged entry rebuilt, a folder that cannot be written): `engine.cache.take_warnings()`."""
         self.backbone = backbone
-        self.cache = PreparedCache(cache_bytes, cache_dir)
+        self.cache = PreparedCache(cache_bytes, cache_dir, disk_bytes)
         self.keep_saliency = keep_saliency
         self._lock = threading.RLock()
 
     def ask(self, video, question: str, options: list[str] | None = None, sampling: Sampling | None = None,
             method: str = "ottvid", ratio: float = 0.1, config=None, preset: str = "paper",
             max_new_tokens: int = 64, on_token=None, on_step=None,
-            history: Sequence[tuple[str, str]] = (), cancel: Callable[[], None] | None = None) -> RunResult:
+            history: Sequence[tuple[str, str]] = (), cancel=None) -> RunResult:
         """`pipeline.ask` with reuse; `history`: earlier (question, answer) turns, sent before this one;
-        `cancel`: called between the chunks of long work without steps (hashing the video), raises to stop."""
+        `cancel` (a threading.Event, or a callable returning True): stops hashing the video for the
+        cache key (cache.HashCancelled) as soon as it is set."""
         if not question.strip():
             raise ValueError("the question is empty")
         return self._run("ask", video, qa.build_prompt(question, options), sampling or Sampling(), method,
@@ -55,8 +58,8 @@ class Engine:
 
     def ground(self, video, query: str, sampling: Sampling | None = None, method: str = "ottvid",
                ratio: float = 0.1, config=None, preset: str = "paper", max_new_tokens: int = 48,
-               on_token=None, on_step=None, cancel: Callable[[], None] | None = None) -> RunResult:
-        """`pipeline.ground` with reuse (`cancel`: as for `ask`)."""
+               on_token=None, on_step=None, cancel=None) -> RunResult:
+        """`pipeline.ground` with reuse (`cancel` as for `ask`)."""
         if not query.strip():
             raise ValueError("the query is empty")
         return self._run("ground", video, grounding.build_prompt(query), sampling or Sampling.grounding(), method,
@@ -64,11 +67,10 @@ class Engine:
                          cancel=cancel)
 
     def prepared(self, video, sampling: Sampling, method: str, config, prompt: str,
-                 on_step: Callable[[str], None] | None = None,
-                 cancel: Callable[[], None] | None = None) -> tuple[Prepared, Entry, dict, bool]:
+                 on_step: Callable[[str], None] | None = None, cancel=None) -> tuple[Prepared, Entry, dict, bool]:
         """(the prepared video for this prompt, its cache entry, the entry's key, whether it was a
         cache hit). A hit builds only the prompt's text inputs and, for a new method or config,
-        recompresses the cached encoder output."""
+        recompresses the cached encoder output. `cancel`: see `ask`."""
         key = video_key(self.backbone, video, sampling, cancel)
         ckey = compression_key(method, config)
         entry = self.cache.get(key, self.backbone)

@@ -273,7 +273,10 @@ def test_a_line_that_is_no_record_is_named_and_a_whole_last_record_is_kept(tmp_p
     path.write_text('{"id": "x", "method": "none", "ratio": 1}\n' + text)
     with pytest.raises(EvalError, match="line 1: not a sample record"):
         rescore(tmp_path)
-    path.write_text(text + "[1, 2]\n\n")  # a torn last line (then a blank one): dropped, as ever
+    path.write_text(text + "[1, 2]\n\n")  # a complete last line (then a blank one) is no torn write: refused
+    with pytest.raises(EvalError, match="line 4: not a sample record"):
+        rescore(tmp_path)
+    path.write_text(text + "[1, 2")  # without its newline it is: dropped
     assert len(load_records(tmp_path)) == 3 and rescore(tmp_path)["results"][0]["count"] == 3
 
 
@@ -543,3 +546,96 @@ def test_identical_runs_and_two_shards_side_by_side(tiny_qwen, tmp_path):
         assert len(records) == len(set(keys(records))) == 16, out
     assert not list((tmp_path / "sharded").glob("samples.*-of-*.jsonl"))
     assert rescore(tmp_path / "sharded")["results"] == rescore(tmp_path / "same")["results"]
+
+
+# ----------------------------------------------------------------------------- rescore re-judges; foreign records
+
+
+def _custom_run(out):
+    """A run folder of the custom set (q1: A of 3, q2: B of 2, g1: 6.1-14.0 s) with replies every parser reads."""
+    from ottvid_cli.eval import save_config
+
+    data = EVAL / "custom.jsonl"
+    save_config(out, {"benchmark": "jsonl", "data": str(data), "videos": str(DATA), "model": HUB_MODEL,
+                      "methods": ["none", "ottvid"], "ratios": [0.25]})
+    with SampleStore(out) as store:
+        for sample in load_samples("jsonl", data):
+            for method, ratio in (("none", 1.0), ("ottvid", 0.25)):
+                reply = "6.1 - 14.0" if sample.kind == "grounding" else sample.target
+                store.add(make_record(sample, method, ratio, reply, duration=14.0))
+    return out / "samples.jsonl"
+
+
+def _edit(path, edits):
+    """Hand-edit records: {(id, method): {field: value}}, as an old parser's verdicts would stand."""
+    records = lines_of(path)
+    for record in records:
+        record.update(edits.get((record["id"], record["method"]), {}))
+    path.write_text("".join(json.dumps(r) + "\n" for r in records))
+    return path.read_text()
+
+
+def test_rescore_judges_every_stored_reply_again(tmp_path):
+    """Issue 23.2: --rescore re-aggregated the stored scores, so a parser fix never reached old runs.
+    Replies edited by hand, each with the verdict an old parser gave; the expected verdicts are what
+    lmms-eval's extract_mcq_answer / TimeLens parser read from them, worked out by hand."""
+    out = tmp_path / "run"
+    path = _custom_run(out)
+    edited = _edit(path, {
+        # "B." is the strongest form in the reply: B (the target is A): right -> wrong
+        ("q1", "none"): {"reply": "I think B.", "prediction": "A", "score": 1.0},
+        # "(B)" after "The answer is": B, the target: a miss that an old parser left unparsed -> right
+        ("q2", "ottvid"): {"reply": "The answer is (B) five.", "prediction": None, "score": 0.0, "parsed": False},
+        # "7 to 14": [7, 14] against [6.1, 14.0]: IoU 7 / 7.9
+        ("g1", "ottvid"): {"reply": "It happens from 7 to 14 seconds.", "prediction": [6.1, 14.0], "score": 1.0},
+    })
+    result = invoke("--rescore", out)
+    assert result.exit_code == 0, result.output
+    assert "none: 1 of 3 verdicts changed (1 scores)" in result.stdout
+    assert "ottvid 0.25: 2 of 3 verdicts changed (2 scores)" in result.stdout
+    by_key = {(r["id"], r["method"]): r for r in lines_of(path)}
+    assert (by_key["q1", "none"]["prediction"], by_key["q1", "none"]["score"]) == ("B", 0.0)
+    assert (by_key["q2", "ottvid"]["prediction"], by_key["q2", "ottvid"]["score"], by_key["q2", "ottvid"]["parsed"]) \
+        == ("B", 1.0, True)
+    assert by_key["g1", "ottvid"]["prediction"] == [7.0, 14.0]
+    assert by_key["g1", "ottvid"]["score"] == pytest.approx(7 / 7.9)
+    assert (out / "samples.jsonl.bak").read_text() == edited  # the old file, kept
+    summary = json.loads((out / "summary.json").read_text())
+    metrics = {(r["method"], r["ratio"]): r["metrics"] for r in summary["results"]}
+    assert metrics["none", 1.0]["accuracy"] == pytest.approx(50.0)  # q1 now wrong, q2 right
+    assert metrics["ottvid", 0.25]["accuracy"] == pytest.approx(100.0)
+    assert metrics["ottvid", 0.25]["mIoU"] == pytest.approx(100 * 7 / 7.9, abs=1e-3)
+    again = invoke("--rescore", out, "--json")
+    assert again.exit_code == 0, again.output
+    assert [c["changed"] for c in json.loads(again.stdout)["rejudged"]] == [0, 0]
+    assert (out / "samples.jsonl.bak").read_text() == edited  # kept once: the first version stays
+    with holding(out) as pid:  # a run still writing the records: nothing is rewritten under it
+        refused(invoke("--rescore", out), "being written by another run", f"pid {pid}")
+
+
+def test_a_record_of_a_sample_not_in_the_data_file_is_refused(tmp_path):
+    """Issue 28.4: a record with an id the data file does not hold was counted by resume and --rescore."""
+    out = tmp_path / "run"
+    path = _custom_run(out)
+    records = lines_of(path)
+    path.write_text(path.read_text() + json.dumps(dict(records[0], id="zz_not_in_set")) + "\n")
+    before = path.read_text()
+    refused(invoke(*base_args(HUB_MODEL, out)), "zz_not_in_set", "does not hold")
+    refused(invoke("--rescore", out), "zz_not_in_set", "does not hold")
+    refused(invoke(*base_args(HUB_MODEL, out), "--limit", "1"), "zz_not_in_set")
+    assert path.read_text() == before and not (out / "summary.json").exists()
+    config = json.loads((out / "config.json").read_text())
+    (out / "config.json").write_text(json.dumps(dict(config, data=str(tmp_path / "moved.jsonl"))))
+    refused(invoke("--rescore", out), "moved.jsonl", "give --data FILE")  # cannot check: refused, not skipped
+    refused(invoke("--rescore", out, "--data", EVAL / "custom.jsonl"), "zz_not_in_set")
+
+
+@pytest.mark.parametrize("text", ["[1, 2]", "3", '"run"', "null"])
+def test_a_config_that_is_json_but_no_object_is_one_line(tmp_path, text):
+    """Issue 28.9: config.json `[1, 2]` crashed resume and --rescore with a traceback (rc 1)."""
+    out = tmp_path / "run"
+    _custom_run(out)
+    (out / "config.json").write_text(text)
+    refused(invoke(*base_args(HUB_MODEL, out)), "config.json: unreadable run config: a JSON object was expected")
+    refused(invoke("--rescore", out), "config.json: unreadable run config: a JSON object was expected")
+    assert (out / "config.json").read_text() == text

@@ -76,10 +76,22 @@ def test_resume_after_a_torn_line_skips_what_is_done_and_never_duplicates(tmp_pa
     assert len(path.read_text().splitlines()) == 9
 
 
-def test_a_torn_line_ending_in_a_newline_is_also_dropped(tmp_path, samples):
+def test_a_complete_last_line_that_is_no_record_is_refused_not_dropped(tmp_path, samples):
+    """Issue 28.3: the repair meant for a torn line (no newline) removed a complete last line too.
+    Only a last line without its newline is a torn write; a complete bad line is named and kept."""
     _run(tmp_path, samples, stop_after=2)
-    with open(tmp_path / "samples.jsonl", "a") as f:
-        f.write('{"id": "4_co\n')
+    path = tmp_path / "samples.jsonl"
+    for bad in ('{"hello": "world"}\n', '{"id": "4_co\n', "not json at all\n"):
+        text = path.read_text()
+        path.write_text(text + bad)
+        with pytest.raises(EvalError, match=r"samples.jsonl: line 3: not a sample record"):
+            SampleStore(tmp_path)
+        with pytest.raises(EvalError, match=r"line 3"):
+            load_records(tmp_path)
+        assert path.read_text() == text + bad  # nothing removed
+        path.write_text(text)
+    with open(path, "a") as f:  # the same bytes without the newline: torn by a kill, cut off on resume
+        f.write('{"id": "4_co')
     assert _run(tmp_path, samples) == 7
     assert len(load_records(tmp_path)) == 9
 

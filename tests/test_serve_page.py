@@ -14,7 +14,6 @@ import os
 import re
 import shutil
 import time
-from pathlib import Path
 
 import httpx
 import pytest

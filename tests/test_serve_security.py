@@ -210,8 +210,11 @@ def test_a_timeout_while_hashing_a_huge_file_frees_the_worker(start, folders):
         f.truncate(20 << 30)
     server, _ = start(timeout=1.0)
     response = post(server, body(str(huge), model=MODEL), timeout=60)
-    assert response.status_code == 504 and response.json()["error"]["code"] == "timeout"
-    wait_for(server, lambda h: not h["busy"], seconds=10)  # stopped at its next chunk, not after 20 GB
+    # the key reads at most 16 MiB of it (cache.content_hash), so the zeros may even be refused as
+    # no video within the second; a slower read times out and is stopped at its next chunk
+    code = response.json()["error"]["code"]
+    assert (response.status_code, code) in ((504, "timeout"), (400, "invalid_video")), response.text
+    wait_for(server, lambda h: not h["busy"], seconds=10)  # not busy for 20 GB
     served = post(server, body(str(folders[0] / "broken.mp4"), model=MODEL), timeout=60)
     assert served.status_code == 400 and served.json()["error"]["code"] == "invalid_video", served.text
 

@@ -47,6 +47,7 @@ from .store import (
     load_records,
     make_record,
     merge_shards,
+    rejudge,
     rescore,
     save_config,
     score,
@@ -60,5 +61,5 @@ __all__ = [
     "find_video", "load_samples", "missing_videos", "SYSTEM_PROMPT", "Protocol", "build_prompt", "protocol",
     "VANILLA", "Judgement", "clean_reply", "grounding_metrics", "iou", "judge", "mc_metrics", "metrics",
     "relative", "relative_scores", "SampleStore", "load_config", "load_records", "make_record", "merge_shards",
-    "rescore", "save_config", "score", "shard", "summarise", "write_summary",
+    "rejudge", "rescore", "save_config", "score", "shard", "summarise", "write_summary",
 ]

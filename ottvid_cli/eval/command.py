@@ -73,7 +73,9 @@ def eval_command(
     prefetch: int = typer.Option(None, "--prefetch", min=0, show_default="1 on a GPU, 0 on the CPU",
                                  help="Videos decoded and preprocessed ahead, in background threads, while the "
                                       "model works (0: none)."),
-    rescore: str = typer.Option(None, "--rescore", help="Rebuild RUN/summary.json from its samples.jsonl; no model."),
+    rescore: str = typer.Option(None, "--rescore", help="Judge every stored reply of RUN again with today's parsers "
+                                                        "and metrics (samples.jsonl.bak keeps the old file), then "
+                                                        "rebuild RUN/summary.json; no model."),
     table: list[str] = typer.Option(None, "--table", help="Table 1 from these run folders (repeat: one per "
                                                           "benchmark): each setting's score per benchmark and its "
                                                           "VQA / grounding Avg. (%) of vanilla; no model."),
@@ -98,7 +100,7 @@ def eval_command(
             _show_table(_paper_table(table), as_json)
             return
         if rescore is not None:
-            _show(_rescore(rescore, compare), as_json)
+            _show(_rescore(rescore, compare, data, as_json), as_json)
             return
         _evaluate(bench, data, videos, model, method, ratio, frames, fps, max_frames, limit, out_dir, shard,
                   skip_missing, retry_errors, compare, preset, as_json, quiet, device, dtype, attention, max_pixels,
@@ -161,18 +163,49 @@ def _compare(summary: dict, other: str) -> dict:
     return summary
 
 
-def _rescore(run: str, compare: str | None) -> dict:
+def _rescore(run: str, compare: str | None, data: str | None = None, as_json: bool = False) -> dict:
+    """--rescore RUN: refuse records of samples the run's annotation file (config.json's `data`, or
+    --data) does not hold, re-judge every stored reply (store.rejudge), say how many verdicts changed
+    per setting, then rebuild the summary."""
     from .benchmarks import EvalError
-    from .store import rescore, write_summary
+    from .store import CONFIG, load_config, load_records, rejudge, rescore, write_summary
 
     if not Path(run).is_dir():
         raise EvalError(f"{run}: run folder not found")
+    config = load_config(run) if (Path(run) / CONFIG).exists() else {}
+    records = load_records(run)
+    benchmark = config.get("benchmark") or (records[0].get("benchmark") if records else None)
+    data = data or config.get("data")
+    if records and data and benchmark:
+        _check_members(run, records, benchmark, data)
+    changes = rejudge(run, benchmark) if records else []
     summary = rescore(run)
     if compare is not None:
         summary = _compare(summary, compare)
         write_summary(run, summary)
     summary["out"] = str(run)
+    summary["rejudged"] = changes
+    if not as_json:
+        for change in changes:
+            setting = "none" if change["method"] == "none" else f"{change['method']} {change['ratio']:g}"
+            out.print(f"{setting}: {change['changed']} of {change['records']} verdicts changed "
+                      f"({change['scores_changed']} scores)", highlight=False, markup=False)
     return summary
+
+
+def _check_members(run, records, benchmark: str, data) -> None:
+    """Every record is of a sample of the annotation file `data` (EvalError naming the first that is not)."""
+    from . import load_samples
+    from .benchmarks import EvalError
+    from .store import unknown_samples
+
+    if not Path(data).exists():
+        raise EvalError(f"{data}: the run's annotation file is not there (config.json's data): give --data FILE "
+                        "to check the records against it")
+    unknown = unknown_samples(records, load_samples(benchmark, data))
+    if unknown:
+        raise EvalError(f"{run}: {len(unknown)} records are of samples that {data} does not hold (first: "
+                        f"{unknown[0]}): remove them from the record files, or use the annotation file of the run")
 
 
 def _console():
@@ -335,7 +368,7 @@ def _evaluate(bench, data, videos, model, method, ratio, frames, fps, max_frames
     ratios = ratio or [default_ratio]
     runs = settings(methods, ratios)
     rank, shards, distributed = parse_shard(shard_arg)
-    samples = load_samples(bench, data)
+    every = samples = load_samples(bench, data)
     if limit is not None:
         samples = samples[:limit]
     missing = missing_videos(samples, videos)
@@ -360,7 +393,7 @@ def _evaluate(bench, data, videos, model, method, ratio, frames, fps, max_frames
     def prepare() -> None:  # rank 0 (or the only process): a refusal stops every rank
         lock.append(RecordLock(out_dir, rank, shards))  # a second run of this shard is refused
         try:
-            _check_run_folder(out_dir, samples, data)
+            _check_run_folder(out_dir, samples, data, every)
             save_config(out_dir, config)
         except BaseException:
             lock.pop().release()
@@ -436,17 +469,22 @@ def _finish(out_dir, samples, runs, shards, rank, distributed, quiet) -> dict | 
     return rescore(out_dir)
 
 
-def _check_run_folder(out_dir, samples=(), data=None) -> None:
+def _check_run_folder(out_dir, samples=(), data=None, every=None) -> None:
     """Before the model loads: every record file of OUT reads (a damaged one is named with its
-    line), records come with the config.json that says which run they belong to, and they were made
+    line), records come with the config.json that says which run they belong to, they are all of
+    samples of the annotation file (`every`: all of its samples, --limit or not), and they were made
     from the questions `samples` are now (not from an edited annotation file or another prompt)."""
     from .benchmarks import EvalError
-    from .store import CONFIG, changed_samples, load_records
+    from .store import CONFIG, changed_samples, load_records, unknown_samples
 
     records = load_records(out_dir)
     if records and not (Path(out_dir) / CONFIG).exists():
         raise EvalError(f"{out_dir}: holds {len(records)} sample records but no {CONFIG}, so which run they "
                         "belong to is unknown; use another --out (or put its config.json back)")
+    unknown = unknown_samples(records, every) if every is not None else []
+    if unknown:
+        raise EvalError(f"{out_dir}: {len(unknown)} records are of samples that {data} does not hold (first: "
+                        f"{unknown[0]}): use another --out, or remove them from the record files")
     changed = changed_samples(records, samples)
     if changed:
         raise EvalError(f"{out_dir}: {len(changed)} samples were run with another prompt or answer than {data} gives "

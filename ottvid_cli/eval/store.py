@@ -6,6 +6,7 @@ OUT/
   samples.jsonl                the records (unsharded, or after `merge_shards`)
   samples.<rank>-of-<n>.jsonl  one shard's records while sharded
   summary.json                 `summarise` / `rescore`
+  samples.jsonl.bak            the record file as it was before the first `rejudge` changed it (kept once)
   .<record file>.lock          held by the process writing that record file (never deleted)
   .run.lock                    held briefly while config.json is updated or the shard files are merged
 
@@ -26,7 +27,7 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
-from .benchmarks import GROUNDING, EvalError, Sample
+from .benchmarks import GROUNDING, MC, EvalError, Sample
 from .scoring import VANILLA, headline, judge, metrics, relative, target_for
 
 SAMPLES = "samples.jsonl"
@@ -111,6 +112,85 @@ def changed_samples(records: Iterable[dict], samples: Sequence[Sample]) -> list[
                 tuple(target) if isinstance(target, list) else target):
             changed[record["id"]] = None
     return list(changed)
+
+
+def unknown_samples(records: Iterable[dict], samples: Sequence[Sample]) -> list[str]:
+    """Ids of records whose sample is not in `samples` (the whole annotation file): a record of
+    another set, or inserted by hand, that a resume or a rescore would otherwise count."""
+    known = {s.id for s in samples}
+    return list(dict.fromkeys(str(r["id"]) for r in records if str(r["id"]) not in known))
+
+
+def _sample_of(record: dict, benchmark: str | None = None) -> Sample:
+    """The sample a record was made from, as far as judging it needs: its benchmark, kind, options
+    (their letters), id (LongVideoBench's seeded fallback) and the target it was run against."""
+    kind = record.get("kind") or MC
+    target = record.get("target")
+    if kind == GROUNDING and isinstance(target, list):
+        target = tuple(target)
+    return Sample(id=str(record["id"]), benchmark=record.get("benchmark") or benchmark or "", kind=kind,
+                  video=str(record.get("video") or ""), question=str(record.get("question") or ""), target=target,
+                  options=tuple(record.get("options") or ()), category=record.get("category"),
+                  subset=record.get("subset"))
+
+
+def rejudge_record(record: dict, benchmark: str | None = None) -> dict:
+    """The record with its reply parsed and scored again by today's `judge` (prediction, score,
+    parsed), against the target it was run with; a record holding an error is returned as it is."""
+    if record.get("error") is not None or not isinstance(record.get("reply"), str):
+        return record
+    verdict = judge(_sample_of(record, benchmark), record["reply"], record.get("duration"))
+    return {**record, "prediction": verdict.prediction, "score": verdict.score, "parsed": verdict.parsed}
+
+
+def backup_file(path: Path) -> Path:
+    """Where `rejudge` keeps a record file as it was before it first changed it: NAME.bak."""
+    return path.with_name(path.name + ".bak")
+
+
+def rejudge(out_dir: Path | str, benchmark: str | None = None) -> list[dict]:
+    """Re-judge every stored reply of the run with today's parsers (`rejudge_record`) and rewrite each
+    record file whose verdicts changed, atomically, after keeping its first version as NAME.bak (once:
+    a later rejudge keeps the oldest). Holds the folder's lock and every record file's (RunInUse while
+    a run writes one). Returns, per (method, ratio), vanilla first: how many records (each key once,
+    as the summary counts them), how many verdicts (prediction or score) changed and how many scores."""
+    out = Path(out_dir)
+    folder = acquire(out / RUN_LOCK, wait=True)
+    held: list[str] = []
+    try:
+        files = sample_files(out)
+        for path in files:
+            held.append(acquire(lock_file(path), what=path))
+        pairs: list[tuple[dict, dict]] = []
+        for path in files:
+            old = read_records(path)
+            new = [rejudge_record(r, benchmark) for r in old]
+            pairs += zip(old, new)
+            if new == old:
+                continue
+            backup = backup_file(path)
+            try:
+                if not backup.exists():
+                    _write_atomic(backup, path.read_text(encoding="utf-8"))
+                _write_atomic(path, "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in new))
+            except OSError as exc:
+                raise StoreError(f"cannot write {path}: {one_line(exc)} (the records are as they were)") from None
+    finally:
+        for key in reversed(held):
+            release(key)
+        release(folder)
+    counted = {id(r) for r in _unique(old for old, _ in pairs)}
+    groups: dict[tuple[str, float], dict] = {}
+    for old, new in pairs:
+        if id(old) not in counted:
+            continue
+        setting = (str(old["method"]), round(float(old["ratio"]), 6))
+        group = groups.setdefault(setting, {"method": setting[0], "ratio": setting[1], "records": 0, "changed": 0,
+                                            "scores_changed": 0})
+        group["records"] += 1
+        group["changed"] += (new.get("prediction"), new.get("score")) != (old.get("prediction"), old.get("score"))
+        group["scores_changed"] += new.get("score") != old.get("score")
+    return [groups[k] for k in sorted(groups, key=lambda k: (k[0] != VANILLA, k[0], -k[1]))]
 
 
 # ----------------------------------------------------------------------------- locks
@@ -252,9 +332,11 @@ def _write_atomic(path: Path, text: str) -> None:
 
 
 def read_records(path: Path, *, repair: bool = False) -> list[dict]:
-    """The complete records of a JSONL file. A last line cut short by a kill (no newline, or not
-    a record) is ignored, and with `repair` cut off the file (a whole record that lacks only its
-    newline is kept, and with `repair` the newline added); a bad line before the last is an error."""
+    """The complete records of a JSONL file. A last line without its newline was cut short by a kill
+    (a write puts the newline last): it is ignored, and with `repair` cut off the file, unless it is
+    a whole record that lacks only its newline (kept, and with `repair` the newline added). Any
+    complete line (newline-terminated) that is not a record is an error naming its line, the last
+    one included: it is never silently dropped."""
     records = _read(path, repair=repair)
     return [] if records is None else records
 
@@ -277,7 +359,6 @@ def _read(path: Path, *, repair: bool = False) -> list[dict] | None:
             whole_tail = True
         except (ValueError, KeyError, TypeError):
             pass
-    last = max((n for n, line in enumerate(lines, 1) if line.strip()), default=0)
     records = []
     for n, line in enumerate(lines, 1):
         if not line.strip():
@@ -285,9 +366,6 @@ def _read(path: Path, *, repair: bool = False) -> list[dict] | None:
         try:
             record = _valid(json.loads(line))
         except (ValueError, KeyError, TypeError):
-            if n == last and not whole_tail and not tail.strip():  # a torn last line that ends in a newline
-                good_end = sum(len(x) + 1 for x in lines[: n - 1])
-                break
             raise EvalError(f"{path}: line {n}: not a sample record (the file is damaged; remove or mend that "
                             "line, and its sample runs again)") from None
         records.append(record)
@@ -527,10 +605,7 @@ def save_config(out_dir: Path | str, config: dict) -> dict:
 def _save_config(path: Path, config: dict) -> dict:
     config = json.loads(json.dumps(config))  # normalise tuples, paths
     if path.exists():
-        try:
-            old = json.loads(path.read_text(encoding="utf-8"))
-        except (OSError, ValueError) as exc:
-            raise EvalError(f"{path}: unreadable run config: {one_line(exc)}") from None
+        old = _read_config(path)
         for key in PER_KIND:
             mine, theirs = config.get(key), old.get(key)
             if isinstance(mine, dict) and isinstance(theirs, dict):
@@ -556,14 +631,24 @@ def _save_config(path: Path, config: dict) -> dict:
     return config
 
 
+def _read_config(path: Path) -> dict:
+    """OUT/config.json as a dict; an unreadable file, bad JSON or JSON that is not an object is a
+    one-line EvalError."""
+    try:
+        config = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise EvalError(f"{path}: unreadable run config: {one_line(exc)}") from None
+    if not isinstance(config, dict):
+        what = {list: "an array", str: "a string", bool: "true or false", type(None): "null"}.get(type(config), "a number")
+        raise EvalError(f"{path}: unreadable run config: a JSON object was expected, not {what}")
+    return config
+
+
 def load_config(out_dir: Path | str) -> dict:
     path = Path(out_dir) / CONFIG
     if not path.exists():
         raise EvalError(f"{path}: no run config here")
-    try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except ValueError as exc:
-        raise EvalError(f"{path}: unreadable run config: {one_line(exc)}") from None
+    return _read_config(path)
 
 
 # ----------------------------------------------------------------------------- summary

@@ -4,8 +4,8 @@ arrival order, from a bounded queue.
 A full queue refuses new work at once (`QueueFull`; the app answers 503 with Retry-After: the jobs
 ahead times the mean duration of the last jobs run). A job whose client went away or timed out is
 cancelled: taken out of the queue if it has not started, or stopped at its next cancellation point
-if it has (the engine's `on_step` / `on_token`, and `cancel`, called between the chunks of hashing
-the video, raise).
+if it has (the engine's `on_step` / `on_token` raise; the job's `cancelled` event, passed as `cancel`,
+stops hashing the video between two chunks).
 A failing job (a video that does not decode, not enough memory, anything else) becomes an error for
 its own request only; the worker goes on with the next job and the model stays loaded.
 """
@@ -22,6 +22,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..cache import HashCancelled
 from .security import ApiError, Media
 
 log = logging.getLogger("ottvid.serve")
@@ -177,7 +178,7 @@ class ModelWorker:
 
         call = self.engine.ask if job.task == "ask" else self.engine.ground
         try:
-            result = call(job.media.path, job.text, on_token=token, on_step=step, cancel=step, **job.run)
+            result = call(job.media.path, job.text, on_token=token, on_step=step, cancel=job.cancelled, **job.run)
             data = result.to_dict()
             data["cache_hit"] = bool(data.get("cache_hit", getattr(result, "cache_hit", False)))
             # what this request named: never the file the decoder read (an upload's temporary file,
@@ -187,7 +188,7 @@ class ModelWorker:
                 title = job.media.name if job.media.temporary else os.path.basename(job.media.name)
                 data["picture"] = picture_of(result, data, title)
             job.emit("done", data)
-        except _Cancelled:
+        except (_Cancelled, HashCancelled):
             log.info("request cancelled: its client went away or timed out")
         except Exception as exc:  # noqa: BLE001 - every failure is this request's error, never the server's end
             error = error_for(exc)
