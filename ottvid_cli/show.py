@@ -115,8 +115,7 @@ def captions(classes: np.ndarray, assignment: np.ndarray, groups: int, grid: tup
             return header, [(f"all {total} input tokens:", -1), (f"kept {n[0]}", 0), (f"dropped {n[2]}", 2)], []
         header = (f"T={groups} groups of {gh}x{gw} tokens; {method} gives the LLM {alone + chains} of {total} "
                   f"tokens: {alone} kept as they are + {chains} that absorbed merged tokens; drawn from "
-                  f"{method}'s assignment (it reports no stages)"
-                  + (f"; showing 1 group in {step} ({shown} of {groups})" if step > 1 else ""))
+                  f"{method}'s assignment (it reports no stages){shown_part}")
         legend = [(f"all {total} input tokens:", -1), (f"kept {n[0]}", 0),
                   (f"merged into another kept token {n[1]} (outlined in its colour)", 1), (f"dropped {n[2]}", 2)]
         return header, legend, []
