@@ -16,7 +16,9 @@ block as "fastvid-llava-video", which hard-codes 64 frames of 13 x 13 and runs o
 their `torch.rand` density noise replaced by zeros), the inline block is executed as it stands; HoliTom's
 and UniComp's llava_arch.py are executed whole (stand-ins for their llava imports) and their methods
 called in the order of the forward; FlashVID's flashvid/utils.py is imported with its two sibling
-modules. Methods with no official function (topk) or checkouts that are missing show "-". An
+modules; for evs and vidcom2 "official" is vLLM's own module (vllm/multimodal/evs.py,
+vllm/multimodal/video_prune/vidcom2.py), executed whole and called through `compute_retention_mask`
+with q = 1 - ratio. Methods with no official function (topk) or checkouts that are missing show "-". An
 official call running past --official-timeout seconds is stopped and shown as "> S s" (UniComp's
 spatial step builds an (N, N, D) tensor per fused frame: tens of seconds per call at 16 x 256 x 3584
 on videos whose frames do not fuse).
@@ -72,6 +74,10 @@ OFFICIAL_SOURCES = {
     "flashvid": ("Fanziyang-v+FlashVID", "1d37422c5afcaa15ee46b5355f5ba798fa93290a", "flashvid/utils.py", None, None),
     "unicomp": ("TimeMarker-LLM+UniComp", "1904269ef68d183d530d6b1981acdba4f2bf8c7e", "unicomp/llava_arch.py",
                 None, None),
+    # vLLM's own pruning modules (torch only): compute_retention_mask of each
+    "evs": ("vllm-project+vllm", "926c71f6f25f8fe0a71ba4b168205e64bef24a36", "vllm/multimodal/evs.py", None, None),
+    "vidcom2": ("vllm-project+vllm", "0f17ee061e413bf8ab7927f926f69cdff24dc63e",
+                "vllm/multimodal/video_prune/vidcom2.py", None, None),
 }
 # benchmark names that run a registered method with options: (method, options); the official code under
 # the same name in OFFICIAL_SOURCES
@@ -121,7 +127,7 @@ def official(name: str):
         return None
     return {"divprune": _divprune, "visionzip": _visionzip, "fastvid": _fastvid, "fastvid-ov": _fastvid_ov,
             "fastvid-llava-video": _fastvid_llava_video, "holitom": _holitom, "flashvid": _flashvid,
-            "unicomp": _unicomp}[name](source)
+            "unicomp": _unicomp, "evs": _vllm_pruning, "vidcom2": _vllm_pruning}[name](source)
 
 
 def _exec_modules(sources: dict[str, str], stubs: dict[str, dict]) -> dict[str, dict]:
@@ -233,6 +239,22 @@ def _unicomp(source: str):
         out = u.spatial_dynamic_compression(fused, features[ids], per_frame, uniqueness=cfg.uc,
                                             nextline_token=torch.zeros(1, dim))
         return torch.cat(out[0::2])
+
+    return run
+
+
+def _vllm_pruning(source: str):
+    """vLLM's EVS or VidCom2 module executed whole; its `compute_retention_mask` called as vLLM's Qwen2.5-VL
+    calls it, with the pruning rate q = 1 - ratio and a merged grid of one row of N tokens (2 x 2 patches
+    each: vLLM's (T, H, W) is in patches)."""
+    space = _exec_modules({"vllm_video_pruning": source}, {})["vllm_video_pruning"]
+
+    def run(features, saliency, ratio):
+        t, n, d = features.shape
+        flat = features.reshape(t * n, d)
+        mask = space["compute_retention_mask"](flat, (t, 2, 2 * n), 2, 1.0 - ratio)
+        index = mask.nonzero().squeeze(-1)
+        return index, flat[index]
 
     return run
 

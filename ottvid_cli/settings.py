@@ -27,7 +27,8 @@ DECODERS = ("auto", "decord", "pyav")  # video decoders (video.py takes them fro
 SAMPLING_RULES = ("centre", "linspace", "linspace-floor")  # which frames a count picks (`Sampling.rule`)
 PRESETS = ("paper", "official")  # compression.config.PRESETS, without importing torch
 # compression.methods.names() without importing torch (tests/test_cli_methods.py checks they agree)
-METHODS = ("ottvid", "none", "topk", "divprune", "visionzip", "fastvid", "holitom", "flashvid", "unicomp")
+METHODS = ("ottvid", "none", "topk", "divprune", "visionzip", "fastvid", "holitom", "flashvid", "unicomp", "evs",
+           "vidcom2")
 # qwen-vl-utils' cap on frames sampled at a rate (its VIDEO_MAX_FRAMES); the paper's grounding runs
 # decode at 2 fps up to this many frames and subsample uniformly beyond it.
 DEFAULT_MAX_FRAMES = 768

@@ -107,10 +107,15 @@ def captions(classes: np.ndarray, assignment: np.ndarray, groups: int, grid: tup
     n = {k: int((classes == k).sum()) for k in range(4)}
     if selected_count is None:  # another method: kept / merged / dropped, from its assignment
         method = report.get("method", "this method")
+        shown_part = f"; showing 1 group in {step} ({shown} of {groups})" if step > 1 else ""
+        if n[1] == 0:  # a pure pruning (topk, divprune, evs, vidcom2, ...): no merged class to explain
+            header = (f"T={groups} groups of {gh}x{gw} tokens; {method} gives the LLM {alone} of {total} tokens, "
+                      f"each kept as it is (nothing merged); drawn from {method}'s assignment (it reports no "
+                      f"stages){shown_part}")
+            return header, [(f"all {total} input tokens:", -1), (f"kept {n[0]}", 0), (f"dropped {n[2]}", 2)], []
         header = (f"T={groups} groups of {gh}x{gw} tokens; {method} gives the LLM {alone + chains} of {total} "
                   f"tokens: {alone} kept as they are + {chains} that absorbed merged tokens; drawn from "
-                  f"{method}'s assignment (it reports no stages)"
-                  + (f"; showing 1 group in {step} ({shown} of {groups})" if step > 1 else ""))
+                  f"{method}'s assignment (it reports no stages){shown_part}")
         legend = [(f"all {total} input tokens:", -1), (f"kept {n[0]}", 0),
                   (f"merged into another kept token {n[1]} (outlined in its colour)", 1), (f"dropped {n[2]}", 2)]
         return header, legend, []

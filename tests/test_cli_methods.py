@@ -167,17 +167,37 @@ def test_profile_cli_with_two_methods(tiny_qwen):
                    "ottvid only")
 
 
-def test_show_a_peer_method(tiny_qwen, tmp_path):
+@pytest.mark.parametrize("method", ["divprune", "evs", "vidcom2"])
+def test_show_a_peer_method(tiny_qwen, tmp_path, method):
     from PIL import Image
 
     path = tmp_path / "x.png"
-    data = as_json(invoke("show", DATA / "bikes.mp4", "--model", tiny_qwen, "--frames", "4", "--method", "divprune",
+    data = as_json(invoke("show", DATA / "bikes.mp4", "--model", tiny_qwen, "--frames", "4", "--method", method,
                           "--ratio", RATIO, "-o", path, "--json"))
-    assert data["method"] == "divprune" and data["B"] == [] and data["B_tot"] is None
+    assert data["method"] == method and data["B"] == [] and data["B_tot"] is None
     assert data["kept"] == max(1, round(RATIO * data["total"]))
     with Image.open(path) as image:
         assert image.size == (data["width"], data["height"]) and 640 <= image.width <= 4000
         assert 100 <= image.height <= 4000
+
+
+def test_profile_ottvid_beside_vllms_pruning(tiny_qwen):
+    """profile --method ottvid --method evs --method vidcom2: one encoding, each at the same exact count; vLLM's
+    own count with --method-arg exact=false (EVS: the first group whole, at least N tokens)."""
+    common = ("profile", "--model", tiny_qwen, "--method", "ottvid", "--method", "evs", "--method", "vidcom2",
+              "--ratio", RATIO, "--repeats", "1", "--warmup", "0", "--seconds", "2", "--size", "112x112",
+              "--frames", "4", "--json")
+    data = as_json(invoke(*common))
+    rows = data["rows"]
+    assert [r["method"] for r in rows] == ["none", "ottvid", "evs", "vidcom2"]
+    assert {r["visual_tokens"] for r in rows[1:]} == {max(1, round(RATIO * rows[0]["visual_tokens"]))}
+    loose = as_json(invoke(*common, "--method-arg", "evs.exact=false", "--method-arg", "vidcom2.exact=false"))
+    total = loose["rows"][0]["visual_tokens"]
+    evs, vidcom2 = loose["rows"][2], loose["rows"][3]
+    assert evs["config"]["exact"] is False and vidcom2["config"]["exact"] is False
+    vllm_count = int(total * (1.0 - (1.0 - RATIO)))  # q = 1 - ratio, as vLLM computes it
+    assert evs["visual_tokens"] == max(total // 2, vllm_count) == total // 2  # 4 frames, 2 groups: the first whole
+    assert vidcom2["visual_tokens"] == max(2, vllm_count)
 
 
 @pytest.fixture(scope="module")

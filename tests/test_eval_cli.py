@@ -105,3 +105,21 @@ def test_run_resume_rescore_and_torchrun(tiny_qwen, tmp_path):
     assert not list(sharded.glob("samples.*-of-*.jsonl"))  # merged into samples.jsonl
     assert keys_and_scores(sharded) == keys_and_scores(single)
     assert merged["results"] == summary["results"]
+
+
+def test_vllms_pruning_methods_run_as_eval_methods(tiny_qwen, tmp_path):
+    """--method evs --method vidcom2: one record per sample and method, each at the exact retention, scored."""
+    out = tmp_path / "run"
+    result = invoke("jsonl", "--data", EVAL / "custom.jsonl", "--videos", DATA, "--model", tiny_qwen, "--method", "evs",
+                    "--method", "vidcom2", "--ratio", "0.25", "--max-frames", "4", "--out", out, "--json", "--quiet")
+    assert result.exit_code == 0, result.output
+    summary = json.loads(result.stdout)
+    assert [(r["method"], r["ratio"], r["count"], r["errors"]) for r in summary["results"]] == [
+        ("evs", 0.25, 3, 0), ("vidcom2", 0.25, 3, 0)]
+    records = [json.loads(line) for line in (out / "samples.jsonl").read_text().splitlines()]
+    assert sorted((r["id"], r["method"]) for r in records) == sorted(
+        (i, m) for i in ("q1", "q2", "g1") for m in ("evs", "vidcom2"))
+    for r in records:
+        tokens = r["tokens"]
+        assert tokens["visual_after"] == round(0.25 * tokens["visual_before"]) and tokens["merges"] == 0
+        assert tokens["prunes"] == tokens["visual_before"] - tokens["visual_after"]

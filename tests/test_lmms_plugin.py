@@ -93,7 +93,8 @@ print("ok")
     assert done.returncode == 0 and done.stdout.strip().endswith("ok"), done.stderr[-3000:]
 
 
-def test_lmms_eval_cli_runs_a_local_video_task_through_ottvid(tiny_qwen, tmp_path, lmms_env):
+@pytest.mark.parametrize("method", ["ottvid", "evs", "vidcom2"])
+def test_lmms_eval_cli_runs_a_local_video_task_through_ottvid(tiny_qwen, tmp_path, lmms_env, method):
     task = tmp_path / "task"
     shutil.copytree(DATA / "lmms", task)
     docs = json.loads((task / "ottvid_tiny.json").read_text())
@@ -105,7 +106,7 @@ def test_lmms_eval_cli_runs_a_local_video_task_through_ottvid(tiny_qwen, tmp_pat
     out = tmp_path / "out"
     # run outside the repository: a folder named like a plugin package would shadow its import
     done = _run(lmms_env, "-m", "lmms_eval", "--model", "ottvid",
-                "--model_args", f"pretrained={tiny_qwen},method=ottvid,ratio=0.1,frames=4,prefetch=1",
+                "--model_args", f"pretrained={tiny_qwen},method={method},ratio=0.1,frames=4,prefetch=1",
                 "--tasks", "ottvid_tiny", "--include_path", task, "--limit", "2", "--batch_size", "1",
                 "--log_samples", "--output_path", out, cwd=tmp_path)
     assert done.returncode == 0, (done.stdout + done.stderr)[-3000:]
@@ -134,7 +135,7 @@ def test_lmms_eval_cli_runs_a_local_video_task_through_ottvid(tiny_qwen, tmp_pat
             prompt = record["input"].replace("<image>", "").strip()
             runs = VideoRuns(backbone, VideoRef(Path(videos[prompt.splitlines()[0]])),
                              FramePlan(frames=4).for_model(backbone).sampling("jsonl", "mc"), "", True)
-            _, result = runs.reply(prompt, "ottvid", 0.1, 8)  # the task's max_new_tokens
+            _, result = runs.reply(prompt, method, 0.1, 8)  # the task's max_new_tokens
             assert record["filtered_resps"] == result.answer.split("\n\n")[0], record
     finally:
         torch.set_num_threads(threads)

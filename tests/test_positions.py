@@ -91,3 +91,36 @@ def test_inconsistent_grids_are_refused(types, grids):
     with pytest.raises(ValueError):
         positions(types, video_grid_thw=torch.tensor(grids, dtype=torch.long).reshape(-1, 3),
                   second_per_grid_ts=[1.0] * len(grids))
+
+
+
+def vllm_positions_after_pruning(before, grid, second_per_grid_t, tps, after, merge=2):
+    """Qwen2.5-VL positions as vLLM recomputes them once video pruning is on, read from vLLM's
+    `Qwen2_5_VLForConditionalGeneration._postprocess_video_embeds_evs` (qwen2_5_vl.py) and
+    `compute_mrope_for_media` / `recompute_mrope_positions` (multimodal/evs.py): `before` text
+    tokens, one video (every token listed; a kept one keeps its own), `after` text tokens. The
+    seconds per group are cast to an integer before anything else; a video token sits at start +
+    (int(t * tps * seconds), row, column); the text after the video runs from start + the merged width."""
+    t, h, w = grid[0], grid[1] // merge, grid[2] // merge
+    step = tps * int(second_per_grid_t)
+    s = before
+    tokens = [(p,) * 3 for p in range(before)]
+    tokens += [(s + int(g * step), s + r, s + c) for g in range(t) for r in range(h) for c in range(w)]
+    tokens += [(s + w + i,) * 3 for i in range(after)]
+    return [list(axis) for axis in zip(*tokens)]
+
+
+def test_worked_example_of_vllms_positions_after_pruning():
+    """docs/positions.md, "vLLM's positions after pruning": 2 text tokens, 4 groups of 2 x 2 merged
+    tokens at 1.5 s a group and 2 tokens a second, 3 text tokens after."""
+    ours = positions([T, T] + [V] * 16 + [T] * 3, video_grid_thw=torch.tensor([[4, 4, 4]]), second_per_grid_ts=[1.5])
+    vllm = vllm_positions_after_pruning(2, (4, 4, 4), 1.5, 2, 3)
+    assert ours[0][2::4][:4] == [2, 5, 8, 11] and vllm[0][2::4][:4] == [2, 4, 6, 8]  # each group's time
+    assert [row[18:] for row in ours] == [[12, 13, 14]] * 3  # the trained rule: largest (11) + 1
+    assert [row[18:] for row in vllm] == [[4, 5, 6]] * 3  # vLLM: start 2 + width 2, inside the video's times
+    assert [row[:18] for row in ours[1:]] == [row[:18] for row in vllm[1:]]  # rows and columns agree
+    # at 2 fps (1 s a group) the times agree and only the text after the video moves
+    ours = positions([T, T] + [V] * 16 + [T] * 3, video_grid_thw=torch.tensor([[4, 4, 4]]), second_per_grid_ts=[1.0])
+    vllm = vllm_positions_after_pruning(2, (4, 4, 4), 1.0, 2, 3)
+    assert [row[:18] for row in ours] == [row[:18] for row in vllm]
+    assert ours[0][18:] == [9, 10, 11] and vllm[0][18:] == [4, 5, 6]

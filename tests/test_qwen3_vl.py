@@ -428,3 +428,30 @@ def test_the_pipeline_sends_deepstack_merged_by_a_weighted_method(dense, method,
     assert differs  # the uniform average over the assignment would have sent other rows
     torch.testing.assert_close(c.apply(visual.features.reshape(visual.count, -1)), c.features.float(),
                                rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("method,exact", [("evs", True), ("evs", False), ("vidcom2", True), ("vidcom2", False)])
+def test_vllms_pruning_methods_through_the_pipeline(dense, method, exact):
+    """ask() with vLLM's EVS / VidCom2 on Qwen3-VL: a pure pruning, so each kept token reaches the model
+    with its own DeepStack rows, bit for bit; the exact count by default, vLLM's with exact=False (EVS:
+    the whole first group)."""
+    from ottvid_cli import pipeline
+    from ottvid_cli.compression import methods
+
+    seen = []
+    hook = dense.model.register_forward_pre_hook(
+        lambda module, args, kwargs: seen.append(kwargs.get("mm_encoder_outputs")), with_kwargs=True)
+    try:
+        result = pipeline.ask(dense, DATA / "bikes.mp4", "What happens?", frames=FRAMES, ratio=0.25, method=method,
+                              config=methods.make_config(method, 0.25, exact=exact), max_new_tokens=2)
+    finally:
+        hook.remove()
+    c, visual = result.prepared.compressed, result.prepared.visual
+    t, n = visual.features.shape[:2]
+    assert c.mixing is None and int((c.assignment >= 0).sum()) == c.index.numel()  # nothing merged
+    assert c.index.numel() == (round(0.25 * t * n) if exact else max(n if method == "evs" else t, int(0.25 * t * n)))
+    if method == "evs" and not exact:
+        assert c.index[:n].tolist() == list(range(n))
+    sent = seen[0]["video"].deepstack_features
+    for layer, got in zip(visual.extra["deepstack"], sent):
+        assert torch.equal(got[0], layer.reshape(visual.count, -1)[c.index].to(got[0].dtype))

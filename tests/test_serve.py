@@ -153,6 +153,17 @@ def test_plain_answer_with_the_openai_client(client, media):
     assert {"decode", "vision", "prefill", "generate"} <= set(run["timings_ms"])
 
 
+@pytest.mark.parametrize("method", ["evs", "vidcom2"])
+def test_vllms_pruning_methods_are_served(client, media, method):
+    reply = ask(client, (media[0] / "bikes.mp4").as_uri(),
+                extra_body={"ottvid": {"frames": 4, "method": method, "ratio": 0.25}})
+    run = reply.model_extra["ottvid"]
+    assert run["method"] == method and run["ratio"] == 0.25 and run["compression"]["method"] == method
+    tokens = run["tokens"]
+    assert tokens["visual_after"] == round(0.25 * tokens["visual_before"]) and tokens["merges"] == 0
+    assert reply.usage.prompt_tokens == tokens["llm_input"]
+
+
 def test_second_request_on_a_video_is_a_cache_hit(client, media):
     url = str(media[0] / "fire2.mp4")  # an absolute path works as well as file://
     first = ask(client, url, "What burns?").model_extra["ottvid"]

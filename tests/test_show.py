@@ -180,3 +180,30 @@ def test_text_grows_with_the_picture():
         ink = np.flatnonzero((pixels > 220).any(-1).any(-1))  # the title is drawn brightest
         heights.append(ink.max() - ink.min() + 1)
     assert heights[0] >= 9 and heights[1] > heights[0] * 1.4
+
+
+@pytest.mark.parametrize("method", ["evs", "vidcom2", "fastvid"])
+def test_another_methods_words_count_its_picture(method):
+    """A pure pruning (evs, vidcom2) has two classes, kept and dropped, and its header says nothing is merged;
+    a merging method (fastvid) keeps the merged class. The counts add up to T*N either way."""
+    import re
+
+    import torch
+
+    from ottvid_cli.compression import methods
+
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(1, 12, 8, generator=g) + 0.3 * torch.randn(6, 12, 8, generator=g)
+    out = methods.compress_with(method, x, torch.rand(6, 12, generator=g), (3, 4), ratio=0.25)
+    frames = [np.zeros((30, 40, 3), dtype=np.uint8)] * 6
+    _, layout = show.draw(frames, [float(t) for t in range(6)], (3, 4), out.assignment, out.index, None,
+                          out.report.to_dict())
+    header, legend = layout.words[0], layout.words[1:]
+    counts = [int(re.search(r"(\d+)", text)[1]) for text in legend[1:]]
+    assert legend[0] == "all 72 input tokens:" and sum(counts) == 72
+    merged = int((out.assignment >= 0).sum()) - out.index.numel()
+    if merged == 0:
+        assert f"{method} gives the LLM {out.index.numel()} of 72 tokens, each kept as it is (nothing merged)" in header
+        assert legend[1:] == [f"kept {out.index.numel()}", f"dropped {72 - out.index.numel()}"]
+    else:
+        assert len(legend) == 4 and legend[2].startswith(f"merged into another kept token {merged}")
