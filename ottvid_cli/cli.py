@@ -407,7 +407,7 @@ def _write_picture(prepared, path: str, max_tiles: int | None = None) -> tuple[d
 
 def _answer(task: str, video: str, texts, options, ratio, frames, fps, max_frames, model, method, preset,
             as_json, device, dtype, attention, max_pixels, max_new_tokens, output, decoder, quiet,
-            cache_dir=None, method_args=None, siglip_head=None) -> None:
+            cache_dir=None, method_args=None, siglip_head=None, point: bool = False) -> None:
     """ask and ground: check everything, load, run each question (one preparation and one prefix for
     all, session.Engine), print each result, then report a failed picture. With --json, one question
     prints an object, several a list of them in order."""
@@ -436,7 +436,7 @@ def _answer(task: str, video: str, texts, options, ratio, frames, fps, max_frame
             out.print(f"{'question' if task == 'ask' else 'query'} {i + 1}: {text}", highlight=False, markup=False)
         stream = _Stream(progress, "answer: " if task == "ask" else "model said: ")
         run = engine.ask if task == "ask" else engine.ground
-        extra = {"options": options or None} if task == "ask" else {}
+        extra = {"options": options or None} if task == "ask" else {"point": point}
         result = _run(lambda: run(video, text, sampling=sampling, ratio=ratio, method=method, preset=preset,
                                   config=config, max_new_tokens=max_new_tokens, on_step=progress.step,
                                   on_token=None if as_json else stream, **extra), progress)
@@ -448,7 +448,7 @@ def _answer(task: str, video: str, texts, options, ratio, frames, fps, max_frame
                 data["picture"] = picture
         documents.append(data)
         if not as_json:
-            render_run(data, out, streamed=stream.started)
+            render_run(data, out, streamed=stream.started, choices=bool(options))
     _conclude(task, documents, as_json, failure)
 
 
@@ -461,8 +461,11 @@ def _conclude(task: str, documents: list[dict], as_json: bool, failure: str = ""
         typer.echo(to_json(documents[0] if len(documents) == 1 else documents))
     if failure:
         _fail(failure, code=EXIT_WRITE)
-    if task == "ground" and any(data.get("span") is None for data in documents):
-        _fail("no time span could be read from the model's reply (exit 3)", code=EXIT_NO_SPAN)
+    missed = [data for data in documents if task == "ground" and data.get("span") is None]
+    if missed:
+        note = missed[0].get("span_note") or "none could be read from the reply"
+        which = f"{len(missed)} of {len(documents)} queries: " if len(documents) > 1 else ""
+        _fail(f"no time span in the model's reply ({which}{note})", code=EXIT_NO_SPAN)
 
 
 class _Stream:
@@ -549,7 +552,7 @@ def _remote(task, server, video, texts, options, ratio, frames, fps, max_frames,
             stream.close()
             documents.append(data)
             if not as_json:
-                render_run(data, out, streamed=stream.started)
+                render_run(data, out, streamed=stream.started, choices=bool(options))
     except ServerError as exc:
         _fail(str(exc), code=exc.exit_code)
     finally:
@@ -681,17 +684,23 @@ def ground(
                                        help=TOKENS),
     cache_dir: str = CACHE_DIR,
     server: str = SERVER,
+    point: bool = typer.Option(False, "--point", help="The query names a moment, not an event: ask for one time "
+                                                      "(the span is [t, t]); without it a reply holding one time "
+                                                      "is no span (exit 3)."),
 ) -> None:
-    """Find when something happens in a video: start and end in seconds (exit 3 if the reply holds none)."""
+    """Find when something happens in a video: start and end in seconds (exit 3 if the reply holds no
+    start and end, with the JSON's span_note saying what it held)."""
     if server is not None:
         if method_args:
             _fail("--method-arg is for a model run here: a server uses its methods' defaults")
+        if point:
+            _fail("--point is for a model run here: a server asks for a start and an end")
         return _remote("ground", server, video, query, None, ratio, frames, fps, max_frames, model, method, preset,
                        as_json, quiet, max_new_tokens, device, dtype, attention, max_pixels, decoder, output, cache_dir,
                        siglip_head=siglip_head)
     _answer("ground", video, query, None, ratio, frames, fps, max_frames, model, method, preset, as_json, device,
             dtype, attention, max_pixels, max_new_tokens, output, decoder, quiet, _cache_path(cache_dir), method_args,
-            siglip_head=siglip_head)
+            siglip_head=siglip_head, point=point)
 
 
 @app.command()

@@ -25,20 +25,27 @@ def _times(stamps: list[float], limit: int = 12) -> str:
     return ", ".join(shown) + more
 
 
-def render_run(result: dict[str, Any], console: Console, streamed: bool = False) -> None:
+def render_run(result: dict[str, Any], console: Console, streamed: bool = False, choices: bool = False) -> None:
     """The answer (or span) first, then what was sampled, how many tokens each stage kept, and timings.
-    streamed: the reply's text was already printed as it was generated (then it is not repeated)."""
+    streamed: the reply's text was already printed as it was generated (then it is not repeated);
+    choices: the question had options (-c), so a reply without a readable letter says so."""
     if result["task"] == "ground":
         span = result["span"]
-        headline = (f"{span[0]:.2f} s - {span[1]:.2f} s" if span is not None
-                    else "no time span could be read from the model's reply")
-        lines = [Text(headline, style="bold")]
+        if span is None:
+            headline = f"no time span: {result.get('span_note') or 'none could be read from the reply'}"
+        elif span[0] == span[1]:
+            headline = f"{span[0]:.2f} s"
+        else:
+            headline = f"{span[0]:.2f} s - {span[1]:.2f} s"
+        lines = [Text(headline, style="bold" if span is not None else "bold yellow")]
         if not streamed:
             lines.append(Text(f"model said: {result['answer']}", style="dim"))
     else:
         lines = [] if streamed else [Text(result["answer"] or "(empty reply)", style="bold")]
         if result.get("letter") is not None:
             lines.insert(0, Text(f"choice: {result['letter']}", style="bold green"))
+        elif choices:
+            lines.insert(0, Text("choice: no option letter could be read from the reply", style="bold yellow"))
     if lines:
         console.print(Panel(Group(*lines), title="answer" if result["task"] == "ask" else "when", expand=False))
 

@@ -54,12 +54,13 @@ class Engine:
 
     def ground(self, video, query: str, sampling: Sampling | None = None, method: str = "ottvid",
                ratio: float = 0.1, config=None, preset: str = "paper", max_new_tokens: int = 48,
-               on_token=None, on_step=None) -> RunResult:
+               on_token=None, on_step=None, point: bool = False) -> RunResult:
         """`pipeline.ground` with reuse."""
         if not query.strip():
             raise ValueError("the query is empty")
-        return self._run("ground", video, grounding.build_prompt(query), sampling or Sampling.grounding(), method,
-                         make_config(ratio, preset, self.backbone, config, method), max_new_tokens, on_token, on_step)
+        return self._run("ground", video, grounding.build_prompt(query, point), sampling or Sampling.grounding(),
+                         method, make_config(ratio, preset, self.backbone, config, method), max_new_tokens, on_token,
+                         on_step, point=point)
 
     def prepared(self, video, sampling: Sampling, method: str, config, prompt: str,
                  on_step: Callable[[str], None] | None = None) -> tuple[Prepared, Entry, dict, bool]:
@@ -88,7 +89,7 @@ class Engine:
         return _served(p).reprompt(prompt), entry, key, True
 
     def _run(self, task: str, video, prompt: str, sampling: Sampling, method: str, config, max_new_tokens: int,
-             on_token, on_step, options=None, history=()) -> RunResult:
+             on_token, on_step, options=None, history=(), point: bool = False) -> RunResult:
         with self._lock:
             prepared, entry, key, hit = self.prepared(video, sampling, method, config, prompt, on_step)
             if history:
@@ -96,7 +97,7 @@ class Engine:
             ckey = compression_key(method, config)
             prefix = entry.prefixes.get(ckey)
             result = answer(prepared, task, max_new_tokens, on_step, on_token, options=options, prefix=prefix,
-                            keep_prefix=prefix is None, cache_hit=hit)
+                            keep_prefix=prefix is None, cache_hit=hit, point=point)
             if prefix is None and result.prefix is not None:
                 entry.prefixes[ckey] = result.prefix
                 self.cache.resize(key)
