@@ -158,8 +158,15 @@ class Chat:
         s = self.sampling
         frames = f"{s.fps:g} fps (at most {s.max_frames})" if s.fps is not None else f"{s.frames or 'default'} frames"
         return (f"ratio {self.ratio:g}, method {self.method}, preset {self.preset}, {frames}, "
-                f"max {self.max_new_tokens} tokens, history {'on' if self.history else 'off'} "
-                f"({len(self.turns)} turns)")
+                f"replies of at most {self.max_new_tokens} tokens, {self.history_state()}")
+
+    def history_state(self) -> str:
+        """'history on (2 earlier turns sent with each question)', 'history off', ..."""
+        n = len(self.turns)
+        turns = f"{n} earlier turn{'' if n == 1 else 's'}"
+        if self.history:
+            return f"history on ({turns} sent with each question)" if n else "history on (no earlier turns yet)"
+        return f"history off ({turns} kept, not sent; /history on sends them)" if n else "history off"
 
     def command(self, line: str) -> str | None:
         """Apply one `/command [value]`; returns what to tell the user, or None for /quit. Raises
@@ -184,8 +191,8 @@ class Chat:
         takes = {"/ratio", "/method", "/preset", "/frames", "/fps", "/max-frames", "/tokens", "/history"}
         if name not in takes:
             raise ValueError(f"unknown command {name} (/help lists them)")
-        if not value:
-            raise ValueError(f"{name} needs a value (/help)")
+        if not value:  # the setting as it is
+            return self._current(name)
         try:
             if name == "/ratio":
                 self.ratio = check_ratio(_number(value, float), "/ratio")
@@ -213,6 +220,19 @@ class Chat:
             if name in ("/ratio", "/method", "/preset"):
                 self._check_compression(saved)
         return self.settings()
+
+    def _current(self, name: str) -> str:
+        """`/name` without a value: that setting now, and how to change it."""
+        s = self.sampling
+        now = {"/ratio": f"ratio {self.ratio:g}", "/method": f"method {self.method}",
+               "/preset": f"preset {self.preset}",
+               "/frames": (f"{s.frames} frames" if s.frames else "the model's default frame count") if s.fps is None
+               else f"sampling by /fps {s.fps:g}",
+               "/fps": f"{s.fps:g} frames a second" if s.fps is not None else "/fps is off (frames are counted)",
+               "/max-frames": f"at most {s.max_frames} frames" if s.fps is not None else "/max-frames applies with /fps",
+               "/tokens": f"replies of at most {self.max_new_tokens} tokens",
+               "/history": self.history_state()}[name]
+        return f"{now} ({name} VALUE changes it; /help)"
 
     def _check_compression(self, saved: tuple) -> None:
         """A method, preset and ratio that do not go together are refused here, not at the next question."""
