@@ -85,6 +85,13 @@ out = Console()
 err = Console(stderr=True)
 
 
+def _tables() -> Console:
+    """stdout for a report with tables: the terminal, or a console as wide as the tables for a pipe."""
+    from .report import table_console
+
+    return table_console(out)
+
+
 def _error(message: str) -> None:
     err.print(f"[bold red]error:[/] {message}", highlight=False, soft_wrap=True, markup=True)
 
@@ -448,7 +455,7 @@ def _answer(task: str, video: str, texts, options, ratio, frames, fps, max_frame
                 data["picture"] = picture
         documents.append(data)
         if not as_json:
-            render_run(data, out, streamed=stream.started, choices=bool(options))
+            render_run(data, _tables(), streamed=stream.started, choices=bool(options))
     _conclude(task, documents, as_json, failure)
 
 
@@ -554,7 +561,7 @@ def _remote(task, server, video, texts, options, ratio, frames, fps, max_frames,
             stream.close()
             documents.append(data)
             if not as_json:
-                render_run(data, out, streamed=stream.started, choices=bool(options))
+                render_run(data, _tables(), streamed=stream.started, choices=bool(options))
     except ServerError as exc:
         _fail(str(exc), code=exc.exit_code)
     finally:
@@ -596,7 +603,7 @@ def counts(
     if as_json:
         typer.echo(to_json(data))
         return
-    render_counts(data, ratio, gamma, out)
+    render_counts(data, ratio, gamma, _tables())
 
 
 @app.command("methods")
@@ -616,7 +623,7 @@ def list_methods(as_json: bool = JSON) -> None:
     if as_json:
         typer.echo(to_json(data))
         return
-    render_methods(data, out)
+    render_methods(data, _tables())
 
 
 @app.command()
@@ -864,7 +871,7 @@ def show(
     if as_json:
         typer.echo(to_json(data))
     else:
-        render_show(data, out)
+        render_show(data, _tables())
 
 
 @app.command()
@@ -929,7 +936,7 @@ def profile(
     if as_json:
         typer.echo(to_json(data))
     else:
-        render_profile(data, out)
+        render_profile(data, _tables())
 
 
 @app.command()

@@ -395,3 +395,27 @@ def test_a_reader_that_goes_away_is_no_traceback():
     err = proc.stderr.read().decode()
     code = proc.wait(timeout=60)
     assert "Traceback" not in err and code in (0, 1)
+
+
+def test_tables_never_cut_a_number_piped_or_on_a_narrow_terminal(tiny_qwen):
+    """Issue 27: piped through grep, `2,525…` and `prepro…` were shown. A pipe gets tables at their
+    full width; a narrow terminal folds a value onto the next line rather than cutting it."""
+    import io
+
+    from rich.console import Console
+
+    from ottvid_cli.report import render_run
+
+    args = ["ground", VIDEO, "a bike", "--model", tiny_qwen, "--max-new-tokens", "2", "--fps", "1"]
+    piped = runner.invoke(app, args, env={"COLUMNS": "40"})
+    assert piped.exit_code in (0, 3), piped.output
+    assert "…" not in piped.stdout
+    data = json.loads(runner.invoke(app, [*args, "--json"]).stdout)
+    for name in ("load", "decode", "preprocess", "vision", "saliency", "compression", "prefill", "generate"):
+        assert name in piped.stdout
+    data["timings_ms"] = {k: 2525.25 + n for n, k in enumerate(data["timings_ms"])}  # four digits everywhere
+    narrow = Console(file=io.StringIO(), width=50, force_terminal=True, color_system=None)
+    render_run(data, narrow)
+    shown = narrow.file.getvalue()
+    assert "…" not in shown and max(len(line) for line in shown.splitlines()) <= 50
+    assert shown.count("2,5") >= len(data["timings_ms"])  # each time's start is shown, then the rest below it
