@@ -204,8 +204,8 @@ def render_methods(data: list[dict[str, Any]], console: Console) -> None:
     """`ottvid methods`: each registered method, what it does, its options and their defaults."""
     table = Table(title="compression methods (--method NAME, options with --method-arg key=value)")
     table.add_column("method", style="bold", no_wrap=True)
-    table.add_column("what it does", overflow="fold")
-    table.add_column("options (defaults)", overflow="fold")
+    table.add_column("what it does", overflow="fold", max_width=60)  # prose wraps, on a pipe too
+    table.add_column("options (defaults)", overflow="fold", max_width=70)
     for method in data:
         options = ", ".join(f"{k}={v}" for k, v in method["defaults"].items() if k != "ratio") or "-"
         table.add_row(method["name"], method["summary"], options)
