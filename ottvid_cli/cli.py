@@ -157,8 +157,12 @@ DTYPE = typer.Option(None, "--dtype", show_default="auto", callback=_checked(che
                      help="auto (bfloat16 on GPU, float32 on CPU), float32, bfloat16 or float16.")
 ATTENTION = typer.Option("auto", "--attention", callback=_checked(check_choice, "--attention", ATTENTIONS),
                          help="auto (sdpa), eager, or flash (needs flash-attn).")
-MAX_PIXELS = typer.Option(None, "--max-pixels", show_default="448*448", callback=_checked(check_count, "--max-pixels"),
-                          help="Pixels per frame at most (Qwen2.5-VL).")
+MAX_PIXELS = typer.Option(None, "--max-pixels", show_default="448*448 (Qwen2.5-VL), 512*512 (Qwen3-VL)",
+                          callback=_checked(check_count, "--max-pixels"),
+                          help="Pixels per frame at most (Qwen2.5-VL, Qwen3-VL).")
+EVAL_MAX_PIXELS = typer.Option(None, "--max-pixels", callback=_checked(check_count, "--max-pixels"),
+                               show_default="each frame sized as lmms-eval's model sizes it",
+                               help="Pixels per frame at most (Qwen2.5-VL, Qwen3-VL), instead of lmms-eval's sizing.")
 SIGLIP_HEAD = typer.Option(None, "--siglip-head", metavar="ID_OR_DIR",
                            help="LLaVA-OneVision / LLaVA-Video: a SigLIP checkpoint with its attention-pooling head "
                                 "(e.g. google/siglip-so400m-patch14-384), whose signals FastVID and UniComp read as "
@@ -166,15 +170,16 @@ SIGLIP_HEAD = typer.Option(None, "--siglip-head", metavar="ID_OR_DIR",
 RATIO = typer.Option(None, "--ratio", "-r", show_default="0.1", callback=_checked(check_ratio),
                      help="Share of visual tokens kept, in (0, 1].")
 RATIOS = typer.Option(None, "--ratio", "-r", show_default="0.1", callback=_checked(check_ratio),
-                      help="Share of visual tokens kept, in (0, 1]; repeat to profile several.")
+                      help="Share of visual tokens kept, in (0, 1]; repeat for several (each method runs at each).")
 PRESET = typer.Option("paper", "--preset", callback=_checked(check_choice, "--preset", PRESETS),
                       help="Compression settings: paper (the paper's text) or official (the authors' code).")
 METHOD = typer.Option("ottvid", "--method", callback=_checked(check_choice, "--method", METHODS),
                       help="Compression method: ottvid, none (the uncompressed model) or a peer method "
                            "(`ottvid methods` lists them).")
 METHOD_LIST = typer.Option(None, "--method", callback=_checked(check_choice, "--method", METHODS),
-                           show_default="ottvid", help="Compression method to profile (`ottvid methods` lists them); "
-                                                       "repeat to compare several side by side.")
+                           show_default="ottvid", help="Compression method: ottvid, none (the uncompressed model) or "
+                                                       "a peer method (`ottvid methods` lists them); repeat for "
+                                                       "several, each run on the same frames.")
 
 
 def _method_arg_form(value):
@@ -187,10 +192,21 @@ METHOD_ARGS = typer.Option(None, "--method-arg", metavar="KEY=VALUE", callback=_
                            help="A method option, e.g. exact=false (typed by the option; repeat for several; "
                                 "`ottvid methods` lists them). With several --method: METHOD.KEY=VALUE for one.")
 FRAMES = typer.Option(None, "--frames", "-f", callback=_checked(check_count, "--frames"),
-                      show_default="the model's: 32, or 64 for LLaVA-Video; ground samples by --fps",
+                      show_default="the model's: 32, or 64 for LLaVA-Video",
                       help="Frames sampled uniformly in time (made even, at most the video's).")
-FPS = typer.Option(None, "--fps", callback=_checked(check_positive, "--fps"), show_default="ground: 2",
+FPS = typer.Option(None, "--fps", callback=_checked(check_positive, "--fps"), show_default="off",
                    help="Sample this many frames a second instead of --frames.")
+GROUND_FRAMES = typer.Option(None, "--frames", "-f", callback=_checked(check_count, "--frames"),
+                             show_default="off: ground samples by --fps",
+                             help="Frames sampled uniformly in time instead of --fps (made even, at most the video's).")
+GROUND_FPS = typer.Option(None, "--fps", callback=_checked(check_positive, "--fps"), show_default="2",
+                          help="Frames a second to sample (the paper's grounding protocol: 2).")
+EVAL_FRAMES = typer.Option(None, "--frames", "-f", callback=_checked(check_count, "--frames"),
+                           show_default="the benchmark's protocol, as lmms-eval runs it (docs/eval.md)",
+                           help="Frames sampled from each video instead of the protocol's count.")
+EVAL_FPS = typer.Option(None, "--fps", callback=_checked(check_positive, "--fps"),
+                        show_default="the benchmark's protocol (grounding: 2)",
+                        help="Frames a second to sample instead of the protocol's, for every sample.")
 MAX_FRAMES = typer.Option(None, "--max-frames", callback=_checked(check_count, "--max-frames"),
                           show_default=f"{DEFAULT_MAX_FRAMES}, as qwen-vl-utils",
                           help="With --fps: at most this many frames; longer videos are subsampled uniformly "
@@ -199,7 +215,8 @@ DECODER = typer.Option("auto", "--decoder", callback=_checked(check_choice, "--d
                        help="Video decoder: auto, decord or pyav.")
 OUTPUT = typer.Option(None, "--output", "-o", "--show", callback=_checked(_png),
                       help="Also write a PNG of the tokens compression kept (not with --method none).")
-JSON = typer.Option(False, "--json", help="Print one JSON object on stdout (see docs/cli.md) and nothing else there.")
+JSON = typer.Option(False, "--json", help="Print the result as JSON on stdout (see docs/cli.md) and nothing else "
+                                         "there.")
 QUIET = typer.Option(False, "--quiet", "-q", help="No progress and no library warnings on stderr (errors still print).")
 TOKENS = "Longest reply, in tokens."
 SERVER = typer.Option(None, "--server", help="URL of a running `ottvid serve`: send the request there instead "
@@ -673,9 +690,9 @@ def ground(
     video: str = typer.Argument(..., help="Video file, or a folder of frame images (read at 3 fps)."),
     query: str = typer.Argument(..., help="What happens, e.g. 'person opens the door'."),
     ratio: float = RATIO,
-    fps: float = FPS,
+    fps: float = GROUND_FPS,
     max_frames: int = MAX_FRAMES,
-    frames: int = FRAMES,
+    frames: int = GROUND_FRAMES,
     model: str = MODEL,
     method: str = METHOD,
     method_args: list[str] = METHOD_ARGS,
@@ -694,8 +711,8 @@ def ground(
     cache_dir: str = CACHE_DIR,
     server: str = SERVER,
     point: bool = typer.Option(False, "--point", help="The query names a moment, not an event: ask for one time "
-                                                      "(the span is [t, t]); without it a reply holding one time "
-                                                      "is no span (exit 3)."),
+                                                      "(the span starts and ends there); without it a reply "
+                                                      "holding one time is no span (exit 3)."),
 ) -> None:
     """Find when something happens in a video: start and end in seconds (exit 3 if the reply holds no
     start and end, with the JSON's span_note saying what it held)."""
