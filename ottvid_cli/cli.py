@@ -85,6 +85,13 @@ out = Console()
 err = Console(stderr=True)
 
 
+def _tables() -> Console:
+    """stdout for a report with tables: the terminal, or a console as wide as the tables for a pipe."""
+    from .report import table_console
+
+    return table_console(out)
+
+
 def _error(message: str) -> None:
     err.print(f"[bold red]error:[/] {message}", highlight=False, soft_wrap=True, markup=True)
 
@@ -150,8 +157,12 @@ DTYPE = typer.Option(None, "--dtype", show_default="auto", callback=_checked(che
                      help="auto (bfloat16 on GPU, float32 on CPU), float32, bfloat16 or float16.")
 ATTENTION = typer.Option("auto", "--attention", callback=_checked(check_choice, "--attention", ATTENTIONS),
                          help="auto (sdpa), eager, or flash (needs flash-attn).")
-MAX_PIXELS = typer.Option(None, "--max-pixels", show_default="448*448", callback=_checked(check_count, "--max-pixels"),
-                          help="Pixels per frame at most (Qwen2.5-VL).")
+MAX_PIXELS = typer.Option(None, "--max-pixels", show_default="448*448 (Qwen2.5-VL), 512*512 (Qwen3-VL)",
+                          callback=_checked(check_count, "--max-pixels"),
+                          help="Pixels per frame at most (Qwen2.5-VL, Qwen3-VL).")
+EVAL_MAX_PIXELS = typer.Option(None, "--max-pixels", callback=_checked(check_count, "--max-pixels"),
+                               show_default="each frame sized as lmms-eval's model sizes it",
+                               help="Pixels per frame at most (Qwen2.5-VL, Qwen3-VL), instead of lmms-eval's sizing.")
 SIGLIP_HEAD = typer.Option(None, "--siglip-head", metavar="ID_OR_DIR",
                            help="LLaVA-OneVision / LLaVA-Video: a SigLIP checkpoint with its attention-pooling head "
                                 "(e.g. google/siglip-so400m-patch14-384), whose signals FastVID and UniComp read as "
@@ -159,15 +170,16 @@ SIGLIP_HEAD = typer.Option(None, "--siglip-head", metavar="ID_OR_DIR",
 RATIO = typer.Option(None, "--ratio", "-r", show_default="0.1", callback=_checked(check_ratio),
                      help="Share of visual tokens kept, in (0, 1].")
 RATIOS = typer.Option(None, "--ratio", "-r", show_default="0.1", callback=_checked(check_ratio),
-                      help="Share of visual tokens kept, in (0, 1]; repeat to profile several.")
+                      help="Share of visual tokens kept, in (0, 1]; repeat for several (each method runs at each).")
 PRESET = typer.Option("paper", "--preset", callback=_checked(check_choice, "--preset", PRESETS),
                       help="Compression settings: paper (the paper's text) or official (the authors' code).")
 METHOD = typer.Option("ottvid", "--method", callback=_checked(check_choice, "--method", METHODS),
                       help="Compression method: ottvid, none (the uncompressed model) or a peer method "
                            "(`ottvid methods` lists them).")
 METHOD_LIST = typer.Option(None, "--method", callback=_checked(check_choice, "--method", METHODS),
-                           show_default="ottvid", help="Compression method to profile (`ottvid methods` lists them); "
-                                                       "repeat to compare several side by side.")
+                           show_default="ottvid", help="Compression method: ottvid, none (the uncompressed model) or "
+                                                       "a peer method (`ottvid methods` lists them); repeat for "
+                                                       "several, each run on the same frames.")
 
 
 def _method_arg_form(value):
@@ -180,10 +192,21 @@ METHOD_ARGS = typer.Option(None, "--method-arg", metavar="KEY=VALUE", callback=_
                            help="A method option, e.g. exact=false (typed by the option; repeat for several; "
                                 "`ottvid methods` lists them). With several --method: METHOD.KEY=VALUE for one.")
 FRAMES = typer.Option(None, "--frames", "-f", callback=_checked(check_count, "--frames"),
-                      show_default="the model's: 32, or 64 for LLaVA-Video; ground samples by --fps",
+                      show_default="the model's: 32, or 64 for LLaVA-Video",
                       help="Frames sampled uniformly in time (made even, at most the video's).")
-FPS = typer.Option(None, "--fps", callback=_checked(check_positive, "--fps"), show_default="ground: 2",
+FPS = typer.Option(None, "--fps", callback=_checked(check_positive, "--fps"), show_default="off",
                    help="Sample this many frames a second instead of --frames.")
+GROUND_FRAMES = typer.Option(None, "--frames", "-f", callback=_checked(check_count, "--frames"),
+                             show_default="off: ground samples by --fps",
+                             help="Frames sampled uniformly in time instead of --fps (made even, at most the video's).")
+GROUND_FPS = typer.Option(None, "--fps", callback=_checked(check_positive, "--fps"), show_default="2",
+                          help="Frames a second to sample (the paper's grounding protocol: 2).")
+EVAL_FRAMES = typer.Option(None, "--frames", "-f", callback=_checked(check_count, "--frames"),
+                           show_default="the benchmark's protocol, as lmms-eval runs it (docs/eval.md)",
+                           help="Frames sampled from each video instead of the protocol's count.")
+EVAL_FPS = typer.Option(None, "--fps", callback=_checked(check_positive, "--fps"),
+                        show_default="the benchmark's protocol (grounding: 2)",
+                        help="Frames a second to sample instead of the protocol's, for every sample.")
 MAX_FRAMES = typer.Option(None, "--max-frames", callback=_checked(check_count, "--max-frames"),
                           show_default=f"{DEFAULT_MAX_FRAMES}, as qwen-vl-utils",
                           help="With --fps: at most this many frames; longer videos are subsampled uniformly "
@@ -192,7 +215,8 @@ DECODER = typer.Option("auto", "--decoder", callback=_checked(check_choice, "--d
                        help="Video decoder: auto, decord or pyav.")
 OUTPUT = typer.Option(None, "--output", "-o", "--show", callback=_checked(_png),
                       help="Also write a PNG of the tokens compression kept (not with --method none).")
-JSON = typer.Option(False, "--json", help="Print one JSON object on stdout (see docs/cli.md) and nothing else there.")
+JSON = typer.Option(False, "--json", help="Print the result as JSON on stdout (see docs/cli.md) and nothing else "
+                                         "there.")
 QUIET = typer.Option(False, "--quiet", "-q", help="No progress and no library warnings on stderr (errors still print).")
 TOKENS = "Longest reply, in tokens."
 SERVER = typer.Option(None, "--server", help="URL of a running `ottvid serve`: send the request there instead "
@@ -410,7 +434,7 @@ def _write_picture(prepared, path: str, max_tiles: int | None = None) -> tuple[d
 
 def _answer(task: str, video: str, texts, options, ratio, frames, fps, max_frames, model, method, preset,
             as_json, device, dtype, attention, max_pixels, max_new_tokens, output, decoder, quiet,
-            cache_dir=None, method_args=None, siglip_head=None, cache_max_gb=None) -> None:
+            cache_dir=None, method_args=None, siglip_head=None, cache_max_gb=None, point: bool = False) -> None:
     """ask and ground: check everything, load, run each question (one preparation and one prefix for
     all, session.Engine), print each result, then report a failed picture. With --json, one question
     prints an object, several a list of them in order."""
@@ -439,7 +463,7 @@ def _answer(task: str, video: str, texts, options, ratio, frames, fps, max_frame
             out.print(f"{'question' if task == 'ask' else 'query'} {i + 1}: {text}", highlight=False, markup=False)
         stream = _Stream(progress, "answer: " if task == "ask" else "model said: ")
         run = engine.ask if task == "ask" else engine.ground
-        extra = {"options": options or None} if task == "ask" else {}
+        extra = {"options": options or None} if task == "ask" else {"point": point}
         result = _run(lambda: run(video, text, sampling=sampling, ratio=ratio, method=method, preset=preset,
                                   config=config, max_new_tokens=max_new_tokens, on_step=progress.step,
                                   on_token=None if as_json else stream, **extra), progress)
@@ -452,7 +476,7 @@ def _answer(task: str, video: str, texts, options, ratio, frames, fps, max_frame
                 data["picture"] = picture
         documents.append(data)
         if not as_json:
-            render_run(data, out, streamed=stream.started)
+            render_run(data, _tables(), streamed=stream.started, choices=bool(options))
     _conclude(task, documents, as_json, failure)
 
 
@@ -465,8 +489,11 @@ def _conclude(task: str, documents: list[dict], as_json: bool, failure: str = ""
         typer.echo(to_json(documents[0] if len(documents) == 1 else documents))
     if failure:
         _fail(failure, code=EXIT_WRITE)
-    if task == "ground" and any(data.get("span") is None for data in documents):
-        _fail("no time span could be read from the model's reply (exit 3)", code=EXIT_NO_SPAN)
+    missed = [data for data in documents if task == "ground" and data.get("span") is None]
+    if missed:
+        note = missed[0].get("span_note") or "none could be read from the reply"
+        which = f"{len(missed)} of {len(documents)} queries: " if len(documents) > 1 else ""
+        _fail(f"no time span in the model's reply ({which}{note})", code=EXIT_NO_SPAN)
 
 
 class _Stream:
@@ -474,9 +501,11 @@ class _Stream:
 
     def __init__(self, progress: _Progress, label: str):
         self.progress, self.label, self.started = progress, label, False
+        self.first: float | None = None  # perf_counter() at the first piece of text
 
     def __call__(self, piece: str) -> None:
         if not self.started:
+            self.first = time.perf_counter()
             self.progress.stop()
             sys.stdout.write(self.label)
             self.started = True
@@ -557,7 +586,7 @@ def _remote(task, server, video, texts, options, ratio, frames, fps, max_frames,
             stream.close()
             documents.append(data)
             if not as_json:
-                render_run(data, out, streamed=stream.started)
+                render_run(data, _tables(), streamed=stream.started, choices=bool(options))
     except ServerError as exc:
         _fail(str(exc), code=exc.exit_code)
     finally:
@@ -609,7 +638,7 @@ def counts(
     if as_json:
         typer.echo(to_json(data))
         return
-    render_counts(data, ratio, gamma, out)
+    render_counts(data, ratio, gamma, _tables())
 
 
 @app.command("methods")
@@ -629,7 +658,7 @@ def list_methods(as_json: bool = JSON) -> None:
     if as_json:
         typer.echo(to_json(data))
         return
-    render_methods(data, out)
+    render_methods(data, _tables())
 
 
 @app.command()
@@ -680,9 +709,9 @@ def ground(
     video: str = typer.Argument(..., help="Video file, or a folder of frame images (read at 3 fps)."),
     query: str = typer.Argument(..., help="What happens, e.g. 'person opens the door'."),
     ratio: float = RATIO,
-    fps: float = FPS,
+    fps: float = GROUND_FPS,
     max_frames: int = MAX_FRAMES,
-    frames: int = FRAMES,
+    frames: int = GROUND_FRAMES,
     model: str = MODEL,
     method: str = METHOD,
     method_args: list[str] = METHOD_ARGS,
@@ -701,17 +730,23 @@ def ground(
     cache_dir: str = CACHE_DIR,
     cache_max_gb: float = CACHE_MAX_GB,
     server: str = SERVER,
+    point: bool = typer.Option(False, "--point", help="The query names a moment, not an event: ask for one time "
+                                                      "(the span starts and ends there); without it a reply "
+                                                      "holding one time is no span (exit 3)."),
 ) -> None:
-    """Find when something happens in a video: start and end in seconds (exit 3 if the reply holds none)."""
+    """Find when something happens in a video: start and end in seconds (exit 3 if the reply holds no
+    start and end, with the JSON's span_note saying what it held)."""
     if server is not None:
         if method_args:
             _fail("--method-arg is for a model run here: a server uses its methods' defaults")
+        if point:
+            _fail("--point is for a model run here: a server asks for a start and an end")
         return _remote("ground", server, video, query, None, ratio, frames, fps, max_frames, model, method, preset,
                        as_json, quiet, max_new_tokens, device, dtype, attention, max_pixels, decoder, output, cache_dir,
                        siglip_head=siglip_head, cache_max_gb=cache_max_gb)
     _answer("ground", video, query, None, ratio, frames, fps, max_frames, model, method, preset, as_json, device,
             dtype, attention, max_pixels, max_new_tokens, output, decoder, quiet, _cache_path(cache_dir, cache_max_gb),
-            method_args, siglip_head=siglip_head, cache_max_gb=cache_max_gb)
+            method_args, siglip_head=siglip_head, cache_max_gb=cache_max_gb, point=point)
 
 
 @app.command()
@@ -738,7 +773,8 @@ def chat(
     cache_max_gb: float = CACHE_MAX_GB,
 ) -> None:
     """Talk about a video: one question a line, each reply streamed; /ratio 0.25 and the like change
-    settings without encoding again, /help lists the commands, /quit or end of input leaves."""
+    settings without encoding again, /help lists the commands. Ctrl-C stops an answer and keeps the
+    session; /quit, Ctrl-D (end of input) or Ctrl-C twice at the prompt leaves."""
     from .session import Chat
 
     model, device, dtype, ratio, frames = _settle(model, device, dtype, ratio, frames, fps)
@@ -752,12 +788,24 @@ def chat(
                    max_new_tokens, history)
     interactive = sys.stdin.isatty()
     if not quiet:
-        err.print(f"{session.settings()}; /help lists the commands", highlight=False, markup=False, soft_wrap=True)
+        leave = "/quit or Ctrl-D leaves" if interactive else "/quit or end of input leaves"
+        err.print(f"{session.settings()}; /help lists the commands, Ctrl-C stops an answer, {leave}",
+                  highlight=False, markup=False, soft_wrap=True)
+    armed = False  # Ctrl-C was pressed at the prompt: a second one leaves
     while True:
-        if interactive:
-            err.print("> ", end="", highlight=False, markup=False)
-        line = sys.stdin.readline()
-        if not line:  # end of input
+        try:
+            if interactive:
+                err.print("> ", end="", highlight=False, markup=False)
+            line = sys.stdin.readline()
+        except KeyboardInterrupt:
+            if armed:
+                err.print("", highlight=False, markup=False)
+                break
+            armed = True
+            err.print("\n(Ctrl-C again, Ctrl-D or /quit leaves)", highlight=False, markup=False)
+            continue
+        armed = False
+        if not line:  # end of input (Ctrl-D)
             break
         line = line.strip()
         if not line:
@@ -774,19 +822,47 @@ def chat(
                 break
             err.print(message, highlight=False, markup=False, soft_wrap=True)
             continue
-        stream = _Stream(_Progress(True), "")
-        step = _Progress(quiet or interactive)
+        _chat_turn(session, line, quiet)
+
+
+def _chat_turn(session, line: str, quiet: bool) -> None:
+    """One question of `chat`: progress while preparing, the reply streamed, then the time the person
+    waited (Enter to the first token) with its stages. Ctrl-C stops it and goes back to the prompt
+    (the loaded model, the caches and the earlier turns are kept; this turn is not)."""
+    asked = time.perf_counter()
+    step = _Progress(quiet)
+    stream = _Stream(step, "")
+    try:
         result = _run(lambda: session.ask(line, on_token=stream, on_step=step.step), step)
-        if not stream.started:  # an empty reply
-            sys.stdout.write(result.answer)
-            stream.started = True
+    except KeyboardInterrupt:
+        step.stop()
         stream.close()
-        _cache_warnings(session.engine, quiet)
-        if not quiet:
-            t = result.timings_ms
-            err.print(f"[{'cache hit' if result.cache_hit else 'prepared'}: time to first token "
-                      f"{t['prefill']:.0f} ms, {result.tokens['llm_input']} tokens into the LLM]",
-                      highlight=False, markup=False, soft_wrap=True)
+        err.print("[answer stopped]", highlight=False, markup=False)
+        return
+    if not stream.started:  # an empty reply
+        stream.first = time.perf_counter()
+        sys.stdout.write(result.answer)
+        stream.started = True
+    stream.close()
+    _cache_warnings(session.engine, quiet)
+    if not quiet:
+        err.print(f"[{_waited(result, (stream.first - asked) * 1e3)}]", highlight=False, markup=False,
+                  soft_wrap=True)
+
+
+def _waited(result, waited_ms: float) -> str:
+    """Enter to the first token, then the stages that time holds, e.g. "first token after 7.6 s
+    (decode 1.2 s, vision 4.1 s, compression 12 ms, prefill 193 ms); cache hit; 412 tokens into the LLM"."""
+
+    def span(ms: float) -> str:
+        return f"{ms / 1e3:.1f} s" if ms >= 1000 else f"{ms:.0f} ms"
+
+    t = result.timings_ms
+    stages = [f"{name} {span(t[name])}" for name in ("decode", "preprocess", "vision", "saliency", "compression",
+                                                     "prefill") if t.get(name)]
+    source = "cache hit: video already encoded" if result.cache_hit else "video prepared"
+    return (f"first token after {span(waited_ms)} ({', '.join(stages)}); {source}; "
+            f"{result.tokens['llm_input']:,} tokens into the LLM")
 
 
 @app.command()
@@ -834,7 +910,7 @@ def show(
     if as_json:
         typer.echo(to_json(data))
     else:
-        render_show(data, out)
+        render_show(data, _tables())
 
 
 @app.command()
@@ -899,7 +975,7 @@ def profile(
     if as_json:
         typer.echo(to_json(data))
     else:
-        render_profile(data, out)
+        render_profile(data, _tables())
 
 
 @app.command()

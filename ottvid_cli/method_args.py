@@ -47,6 +47,9 @@ def option_types(method: str) -> dict[str, tuple[type, ...]]:
 
 
 def _options_line(method: str, known) -> str:
+    known = list(known)
+    if not known:
+        return f"{method} takes no options" if method != "none" else "--method none compresses nothing: it has no options"
     return f"{method} options: {', '.join(known)}"
 
 

@@ -276,6 +276,7 @@ class RunResult:
     cache_hit: bool = False  # the prepared video came from the cache (session.Engine), not from the encoder
     prefix: Any = field(default=None, repr=False)  # the KV cache of the prompt's prefix this run used or kept
     prefilled_tokens: int | None = None  # tokens this run prefilled: the LLM input less a reused prefix
+    span_note: str | None = None  # ground without a span: what the reply held ("one time, 7 s, not a start ...")
 
     @property
     def clip(self) -> Video:
@@ -316,6 +317,7 @@ class RunResult:
             "compression": self.compression,
             "timings_ms": {"load": getattr(p.backbone, "load_ms", None), **{k: self.timings_ms.get(k) for k in STAGES}},
             "cache_hit": self.cache_hit,
+            **({"span_note": self.span_note} if self.task == "ground" else {}),
         }
 
 
@@ -337,21 +339,23 @@ def ask(backbone, video: str | Path | Video, question: str, options: list[str] |
 def ground(backbone, video: str | Path | Video, query: str, sampling: Sampling | None = None, ratio: float = 0.1,
            method: str = "ottvid", config: OTTVidConfig | None = None, preset: str = "paper",
            max_new_tokens: int = 48, on_step: Callable[[str], None] | None = None,
-           on_token: Callable[[str], None] | None = None) -> RunResult:
+           on_token: Callable[[str], None] | None = None, point: bool = False) -> RunResult:
     """Find when the described event happens: `span` is [start, end] seconds, or None if the reply
-    holds no time. `sampling` defaults to 2 fps, at most 768 frames."""
-    prompt = grounding.build_prompt(query)
+    holds no span (`span_note` says what it held: no time, or a single one). `point`: the query
+    names a moment; one time is asked for and read as [t, t]. `sampling` defaults to 2 fps, at most
+    768 frames."""
+    prompt = grounding.build_prompt(query, point)
     prepared = prepare(backbone, video, sampling or Sampling.grounding(), method,
                        make_config(ratio, preset, backbone, config, method), prompt=prompt, on_step=on_step)
-    return answer(prepared, "ground", max_new_tokens, on_step, on_token)
+    return answer(prepared, "ground", max_new_tokens, on_step, on_token, point=point)
 
 
 def answer(prepared: Prepared, task: str, max_new_tokens: int, on_step=None, on_token=None,
            options: list[str] | None = None, prefix: Any = None, keep_prefix: bool = False,
-           cache_hit: bool = False) -> RunResult:
+           cache_hit: bool = False, point: bool = False) -> RunResult:
     """Generate the reply to `prepared.prompt` ("ask": with the chosen letter when `options` are given;
-    "ground": with the span). `prefix` / `keep_prefix`: prefix reuse (`KeptTokenGeneration.generate`);
-    the prefix the run used or kept is `result.prefix`."""
+    "ground": with the span, one time read as a span only with `point`). `prefix` / `keep_prefix`:
+    prefix reuse (`KeptTokenGeneration.generate`); the prefix the run used or kept is `result.prefix`."""
     if on_step is not None:
         on_step("generate")
     generated = prepared.backbone.generate(prepared.inputs, prepared.features, prepared.kept,
@@ -365,8 +369,9 @@ def answer(prepared: Prepared, task: str, max_new_tokens: int, on_step=None, on_
     if task == "ask":
         result.letter = qa.parse_letter(result.answer, options) if options else None
     else:
-        span = grounding.parse_span(result.answer, prepared.clip.duration)
+        span = grounding.parse_span(result.answer, prepared.clip.duration, point)
         result.span = list(span) if span is not None else None
+        result.span_note = grounding.span_note(result.answer, point) if span is None else None
     return result
 
 

@@ -11,6 +11,19 @@ from rich.table import Table
 from rich.text import Text
 
 
+# Tables: every column folds a value too long for it onto the next line (overflow="fold"), never
+# cutting it with an ellipsis; `table_console` gives a pipe or a file a console as wide as the table.
+PIPED_WIDTH = 1 << 12
+
+
+def table_console(console: Console) -> Console:
+    """`console` on a terminal; for a pipe or a file, a console on the same output as wide as any
+    table needs, so that no number or heading is cut or folded there."""
+    if console.is_terminal:
+        return console
+    return Console(file=console.file, width=PIPED_WIDTH, no_color=console.no_color)
+
+
 def to_json(data: dict[str, Any]) -> str:
     return json.dumps(data, ensure_ascii=False)
 
@@ -25,20 +38,27 @@ def _times(stamps: list[float], limit: int = 12) -> str:
     return ", ".join(shown) + more
 
 
-def render_run(result: dict[str, Any], console: Console, streamed: bool = False) -> None:
+def render_run(result: dict[str, Any], console: Console, streamed: bool = False, choices: bool = False) -> None:
     """The answer (or span) first, then what was sampled, how many tokens each stage kept, and timings.
-    streamed: the reply's text was already printed as it was generated (then it is not repeated)."""
+    streamed: the reply's text was already printed as it was generated (then it is not repeated);
+    choices: the question had options (-c), so a reply without a readable letter says so."""
     if result["task"] == "ground":
         span = result["span"]
-        headline = (f"{span[0]:.2f} s - {span[1]:.2f} s" if span is not None
-                    else "no time span could be read from the model's reply")
-        lines = [Text(headline, style="bold")]
+        if span is None:
+            headline = f"no time span: {result.get('span_note') or 'none could be read from the reply'}"
+        elif span[0] == span[1]:
+            headline = f"{span[0]:.2f} s"
+        else:
+            headline = f"{span[0]:.2f} s - {span[1]:.2f} s"
+        lines = [Text(headline, style="bold" if span is not None else "bold yellow")]
         if not streamed:
             lines.append(Text(f"model said: {result['answer']}", style="dim"))
     else:
         lines = [] if streamed else [Text(result["answer"] or "(empty reply)", style="bold")]
         if result.get("letter") is not None:
             lines.insert(0, Text(f"choice: {result['letter']}", style="bold green"))
+        elif choices:
+            lines.insert(0, Text("choice: no option letter could be read from the reply", style="bold yellow"))
     if lines:
         console.print(Panel(Group(*lines), title="answer" if result["task"] == "ask" else "when", expand=False))
 
@@ -55,10 +75,10 @@ def render_run(result: dict[str, Any], console: Console, streamed: bool = False)
     tokens = result["tokens"]
     before = tokens["visual_before"]
     table = Table(title=f"visual tokens ({result['method']}, ratio {result['ratio']:g})")
-    table.add_column("stage")
-    table.add_column("tokens", justify="right")
-    table.add_column("retention", justify="right")
-    table.add_column("")
+    table.add_column("stage", overflow="fold")
+    table.add_column("tokens", justify="right", overflow="fold")
+    table.add_column("retention", justify="right", overflow="fold")
+    table.add_column("", overflow="fold")
     table.add_row("vision encoder", f"{before:,}", "100.0%",
                   f"{tokens['groups']} groups x {tokens['per_group']} ({tokens['grid'][0]}x{tokens['grid'][1]})")
     c = result["compression"]
@@ -78,7 +98,7 @@ def render_run(result: dict[str, Any], console: Console, streamed: bool = False)
     timings = Table(title=f"time (ms) on {result['device']}")
     names = ["load", "decode", "preprocess", "vision", "saliency", "compression", "prefill", "generate"]
     for name in names:
-        timings.add_column(name, justify="right")
+        timings.add_column(name, justify="right", overflow="fold")
     timings.add_row(*(_ms(result["timings_ms"].get(n)) for n in names))
     console.print(timings)
     if result.get("picture"):
@@ -137,9 +157,9 @@ def render_profile(data: dict[str, Any], console: Console) -> None:
 
     def table_of(chunk: list, titled: bool) -> Table:
         table = Table(title=title if titled else None)
-        table.add_column("")
+        table.add_column("", overflow="fold")
         for label, _ in chunk:
-            table.add_column(label, justify="right")
+            table.add_column(label, justify="right", overflow="fold")
         for m, (name, _) in enumerate(_PROFILE_MEASURES):
             table.add_row(name, *(cells[m] for _, cells in chunk))
         return table
@@ -159,10 +179,10 @@ def render_profile(data: dict[str, Any], console: Console) -> None:
         if not timed:
             continue
         stages = Table(title=f"{run_label(timed[0]).rsplit(' ', 1)[0]} compression stages (median ms)")
-        stages.add_column("ratio")
+        stages.add_column("ratio", overflow="fold")
         names = [k.split(".", 1)[1] for k in timed[0]["timings_ms"] if k.startswith("compression.")]
         for name in names:
-            stages.add_column(name, justify="right")
+            stages.add_column(name, justify="right", overflow="fold")
         for row in timed:
             stages.add_row(f"{row['ratio']:g}", *(_ms_short(row["timings_ms"][f"compression.{n}"]["median"])
                                                  if f"compression.{n}" in row["timings_ms"] else "-" for n in names))
@@ -184,8 +204,8 @@ def render_methods(data: list[dict[str, Any]], console: Console) -> None:
     """`ottvid methods`: each registered method, what it does, its options and their defaults."""
     table = Table(title="compression methods (--method NAME, options with --method-arg key=value)")
     table.add_column("method", style="bold", no_wrap=True)
-    table.add_column("what it does")
-    table.add_column("options (defaults)")
+    table.add_column("what it does", overflow="fold", max_width=60)  # prose wraps, on a pipe too
+    table.add_column("options (defaults)", overflow="fold", max_width=70)
     for method in data:
         options = ", ".join(f"{k}={v}" for k, v in method["defaults"].items() if k != "ratio") or "-"
         table.add_row(method["name"], method["summary"], options)
@@ -197,9 +217,9 @@ def render_methods(data: list[dict[str, Any]], console: Console) -> None:
 def render_counts(data: dict[str, Any], ratio: float, gamma: float, console: Console) -> None:
     """`ottvid counts`: the tokens each stage keeps."""
     table = Table(title=f"OTT-Vid token counts at ratio {ratio:g} (gamma {gamma:g})")
-    table.add_column("stage")
-    table.add_column("tokens", justify="right")
-    table.add_column("", justify="left")
+    table.add_column("stage", overflow="fold")
+    table.add_column("tokens", justify="right", overflow="fold")
+    table.add_column("", justify="left", overflow="fold")
     table.add_row("input", str(data["input"]), f"T={data['T']} groups x N={data['N']}")
     table.add_row("spatial selection", str(data["after_spatial"]), f"K={data['K']} per group (r_s={data['r_s']:.3f})")
     table.add_row("temporal merge/prune", f"-{data['B_tot']}",

@@ -58,13 +58,13 @@ class Engine:
 
     def ground(self, video, query: str, sampling: Sampling | None = None, method: str = "ottvid",
                ratio: float = 0.1, config=None, preset: str = "paper", max_new_tokens: int = 48,
-               on_token=None, on_step=None, cancel=None) -> RunResult:
-        """`pipeline.ground` with reuse (`cancel` as for `ask`)."""
+               on_token=None, on_step=None, point: bool = False, cancel=None) -> RunResult:
+        """`pipeline.ground` with reuse (`point`: the query names a moment; `cancel` as for `ask`)."""
         if not query.strip():
             raise ValueError("the query is empty")
-        return self._run("ground", video, grounding.build_prompt(query), sampling or Sampling.grounding(), method,
-                         make_config(ratio, preset, self.backbone, config, method), max_new_tokens, on_token, on_step,
-                         cancel=cancel)
+        return self._run("ground", video, grounding.build_prompt(query, point), sampling or Sampling.grounding(),
+                         method, make_config(ratio, preset, self.backbone, config, method), max_new_tokens, on_token,
+                         on_step, point=point, cancel=cancel)
 
     def prepared(self, video, sampling: Sampling, method: str, config, prompt: str,
                  on_step: Callable[[str], None] | None = None, cancel=None) -> tuple[Prepared, Entry, dict, bool]:
@@ -93,7 +93,7 @@ class Engine:
         return _served(p).reprompt(prompt), entry, key, True
 
     def _run(self, task: str, video, prompt: str, sampling: Sampling, method: str, config, max_new_tokens: int,
-             on_token, on_step, options=None, history=(), cancel=None) -> RunResult:
+             on_token, on_step, options=None, history=(), point: bool = False, cancel=None) -> RunResult:
         with self._lock:
             prepared, entry, key, hit = self.prepared(video, sampling, method, config, prompt, on_step, cancel)
             if history:
@@ -101,7 +101,7 @@ class Engine:
             ckey = compression_key(method, config)
             prefix = entry.prefixes.get(ckey)
             result = answer(prepared, task, max_new_tokens, on_step, on_token, options=options, prefix=prefix,
-                            keep_prefix=prefix is None, cache_hit=hit)
+                            keep_prefix=prefix is None, cache_hit=hit, point=point)
             if prefix is None and result.prefix is not None:
                 entry.prefixes[ckey] = result.prefix
                 self.cache.resize(key)
@@ -162,8 +162,15 @@ class Chat:
         s = self.sampling
         frames = f"{s.fps:g} fps (at most {s.max_frames})" if s.fps is not None else f"{s.frames or 'default'} frames"
         return (f"ratio {self.ratio:g}, method {self.method}, preset {self.preset}, {frames}, "
-                f"max {self.max_new_tokens} tokens, history {'on' if self.history else 'off'} "
-                f"({len(self.turns)} turns)")
+                f"replies of at most {self.max_new_tokens} tokens, {self.history_state()}")
+
+    def history_state(self) -> str:
+        """'history on (2 earlier turns sent with each question)', 'history off', ..."""
+        n = len(self.turns)
+        turns = f"{n} earlier turn{'' if n == 1 else 's'}"
+        if self.history:
+            return f"history on ({turns} sent with each question)" if n else "history on (no earlier turns yet)"
+        return f"history off ({turns} kept, not sent; /history on sends them)" if n else "history off"
 
     def command(self, line: str) -> str | None:
         """Apply one `/command [value]`; returns what to tell the user, or None for /quit. Raises
@@ -188,8 +195,8 @@ class Chat:
         takes = {"/ratio", "/method", "/preset", "/frames", "/fps", "/max-frames", "/tokens", "/history"}
         if name not in takes:
             raise ValueError(f"unknown command {name} (/help lists them)")
-        if not value:
-            raise ValueError(f"{name} needs a value (/help)")
+        if not value:  # the setting as it is
+            return self._current(name)
         try:
             if name == "/ratio":
                 self.ratio = check_ratio(_number(value, float), "/ratio")
@@ -217,6 +224,19 @@ class Chat:
             if name in ("/ratio", "/method", "/preset"):
                 self._check_compression(saved)
         return self.settings()
+
+    def _current(self, name: str) -> str:
+        """`/name` without a value: that setting now, and how to change it."""
+        s = self.sampling
+        now = {"/ratio": f"ratio {self.ratio:g}", "/method": f"method {self.method}",
+               "/preset": f"preset {self.preset}",
+               "/frames": (f"{s.frames} frames" if s.frames else "the model's default frame count") if s.fps is None
+               else f"sampling by /fps {s.fps:g}",
+               "/fps": f"{s.fps:g} frames a second" if s.fps is not None else "/fps is off (frames are counted)",
+               "/max-frames": f"at most {s.max_frames} frames" if s.fps is not None else "/max-frames applies with /fps",
+               "/tokens": f"replies of at most {self.max_new_tokens} tokens",
+               "/history": self.history_state()}[name]
+        return f"{now} ({name} VALUE changes it; /help)"
 
     def _check_compression(self, saved: tuple) -> None:
         """A method, preset and ratio that do not go together are refused here, not at the next question."""

@@ -4,8 +4,9 @@ panel (Pillow).
 Drawn only from what the method returned (`assignment`, `index`, `selected`, `report`): nothing is
 recomputed. OTT-Vid's result (it has `selected` and per-pair budgets) is drawn by stage: kept,
 merged chains, spatially pruned, temporally pruned, and the budget panel. Any other method's is
-drawn from its assignment alone: kept (the tokens given to the LLM, at their positions), merged
-(tokens whose assignment is another token's row, outlined in that row's colour), dropped. Pillow
+drawn from its assignment alone: kept as they are (the frame untouched), kept tokens that absorbed
+merged ones (untouched, framed in their own colour), merged tokens (dimmed and tinted the colour of
+the token they went into), dropped (dimmed). Pillow
 is imported inside the functions, so commands that draw nothing do not load it.
 """
 
@@ -21,6 +22,8 @@ import numpy as np
 # Token classes, in the order of the legend.
 KEPT, MERGED, SPATIAL, TEMPORAL = "kept", "merged", "spatially pruned", "temporally pruned"
 DIM = 0.28  # brightness factor of dropped tokens
+TINT = 0.55  # another method's merged tokens: this share of the absorbing token's colour over the dimmed frame
+HEAD = 4  # legend class of another method's kept tokens that absorbed merged ones (framed in their colour)
 MAX_TILES = 48
 
 
@@ -59,6 +62,11 @@ def token_classes(assignment: np.ndarray, index: np.ndarray, selected: np.ndarra
     classes[alive] = np.where(counts[assignment[alive]] > 1, 1, 0)
     classes[chosen & ~alive] = 3
     return classes
+
+
+def frame_px(cell: int) -> int:
+    """Width of the frame around another method's kept token that absorbed merged ones."""
+    return max(2, cell // 5)
 
 
 def component_colour(row: int) -> tuple[int, int, int]:
@@ -114,10 +122,11 @@ def captions(classes: np.ndarray, assignment: np.ndarray, groups: int, grid: tup
                       f"stages){shown_part}")
             return header, [(f"all {total} input tokens:", -1), (f"kept {n[0]}", 0), (f"dropped {n[2]}", 2)], []
         header = (f"T={groups} groups of {gh}x{gw} tokens; {method} gives the LLM {alone + chains} of {total} "
-                  f"tokens: {alone} kept as they are + {chains} that absorbed merged tokens; drawn from "
+                  f"tokens: {alone} kept as they are + {chains} kept that absorbed merged tokens; drawn from "
                   f"{method}'s assignment (it reports no stages){shown_part}")
-        legend = [(f"all {total} input tokens:", -1), (f"kept {n[0]}", 0),
-                  (f"merged into another kept token {n[1]} (outlined in its colour)", 1), (f"dropped {n[2]}", 2)]
+        legend = [(f"all {total} input tokens:", -1), (f"kept as they are {alone}", 0),
+                  (f"kept, absorbing merged tokens {chains} (framed in a colour)", HEAD),
+                  (f"merged {n[1]} (tinted the colour of the token it went into)", 1), (f"dropped {n[2]}", 2)]
         return header, legend, []
     header = (f"T={groups} groups of {gh}x{gw} tokens; the LLM gets {alone + chains} of {total} tokens: "
               f"{alone} kept as they are + {chains} merged, each from a chain of tokens across frames"
@@ -211,24 +220,39 @@ def draw(frames: list[np.ndarray], timestamps: list[float], grid: tuple[int, int
         shaded = tile * factor
         temporal = (classes[t] == 3).repeat(cell, 0).repeat(cell, 1)
         shaded[temporal] = shaded[temporal] * 0.6 + np.array([160.0, 20.0, 20.0]) * 0.4  # red tint
+        if selected is None:  # another method: a merged token is tinted the colour of the token it went into
+            rows_of = assignment[t * tokens:(t + 1) * tokens].reshape(gh, gw)
+            tint = np.array([component_colour(int(r)) if r >= 0 else (0, 0, 0) for r in rows_of.reshape(-1)],
+                            dtype=np.float32).reshape(gh, gw, 3).repeat(cell, 0).repeat(cell, 1)
+            mask = (classes[t] == 1).repeat(cell, 0).repeat(cell, 1)
+            shaded[mask] = tile[mask] * DIM * (1 - TINT) + tint[mask] * TINT
         image.paste(Image.fromarray(np.clip(shaded, 0, 255).astype(np.uint8)), (x0, y0))
-        for n in np.flatnonzero(chained[t]):  # merged: outline in the chain's (output row's) colour
+        for n in np.flatnonzero(chained[t]):  # in a chain: outline in the chain's (output row's) colour
             i, j = divmod(int(n), gw)
+            if selected is None and classes[t, i, j] != 0:
+                continue  # another method: only the token that absorbed the others is framed
             colour = component_colour(int(assignment[t * tokens + n]))
             pen.rectangle([x0 + j * cell, y0 + i * cell, x0 + (j + 1) * cell - 1, y0 + (i + 1) * cell - 1],
-                          outline=colour, width=max(1, cell // 8))
+                          outline=colour, width=max(1, cell // 8) if selected is not None else frame_px(cell))
         pen.text((x0, y0 + tile_h + 2), f"{timestamps[t]:.2f} s", fill=(200, 200, 200), font=font)
         layout.tiles.append((t, (x0, y0, x0 + tile_w, y0 + tile_h)))
 
     legend_y = header_h + rows * (tile_h + label_h + pad) + pad
-    colours = {0: (235, 235, 235), 1: component_colour(3), 2: (70, 70, 70), 3: (120, 40, 40)}
+    colours = {0: (235, 235, 235), 1: component_colour(3), 2: (70, 70, 70), 3: (120, 40, 40), HEAD: (235, 235, 235)}
+    other = selected is None
     for row_index, entries in enumerate(legend_rows):
         y = legend_y + row_index * line
         for text, kind, x in entries:
             if kind >= 0:
                 top = y + (line - swatch) // 2
-                pen.rectangle([x, top, x + swatch, top + swatch], fill=colours[kind] if kind != 1 else None,
-                              outline=colours[kind], width=2)
+                box = [x, top, x + swatch, top + swatch]
+                if kind == HEAD:  # a kept token framed in its chain's colour
+                    pen.rectangle(box, fill=colours[0], outline=component_colour(3), width=max(2, swatch // 4))
+                elif kind == 1 and other:  # merged: filled with the (dimmed) colour of its absorbing token
+                    tinted = tuple(int(c * TINT + 40 * DIM * (1 - TINT)) for c in component_colour(3))
+                    pen.rectangle(box, fill=tinted, outline=tinted, width=2)
+                else:
+                    pen.rectangle(box, fill=colours[kind] if kind != 1 else None, outline=colours[kind], width=2)
                 x += swatch + size // 2
             pen.text((x, y), text, fill=(220, 220, 220), font=font)
     if groups > 1 and staged:

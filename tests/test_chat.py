@@ -50,11 +50,30 @@ def test_chat_answers_each_line_and_encodes_once_across_a_ratio_change(tiny_qwen
 
 
 def test_end_of_input_exits_0_and_bad_commands_do_not_end_the_chat(tiny_qwen):
-    result = chat(tiny_qwen, "/ratio 2\n/bogus x\n/frames\nWhat happens?\n", "--history", "-q")
+    result = chat(tiny_qwen, "/ratio 2\n/bogus x\nWhat happens?\n", "--history", "-q")
     assert result.exit_code == 0, result.output
     assert "error: /ratio must be in (0, 1], got 2.0" in result.stderr
-    assert "error: unknown command /bogus" in result.stderr and "error: /frames needs a value" in result.stderr
+    assert "error: unknown command /bogus" in result.stderr
     assert len(result.stdout.splitlines()) == 1
+
+
+def test_a_command_without_a_value_shows_the_setting_and_the_wait_is_reported_with_its_stages(tiny_qwen):
+    """Issue 27: /history alone shows the state (it was an error); each answer reports the time from
+    Enter to its first token, with the stages that time holds."""
+    result = chat(tiny_qwen, "/history\n/frames\nWhat happens?\n/history\nWho rides?\n")
+    assert result.exit_code == 0, result.output
+    lines = result.stderr.splitlines()
+    assert "history off (/history VALUE changes it; /help)" in lines
+    assert "8 frames (/frames VALUE changes it; /help)" in lines
+    assert "history off (1 earlier turn kept, not sent; /history on sends them) (/history VALUE changes it; /help)" \
+        in lines
+    waits = [line for line in lines if line.startswith("[first token after ")]
+    assert len(waits) == 2, result.stderr
+    first, second = waits
+    for stage in ("decode", "preprocess", "vision", "compression", "prefill"):
+        assert f"{stage} " in first  # the first question prepared the video: every stage took time
+    assert "video prepared" in first and "cache hit" in second and "vision" not in second
+    assert "decoding video" in result.stderr and "generating" in result.stderr  # progress while preparing
 
 
 def test_chat_history_is_sent_with_the_next_question(tiny_qwen):
@@ -88,3 +107,99 @@ def test_ask_with_several_questions_prints_one_object_each(tiny_qwen):
     assert docs[0]["prompt"] != docs[1]["prompt"] and docs[1]["prompt"] == alone["prompt"]
     empty = runner.invoke(app, ["ask", str(DATA / "yoga.mp4"), "What happens?", " ", *args[1:]])
     assert empty.exit_code == 2 and "the question is empty" in empty.stderr
+
+
+# ------------------------------------------------------------------------------------------------
+# Ctrl-C and Ctrl-D on a real terminal: `ottvid chat` in a pseudo-terminal, keys written to it (the
+# terminal sends SIGINT for Ctrl-C, end of input for Ctrl-D at an empty line)
+
+
+class Terminal:
+    """`python -m ottvid_cli ARGS` on a pseudo-terminal of its own; `expect` reads until a text shows."""
+
+    def __init__(self, *args):
+        import os
+        import pty
+        import sys
+
+        env = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1", "COLUMNS": "200"}
+        self.pid, self.fd = pty.fork()
+        if self.pid == 0:  # the child: the command, with the terminal as stdin, stdout and stderr
+            os.execve(sys.executable, [sys.executable, "-m", "ottvid_cli", *map(str, args)], env)
+        self.seen = ""
+
+    def expect(self, text: str, timeout: float = 120.0) -> str:
+        import os
+        import select
+        import time
+
+        end = time.monotonic() + timeout
+        while text not in self.seen:
+            left = end - time.monotonic()
+            ready, _, _ = select.select([self.fd], [], [], max(left, 0))
+            if not ready:
+                raise AssertionError(f"{text!r} did not show in {timeout} s; the terminal showed:\n{self.seen[-3000:]}")
+            try:
+                chunk = os.read(self.fd, 4096)
+            except OSError:  # the command ended
+                chunk = b""
+            if not chunk:
+                raise AssertionError(f"the command ended before {text!r} showed:\n{self.seen[-3000:]}")
+            self.seen += chunk.decode("utf-8", "replace")
+        at = self.seen.index(text) + len(text)
+        shown, self.seen = self.seen[:at], self.seen[at:]
+        return shown
+
+    def send(self, keys: str) -> None:
+        import os
+
+        os.write(self.fd, keys.encode())
+
+    def exit_code(self, timeout: float = 60.0) -> int:
+        import os
+        import time
+
+        end = time.monotonic() + timeout
+        while time.monotonic() < end:
+            try:
+                self.seen += os.read(self.fd, 4096).decode("utf-8", "replace")
+            except OSError:
+                pass
+            pid, status = os.waitpid(self.pid, os.WNOHANG)
+            if pid:
+                os.close(self.fd)
+                return os.waitstatus_to_exitcode(status)
+            time.sleep(0.05)
+        os.kill(self.pid, 9)
+        raise AssertionError(f"the command did not end; the terminal showed:\n{self.seen[-3000:]}")
+
+
+def test_ctrl_c_stops_an_answer_and_keeps_the_session_then_twice_at_the_prompt_leaves(tiny_qwen):
+    term = Terminal("chat", DATA / "bikes.mp4", "--model", tiny_qwen, "--frames", "8", "--max-new-tokens", "100000")
+    term.expect("Ctrl-D leaves")
+    term.expect("> ")
+    term.send("Describe every frame.\n")
+    term.expect("generating")  # the reply is being written (100000 tokens: far longer than the test waits)
+    import time
+
+    time.sleep(1.0)
+    term.send("\x03")  # Ctrl-C: the terminal sends SIGINT
+    term.expect("[answer stopped]")
+    term.expect("> ")  # back at the prompt: the model and the prepared video are kept
+    term.send("/tokens 2\n")
+    term.expect("replies of at most 2 tokens")
+    term.send("Who rides?\n")
+    waited = term.expect("tokens into the LLM]")
+    assert "cache hit: video already encoded" in waited  # no decoding or encoding again
+    term.expect("> ")
+    term.send("\x03")
+    term.expect("(Ctrl-C again, Ctrl-D or /quit leaves)")
+    term.send("\x03")
+    assert term.exit_code() == 0, term.seen
+
+
+def test_ctrl_d_at_the_prompt_leaves(tiny_qwen):
+    term = Terminal("chat", DATA / "bikes.mp4", "--model", tiny_qwen, "--frames", "8", "-q")
+    term.expect("> ")
+    term.send("\x04")  # Ctrl-D at an empty line: end of input
+    assert term.exit_code() == 0, term.seen

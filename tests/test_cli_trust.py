@@ -204,20 +204,54 @@ def test_config_and_env_drive_the_cli(tiny_qwen, tmp_path, monkeypatch):
 # say what happened
 
 
-def test_ground_without_a_span_exits_3(tiny_qwen, monkeypatch):
+def _replying(monkeypatch, text):
+    """The tiny model's real generation, its text then replaced by `text` (a random model writes no time)."""
     from ottvid_cli.backbones.qwen2_5_vl import Qwen25VL
 
     real = Qwen25VL.generate
 
     def reply(self, *args, **kwargs):
         out = real(self, *args, **kwargs)
-        out.text = "I cannot tell."
+        out.text = text
         return out
 
     monkeypatch.setattr(Qwen25VL, "generate", reply)
+
+
+def test_ground_without_a_span_exits_3(tiny_qwen, monkeypatch):
+    _replying(monkeypatch, "I cannot tell.")
     result = invoke("ground", VIDEO, "a bike", "--model", tiny_qwen, "--json", "--max-new-tokens", "1")
     assert result.exit_code == 3 and "no time span" in result.stderr
-    assert json.loads(result.stdout)["span"] is None
+    data = json.loads(result.stdout)
+    assert data["span"] is None and data["span_note"] == "the reply holds no time"
+
+
+def test_ground_reads_one_time_as_no_span_unless_a_point_was_asked_for(tiny_qwen, monkeypatch):
+    _replying(monkeypatch, "It is ... 7 ...")
+    args = ["ground", VIDEO, "a bike", "--model", tiny_qwen, "--max-new-tokens", "1"]
+    result = invoke(*args, "--json")
+    assert result.exit_code == 3, result.output
+    data = json.loads(result.stdout)
+    assert data["span"] is None and data["span_note"] == "the reply holds one time, 7 s, not a start and an end"
+    (line,) = [line for line in result.stderr.splitlines() if line.startswith("error")]
+    assert line == "error: no time span in the model's reply (the reply holds one time, 7 s, not a start and an end)"
+    text = invoke(*args)
+    assert text.exit_code == 3 and "no time span: the reply holds one time, 7 s" in text.stdout
+    point = invoke(*args, "--point", "--json")
+    assert point.exit_code == 0, point.output
+    data = json.loads(point.stdout)
+    assert data["span"] == [7.0, 7.0] and data["span_note"] is None and "'time seconds'" in data["prompt"]
+    assert "7.00 s" in invoke(*args, "--point").stdout
+
+
+def test_a_choice_without_a_readable_letter_says_so(tiny_qwen, monkeypatch):
+    _replying(monkeypatch, "Hard to say.")
+    result = invoke("ask", VIDEO, "Who?", "-c", "A. a dog", "-c", "B. a cat", "--model", tiny_qwen,
+                    "--max-new-tokens", "1")
+    assert result.exit_code == 0, result.output
+    assert "choice: no option letter could be read" in result.stdout
+    plain = invoke("ask", VIDEO, "Who?", "--model", tiny_qwen, "--max-new-tokens", "1")
+    assert "option letter" not in plain.stdout
 
 
 def test_frame_adjustments_are_reported(tiny_qwen):
@@ -361,3 +395,27 @@ def test_a_reader_that_goes_away_is_no_traceback():
     err = proc.stderr.read().decode()
     code = proc.wait(timeout=60)
     assert "Traceback" not in err and code in (0, 1)
+
+
+def test_tables_never_cut_a_number_piped_or_on_a_narrow_terminal(tiny_qwen):
+    """Issue 27: piped through grep, `2,525…` and `prepro…` were shown. A pipe gets tables at their
+    full width; a narrow terminal folds a value onto the next line rather than cutting it."""
+    import io
+
+    from rich.console import Console
+
+    from ottvid_cli.report import render_run
+
+    args = ["ground", VIDEO, "a bike", "--model", tiny_qwen, "--max-new-tokens", "2", "--fps", "1"]
+    piped = runner.invoke(app, args, env={"COLUMNS": "40"})
+    assert piped.exit_code in (0, 3), piped.output
+    assert "…" not in piped.stdout
+    data = json.loads(runner.invoke(app, [*args, "--json"]).stdout)
+    for name in ("load", "decode", "preprocess", "vision", "saliency", "compression", "prefill", "generate"):
+        assert name in piped.stdout
+    data["timings_ms"] = {k: 2525.25 + n for n, k in enumerate(data["timings_ms"])}  # four digits everywhere
+    narrow = Console(file=io.StringIO(), width=50, force_terminal=True, color_system=None)
+    render_run(data, narrow)
+    shown = narrow.file.getvalue()
+    assert "…" not in shown and max(len(line) for line in shown.splitlines()) <= 50
+    assert shown.count("2,5") >= len(data["timings_ms"])  # each time's start is shown, then the rest below it

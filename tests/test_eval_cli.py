@@ -59,6 +59,28 @@ def test_parse_shard():
 
 
 
+def test_a_run_in_which_no_sample_could_be_evaluated_keeps_its_metrics_and_exits_1(tiny_qwen, tmp_path):
+    """Charades-STA with both videos missing: R@0.3/0.5/0.7 and mIoU (not accuracy), exit 1 with one line;
+    run again, the finished run is scored without loading the model."""
+    empty = tmp_path / "videos"
+    empty.mkdir()
+    args = ["charades", "--data", EVAL / "charades_sta_test.txt", "--videos", empty, "--limit", "2", "--skip-missing",
+            "--model", tiny_qwen, "--out", tmp_path / "run", "--json"]
+    result = invoke(*args)
+    assert result.exit_code == 1, result.output
+    summary = json.loads(result.stdout)
+    (only,) = summary["results"]
+    assert only["count"] == only["errors"] == 2
+    assert set(only["metrics"]) == {"R@0.3", "R@0.5", "R@0.7", "mIoU"}
+    said = [line for line in result.stderr.splitlines() if "error:" in line or "hold an error" in line]
+    assert len(said) == 1 and said[0].startswith("error: no sample could be evaluated: all 2 records"), result.stderr
+    assert len((tmp_path / "run" / "samples.jsonl").read_text().splitlines()) == 2  # the records are kept
+    again = invoke(*args)
+    assert again.exit_code == 1 and json.loads(again.stdout)["results"] == summary["results"]
+    assert "loading" not in again.stderr and "no model loaded" in again.stderr
+    rescored = invoke("--rescore", tmp_path / "run", "--json")
+    assert json.loads(rescored.stdout)["results"][0]["metrics"] == only["metrics"]
+
 
 def run_args(tiny_qwen, out):
     return ["jsonl", "--data", EVAL / "custom.jsonl", "--videos", DATA, "--model", tiny_qwen, "--method", "none",

@@ -98,3 +98,24 @@ def test_eval_table_refuses_what_would_not_be_one_table(tmp_path):
         result = invoke(*[part for run in args for part in ("--table", run)])
         lines = result.stderr.strip().splitlines()
         assert result.exit_code == 2 and len(lines) == 1 and message in lines[0], result.stderr
+
+
+def test_a_mixed_custom_set_gives_a_vqa_and_a_grounding_column(tmp_path):
+    """custom.jsonl holds two multiple-choice questions and one grounding query: both halves are scored."""
+    mixed = _run(tmp_path / "mixed", "jsonl", EVAL / "custom.jsonl",
+                 {("none", 1.0): ["A", "B", "From 6 to 14 seconds."], ("ottvid", 0.1): ["A", "A", "From 6 to 10."]})
+    result = invoke("--table", mixed, "--json")
+    assert result.exit_code == 0, result.output
+    table = json.loads(result.stdout)
+    assert [(c["label"], c["family"]) for c in table["columns"]] == [("jsonl (VQA)", "vqa"),
+                                                                     ("jsonl (grounding)", "grounding")]
+    summary = json.loads(invoke("--rescore", mixed, "--json").stdout)
+    for row in table["rows"]:
+        metrics = next(r["metrics"] for r in summary["results"] if (r["method"], r["ratio"]) == (row["method"],
+                                                                                                   row["ratio"]))
+        assert row["scores"] == {"jsonl (VQA)": metrics["accuracy"], "jsonl (grounding)": metrics["mIoU"]}
+    ottvid = table["rows"][1]
+    assert ottvid["average"]["vqa"] == pytest.approx(50.0)  # 1 of 2 right against vanilla's 2 of 2
+    assert ottvid["average"]["grounding"] == pytest.approx(100 * 3.9 / 7.9)  # IoU 3.9/8 against 7.9/8
+    text = invoke("--table", mixed)
+    assert "VQA Avg. (%)" in text.stdout and "VTG Avg. (%)" in text.stdout

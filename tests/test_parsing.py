@@ -81,10 +81,10 @@ def test_26_options_at_most():
         ("From 12.5 seconds to 20.3 seconds.", 60, (12.5, 20.3)),
         ("00:12-00:20", 60, (12.0, 20.0)),
         ("It happens at 00:12 - 00:20.", 60, (12.0, 20.0)),  # the full stop is not a decimal point
-        ("1:02:03", 7200, (3723.0, 3723.0)),
         ("1:02:03 to 1:02:10.5", 7200, (3723.0, 3730.5)),
         ("[12.5, 20.3]", 60, (12.5, 20.3)),
-        ("Around 42 seconds.", 60, (42.0, 42.0)),  # a single time: a zero-length span
+        ("Around 42 seconds.", 60, None),  # a single time is not a span (issue 27; --point reads it)
+        ("... 7 ...", 60, None),
         ("I cannot find it.", 60, None),
         ("", 60, None),
         ("20.3 - 12.5 seconds", 60, (12.5, 20.3)),  # reversed: ordered
@@ -99,3 +99,14 @@ def test_26_options_at_most():
 )
 def test_parse_span(reply, duration, expected):
     assert grounding.parse_span(reply, duration) == expected
+
+
+def test_one_time_is_a_point_only_when_one_was_asked_for():
+    assert grounding.parse_span("1:02:03", 7200) is None
+    assert grounding.span_note("1:02:03") == "the reply holds one time, 3723 s, not a start and an end"
+    assert grounding.parse_span("1:02:03", 7200, point=True) == (3723.0, 3723.0)
+    assert grounding.parse_span("Around 42 seconds.", 30, point=True) == (30.0, 30.0)
+    assert grounding.span_note("Around 42 seconds.", point=True) is None
+    assert grounding.span_note("I cannot find it.") == "the reply holds no time"
+    assert grounding.span_note("3 - 4") is None
+    assert "start and end" in grounding.build_prompt("x") and "'time seconds'" in grounding.build_prompt("x", True)

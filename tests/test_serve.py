@@ -199,6 +199,7 @@ def test_ground(http, media, tiny_qwen):
     assert response.status_code == 200, response.text
     run = response.json()["ottvid"]
     assert run["task"] == "ground" and "span" in run and (run["span"] is None or len(run["span"]) == 2)
+    assert (run["span_note"] is None) == (run["span"] is not None)  # what the reply held when it gave no span
     assert run["frames"]["fps"] == 1
 
 

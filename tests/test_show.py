@@ -206,4 +206,56 @@ def test_another_methods_words_count_its_picture(method):
         assert f"{method} gives the LLM {out.index.numel()} of 72 tokens, each kept as it is (nothing merged)" in header
         assert legend[1:] == [f"kept {out.index.numel()}", f"dropped {72 - out.index.numel()}"]
     else:
-        assert len(legend) == 4 and legend[2].startswith(f"merged into another kept token {merged}")
+        assert len(legend) == 5 and legend[3].startswith(f"merged {merged} ")
+
+
+@pytest.mark.parametrize("method", ["fastvid", "divprune"])  # merges most tokens; drops them
+def test_another_methods_picture_shows_kept_merged_and_dropped_apart(tiny_qwen, method):
+    """Issue 27: a method that merges most tokens (FastVID) was drawn as outlines over the untouched
+    frame. Now: kept tokens show the frame untouched (those that absorbed others framed in their
+    colour), merged ones are dimmed and tinted the colour of the token they went into, dropped ones dimmed."""
+    import re
+
+    backbone = load_backbone(str(tiny_qwen))
+    prepared = pipeline.prepare(backbone, DATA / "bikes.mp4", pipeline.Sampling(frames=16), method,
+                                pipeline.make_config(0.25, "paper", backbone, method=method))
+    compressed, clip, (gh, gw) = prepared.compressed, prepared.clip, prepared.visual.grid
+    image, layout = show.picture(clip, compressed, (gh, gw), backbone.frames_per_group)
+    pixels = np.asarray(image, dtype=np.float64)
+    cell = int(layout.cell[0])
+    assignment = compressed.assignment.numpy()
+    classes = show.token_classes(assignment, compressed.index.numpy(), None, gh * gw)
+    members = np.bincount(assignment[assignment >= 0], minlength=len(compressed.index))
+    seen = {"kept": 0, "head": 0, "merged": 0, "dropped": 0}
+    for t, (x0, y0, x1, y1) in layout.tiles:
+        frame = clip.frames[t * backbone.frames_per_group]
+        original = np.asarray(Image.fromarray(frame).resize((x1 - x0, y1 - y0), Image.BICUBIC), dtype=np.float64)
+        for i in range(gh):
+            for j in range(gw):
+                n = t * gh * gw + i * gw + j
+                inner = show.frame_px(cell) + 1  # inside any frame
+                ys, xs = slice(i * cell + inner, (i + 1) * cell - inner), slice(j * cell + inner, (j + 1) * cell - inner)
+                drawn, source = pixels[y0:y1, x0:x1][ys, xs], original[ys, xs]
+                if classes[n] == 0:  # kept: the frame itself
+                    assert np.abs(drawn - source).max() <= 1
+                    head = members[assignment[n]] > 1
+                    seen["head" if head else "kept"] += 1
+                    if head:  # framed in its own colour
+                        edge = pixels[y0 + i * cell, x0 + j * cell + cell // 2]
+                        assert tuple(edge) == show.component_colour(int(assignment[n]))
+                elif classes[n] == 1:  # merged: dimmed and tinted the colour of the token it went into
+                    colour = np.array(show.component_colour(int(assignment[n])), dtype=np.float64)
+                    assert np.abs(drawn - (source * show.DIM * (1 - show.TINT) + colour * show.TINT)).max() <= 1.5
+                    seen["merged"] += 1
+                else:  # dropped: dimmed
+                    assert np.abs(drawn - source * show.DIM).max() <= 1.5
+                    seen["dropped"] += 1
+    assert seen["kept"] + seen["head"] == compressed.report.kept
+    assert seen["merged" if method == "fastvid" else "dropped"] > 0
+    if seen["merged"] == 0:  # a pure pruning (divprune): kept and dropped only
+        assert seen["head"] == 0 and layout.words[2:4] == [f"kept {seen['kept']}", f"dropped {seen['dropped']}"]
+        return
+    legend = layout.words[1:6]
+    counts = [int(re.search(r"(\d+)", text)[1]) for text in legend[1:]]
+    assert counts == [seen["kept"], seen["head"], seen["merged"], seen["dropped"]]
+    assert legend[2].startswith("kept, absorbing merged tokens") and legend[3].startswith("merged ")

@@ -23,11 +23,11 @@ from ..cli import (
     DECODER,
     DEVICE,
     DTYPE,
-    FPS,
-    FRAMES,
+    EVAL_FPS,
+    EVAL_FRAMES,
+    EVAL_MAX_PIXELS,
     JSON,
     MAX_FRAMES,
-    MAX_PIXELS,
     SIGLIP_HEAD,
     METHOD_LIST,
     MODEL,
@@ -55,8 +55,8 @@ def eval_command(
     model: str = MODEL,
     method: list[str] = METHOD_LIST,
     ratio: list[float] = RATIOS,
-    frames: int = FRAMES,
-    fps: float = FPS,
+    frames: int = EVAL_FRAMES,
+    fps: float = EVAL_FPS,
     max_frames: int = MAX_FRAMES,
     limit: int = typer.Option(None, "--limit", callback=_checked(check_count, "--limit"),
                               help="Only the first N samples of the file."),
@@ -87,7 +87,7 @@ def eval_command(
     device: str = DEVICE,
     dtype: str = DTYPE,
     attention: str = ATTENTION,
-    max_pixels: int = MAX_PIXELS,
+    max_pixels: int = EVAL_MAX_PIXELS,
     decoder: str = DECODER,
     siglip_head: str = SIGLIP_HEAD,
 ) -> None:
@@ -273,7 +273,7 @@ def _show_table(table: dict, as_json: bool) -> None:
     _console().print(view)
 
 
-def _show(summary: dict, as_json: bool) -> None:
+def _show(summary: dict, as_json: bool, failed_run: bool = False) -> None:
     from rich.table import Table
 
     if as_json:
@@ -301,7 +301,7 @@ def _show(summary: dict, as_json: bool) -> None:
     if summary.get("out"):
         console.print(f"records and summary in {summary['out']}", highlight=False, soft_wrap=True)
     errors = sum(r["errors"] for r in results)
-    if errors:
+    if errors and not (failed_run and errors == sum(r["count"] for r in results)):  # then one error line says it
         err.print(f"{errors} records hold an error (left out of the metrics; a subset is not comparable with the "
                   f"paper's tables): see the `error` field in samples.jsonl", highlight=False)
 
@@ -406,20 +406,25 @@ def _evaluate(bench, data, videos, model, method, ratio, frames, fps, max_frames
             lock.append(RecordLock(out_dir, rank, shards))
         if distributed and device in (None, "auto", "cuda"):  # one GPU per process
             device = _rank_device()
-        progress = _Progress(quiet or rank > 0 and distributed)
-        backbone = _load(model, device, dtype, attention, max_pixels, progress, siglip_head)
-        progress.stop()
-        from .runner import run
+        stats = None
+        if _left_to_run(out_dir, samples, runs, rank, shards, retry_errors):
+            progress = _Progress(quiet or rank > 0 and distributed)
+            backbone = _load(model, device, dtype, attention, max_pixels, progress, siglip_head)
+            progress.stop()
+            from .runner import run
 
-        label = f"{bench} shard {rank}/{shards}" if shards > 1 else bench
-        bar = _Bar(quiet, label)
-        try:
-            stats = cli._run(lambda: run(backbone, samples, out_dir, runs, videos, plan, rank=rank, shards=shards,
-                                         preset=preset, retry_errors=retry_errors, on_progress=bar,
-                                         prefetch=prefetch),
-                             _Progress(True))
-        finally:
-            bar.stop()
+            label = f"{bench} shard {rank}/{shards}" if shards > 1 else bench
+            bar = _Bar(quiet, label)
+            try:
+                stats = cli._run(lambda: run(backbone, samples, out_dir, runs, videos, plan, rank=rank, shards=shards,
+                                             preset=preset, retry_errors=retry_errors, on_progress=bar,
+                                             prefetch=prefetch),
+                                 _Progress(True))
+            finally:
+                bar.stop()
+        elif not quiet:
+            err.print(f"every sample of {out_dir} has its records already: scoring them (no model loaded; "
+                      f"--retry-errors runs the failed ones again)", highlight=False, markup=False, soft_wrap=True)
     except KeyboardInterrupt as exc:
         group.close()
         terminated = isinstance(exc, _Terminated)
@@ -429,7 +434,7 @@ def _evaluate(bench, data, videos, model, method, ratio, frames, fps, max_frames
         _restore_sigterm(previous)
         for held in lock:
             held.release()  # before the barrier: rank 0 merges every shard file next
-    if stats.errors and not quiet:
+    if stats is not None and 0 < stats.errors < stats.records and not quiet:
         err.print(f"{stats.errors} of {stats.records} records hold an error", highlight=False)
     group.barrier()
     if rank != 0 and distributed:
@@ -445,7 +450,28 @@ def _evaluate(bench, data, videos, model, method, ratio, frames, fps, max_frames
         summary = _compare(summary, compare)
         write_summary(out_dir, summary)
     summary["out"] = str(out_dir)
-    _show(summary, as_json)
+    _show(summary, as_json, failed_run=True)
+    _fail_if_nothing_evaluated(summary, out_dir)
+
+
+def _left_to_run(out_dir, samples, runs, rank: int, shards: int, retry_errors: bool) -> int:
+    """How many (sample, method, ratio) of this shard OUT holds no record of yet (with
+    --retry-errors, error records count as not done): checked before the model loads."""
+    from .store import load_records, record_key, shard
+
+    done = {record_key(r["id"], r["method"], r["ratio"]) for r in load_records(out_dir)
+            if not (retry_errors and r.get("error") is not None)}
+    return sum(1 for s in shard(samples, rank, shards) for m, r in runs if record_key(s.id, m, r) not in done)
+
+
+def _fail_if_nothing_evaluated(summary: dict, out_dir) -> None:
+    """A run in which no sample could be evaluated (every record holds an error) exits 1 with one
+    line; the records are kept."""
+    results = summary["results"]
+    records = sum(r["count"] for r in results)
+    if records and all(r["errors"] == r["count"] for r in results):
+        _fail(f"no sample could be evaluated: all {records} records hold an error (kept in {out_dir}; see the "
+              f"`error` field in samples.jsonl)", code=cli.EXIT_RUN)
 
 
 def _finish(out_dir, samples, runs, shards, rank, distributed, quiet) -> dict | None:

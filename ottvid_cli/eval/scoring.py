@@ -317,15 +317,18 @@ def grounding_metrics(ious: Iterable[float]) -> dict[str, float]:
 
 
 def metrics(benchmark: str, records: list[dict]) -> dict[str, float]:
-    """The metrics of one (method, ratio) from its records that ran (no error)."""
+    """The metrics of one (method, ratio) from its records that ran (no error). Which metrics: the
+    benchmark's (grounding: R@0.3/0.5/0.7 and mIoU; VQA: accuracy), decided by the kinds of all the
+    records, errors included, so that a run whose samples all failed still reports its own metrics."""
+    grounding = benchmark in GROUNDING_BENCHMARKS or any(r.get("kind") == GROUNDING for r in records)
+    vqa = benchmark not in GROUNDING_BENCHMARKS and (any(r.get("kind", "mc") != GROUNDING for r in records)
+                                                      or not grounding)
     ok = [r for r in records if r.get("error") is None]
-    mc = [r for r in ok if r.get("kind", "mc") != GROUNDING]
-    spans = [r for r in ok if r.get("kind") == GROUNDING]
     out: dict[str, float] = {}
-    if mc or not spans:
-        out.update(mc_metrics(benchmark, mc))
-    if spans:
-        out.update(grounding_metrics(r["score"] for r in spans))
+    if vqa:
+        out.update(mc_metrics(benchmark, [r for r in ok if r.get("kind", "mc") != GROUNDING]))
+    if grounding:
+        out.update(grounding_metrics(r["score"] for r in ok if r.get("kind") == GROUNDING))
     return out
 
 
@@ -339,18 +342,20 @@ def relative(value: float, vanilla: float) -> float | None:
     return 100.0 * value / vanilla if vanilla else None
 
 
-def relative_scores(summaries: Sequence[dict], labels: Sequence[str] | None = None
-                    ) -> dict[tuple[str, float], dict[str, float | None]]:
-    """Table 1's "Avg. (%)": for each (method, ratio), its headline score as % of vanilla on each
-    benchmark summary given (keyed by its benchmark, or by `labels`), and "average", the mean over the
-    benchmarks where both ran. Pass the VQA summaries and the grounding ones separately, as the paper
-    averages them separately."""
+def relative_scores(summaries: Sequence[dict], labels: Sequence[str] | None = None,
+                    names: Sequence[str] | None = None) -> dict[tuple[str, float], dict[str, float | None]]:
+    """Table 1's "Avg. (%)": for each (method, ratio), its headline score (or the metric `names` gives
+    for each summary) as % of vanilla on each benchmark summary given (keyed by its benchmark, or by
+    `labels`), and "average", the mean over the benchmarks where both ran. Pass the VQA summaries and
+    the grounding ones separately, as the paper averages them separately."""
     table: dict[tuple[str, float], dict[str, float | None]] = {}
     for n, summary in enumerate(summaries):
         vanilla = next((r for r in summary["results"] if r["method"] == VANILLA), None)
         if vanilla is None:
             continue
-        name = headline(vanilla["metrics"])
+        name = names[n] if names is not None else headline(vanilla["metrics"])
+        if name not in vanilla["metrics"]:
+            continue
         for result in summary["results"]:
             value = relative(result["metrics"].get(name, 0.0), vanilla["metrics"][name])
             label = labels[n] if labels is not None else summary["benchmark"]
@@ -365,12 +370,23 @@ GROUNDING_BENCHMARKS = ("charades", "activitynet", "timelens")
 FAMILIES = ("vqa", "grounding")
 
 
-def family(summary: dict) -> str:
-    """"grounding" for a grounding benchmark's summary (or a custom set scored by mIoU), else "vqa"."""
+FAMILY_METRIC = {"vqa": "accuracy", "grounding": "mIoU"}  # the score Table 1 shows for each family
+
+
+def families(summary: dict) -> list[str]:
+    """The task families a summary scores: ["grounding"] for a grounding benchmark, ["vqa"] for a
+    VQA one, and for a custom set those whose metric it holds (both for a mixed JSONL set)."""
     if summary["benchmark"] in GROUNDING_BENCHMARKS:
-        return "grounding"
-    metrics = next((r["metrics"] for r in summary["results"] if r["metrics"]), {})
-    return "vqa" if summary["benchmark"] != "jsonl" or headline(metrics) == "accuracy" else "grounding"
+        return ["grounding"]
+    if summary["benchmark"] != "jsonl":
+        return ["vqa"]
+    held = {name for r in summary["results"] for name in r["metrics"]}
+    return [f for f in FAMILIES if FAMILY_METRIC[f] in held] or ["vqa"]
+
+
+def family(summary: dict) -> str:
+    """"grounding" for a grounding benchmark's summary (or a custom set scored by mIoU only), else "vqa"."""
+    return families(summary)[0]
 
 
 def paper_table(summaries: Sequence[dict], labels: Sequence[str], methods: Sequence[str] = ()) -> dict[str, Any]:
@@ -380,7 +396,14 @@ def paper_table(summaries: Sequence[dict], labels: Sequence[str], methods: Seque
     headline score (accuracy for VQA, mIoU for grounding, in %), and per task family the mean of the
     scores as % of vanilla, "Avg. (%)", the VQA and grounding benchmarks apart as the paper averages
     them. A score or average is None where the setting or vanilla did not run."""
-    columns = [{"label": label, "benchmark": s["benchmark"], "family": family(s)} for label, s in zip(labels, summaries)]
+    columns, sources = [], []  # a mixed custom set gives a column per family: "label (VQA)", "label (grounding)"
+    for label, summary in zip(labels, summaries):
+        held = families(summary)
+        for f in held:
+            name = label if len(held) == 1 else f"{label} ({'VQA' if f == 'vqa' else f})"
+            columns.append({"label": name, "benchmark": summary["benchmark"], "family": f})
+            sources.append(summary)
+    summaries = sources
     keys: dict[tuple[str, float], None] = {}
     for summary in summaries:
         for result in summary["results"]:
@@ -388,15 +411,15 @@ def paper_table(summaries: Sequence[dict], labels: Sequence[str], methods: Seque
     rank = {m: n for n, m in enumerate(dict.fromkeys([*methods, *(m for m, _ in keys)]))}
     order = sorted(keys, key=lambda k: (k[0] != VANILLA, -k[1], rank[k[0]]))
     relatives = {f: relative_scores([s for s, c in zip(summaries, columns) if c["family"] == f],
-                                    [c["label"] for c in columns if c["family"] == f]) for f in FAMILIES}
+                                    [c["label"] for c in columns if c["family"] == f],
+                                    [FAMILY_METRIC[f]] * sum(c["family"] == f for c in columns)) for f in FAMILIES}
     rows = []
     for method, ratio in order:
         scores = {}
         for column, summary in zip(columns, summaries):
             result = next((r for r in summary["results"] if (r["method"], r["ratio"]) == (method, ratio)), None)
             metrics = result["metrics"] if result is not None else {}
-            name = "accuracy" if column["family"] == "vqa" else "mIoU"
-            scores[column["label"]] = metrics.get(name)
+            scores[column["label"]] = metrics.get(FAMILY_METRIC[column["family"]])
         rel = {f: relatives[f].get((method, ratio), {}) for f in FAMILIES}
         rows.append({"method": method, "ratio": ratio, "scores": scores,
                      "relative": {c["label"]: rel[c["family"]].get(c["label"]) for c in columns},
