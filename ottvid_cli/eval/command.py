@@ -209,10 +209,10 @@ def _check_members(run, records, benchmark: str, data) -> None:
 
 
 def _console():
-    """stdout for a table: the terminal, or a wide console that truncates no column in a file."""
-    from rich.console import Console
+    """stdout for a table: the terminal, or a console as wide as any table needs in a pipe or a file."""
+    from ..report import table_console
 
-    return out if out.is_terminal else Console(width=max(out.width, 160))
+    return table_console(out)
 
 
 def _paper_table(runs: list[str]) -> dict:
