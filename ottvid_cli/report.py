@@ -80,6 +80,8 @@ def render_run(result: dict[str, Any], console: Console, streamed: bool = False)
     for name in names:
         timings.add_column(name, justify="right")
     timings.add_row(*(_ms(result["timings_ms"].get(n)) for n in names))
+    if result["timings_ms"].get("warmup") is not None:  # the first-call overheads, paid before the question
+        timings.caption = f"warm-up before the first question (first-call overheads): {_ms(result['timings_ms']['warmup'])} ms"
     console.print(timings)
     if result.get("picture"):
         p = result["picture"]
