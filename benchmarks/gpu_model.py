@@ -1,7 +1,7 @@
 """The model side on a GPU (issue 22): the vision encoder's attention calls, prefix reuse, the warm start
 and TTFT, on a random Qwen2.5-VL of the 7B's shape built on the device.
 
-    python benchmarks/gpu_model.py                    # CUDA, bf16, 28 LLM layers, 32 vision blocks
+    python benchmarks/gpu_model.py                    # CUDA, bf16, 28 LLM layers, 32 vision blocks, 448 x 448
     python benchmarks/gpu_model.py --smoke            # the tiny test model on the CPU, in seconds
     python benchmarks/gpu_model.py --only vision --repeats 10 --json
 
@@ -48,6 +48,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--smoke", action="store_true", help="the tiny test model on the CPU, few frames: seconds")
     p.add_argument("--video", default=str(ROOT / "tests" / "data" / "cockatoo.mp4"))
     p.add_argument("--frames", type=int, default=None, help="default 32 (smoke: 8)")
+    p.add_argument("--size", type=int, default=None,
+                   help="resize every frame to SIZE x SIZE before preprocessing (default 448; smoke: 0, as decoded)")
     p.add_argument("--llm-layers", type=int, default=28)
     p.add_argument("--vision-blocks", type=int, default=32)
     p.add_argument("--device", default="auto")
@@ -69,6 +71,8 @@ def settle(args: argparse.Namespace) -> argparse.Namespace:
         args.frames = 8 if args.smoke else 32
     if args.repeats is None:
         args.repeats = 2 if args.smoke else 5
+    if args.size is None:
+        args.size = 0 if args.smoke else 448
     if args.smoke:
         args.warmup = min(args.warmup, 1)
     return args
@@ -112,7 +116,8 @@ def build(args: argparse.Namespace):
         vision = {**shape["vision"], "fullatt_block_indexes": [i for i in (7, 15, 23, 31) if i < args.vision_blocks]
                   or [args.vision_blocks - 1]}
         data["vision_config"] = {**data["vision_config"], **vision}
-        data["text_config"] = {**data["text_config"], **shape["text"]}
+        text = {k: v for k, v in data["text_config"].items() if k != "layer_types"}  # derived from the depth
+        data["text_config"] = {**text, **shape["text"]}
         config = type(config).from_dict(data)
         torch.manual_seed(0)
         with torch.device(device):
@@ -135,9 +140,22 @@ def describe(args: argparse.Namespace, dtype: Any = None) -> str:
 
 
 def clip_of(args: argparse.Namespace):
+    """The sampled clip; with --size S every frame resized to S x S first (issue 22's setting: 448 x 448,
+    where every window of a block has the same size)."""
+    from dataclasses import replace
+
     from ottvid_cli.video import sample_frames
 
-    return sample_frames(args.video, args.frames)
+    clip = sample_frames(args.video, args.frames)
+    if not args.size:
+        return clip
+    import torch
+    from torchvision.transforms import InterpolationMode
+    from torchvision.transforms import functional as TF
+
+    frames = torch.from_numpy(clip.frames).permute(0, 3, 1, 2)
+    frames = TF.resize(frames, [args.size, args.size], interpolation=InterpolationMode.BICUBIC, antialias=True)
+    return replace(clip, frames=frames.clamp(0, 255).to(torch.uint8).permute(0, 2, 3, 1).contiguous().numpy())
 
 
 def stats(values: list[float]) -> dict[str, float]:
@@ -290,7 +308,8 @@ def first_request(args: argparse.Namespace) -> dict[str, Any]:
         data["process"] = "this process"
         return data
     command = [sys.executable, str(Path(__file__).resolve()), "--only", "first-request", "--in-process", "--json",
-               "--video", args.video, "--frames", str(args.frames), "--llm-layers", str(args.llm_layers),
+               "--video", args.video, "--frames", str(args.frames), "--size", str(args.size),
+               "--llm-layers", str(args.llm_layers),
                "--vision-blocks", str(args.vision_blocks), "--device", args.device, "--dtype", args.dtype,
                "--repeats", str(args.repeats), "--max-new-tokens", str(args.max_new_tokens),
                "--ratios", *map(str, args.ratios)]
