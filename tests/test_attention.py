@@ -114,8 +114,10 @@ def test_qwen2_5_vl_encode_and_saliency_unchanged(qwen_pair, qwen_inputs):
     torch.testing.assert_close(a.saliency, b.saliency, rtol=0, atol=1e-6)
 
 
-def test_qwen3_vl_vision_in_one_call_per_block(tiny_qwen3_vl):
-    ours, stock = load_backbone(str(tiny_qwen3_vl)), load_backbone(str(tiny_qwen3_vl), attention="sdpa")
+@pytest.mark.parametrize("fixture", ["tiny_qwen3_vl", "tiny_qwen3_vl_moe"])
+def test_qwen3_vl_vision_in_one_call_per_block(fixture, request):
+    folder = str(request.getfixturevalue(fixture))
+    ours, stock = load_backbone(folder), load_backbone(folder, attention="sdpa")
     assert ours.model.config.vision_config._attn_implementation == PACKED
     clip = sample_frames(DATA / "bikes.mp4", 16)
     inputs = ours.preprocess(clip.frames, clip.timestamps, clip.duration, "What happens?")
