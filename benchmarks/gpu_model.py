@@ -9,10 +9,10 @@ Tables (median, min-max over --repeats, after --warmup untimed runs):
   vision encoder   the encoder's time warm with transformers' stock sdpa path (one attention call per
                    window / frame group) and with ours (attention.PACKED: one call per block); their
                    attention call counts for the video; the largest difference of their features
-  next question    TTFT of a later question about the same video with prefix reuse (only the question
-                   prefilled) and without (a full prefill of the compressed prompt)
+  next question    TTFT of a later question about the same video file with prefix reuse (only the
+                   question prefilled) and without (a full prefill of the compressed prompt)
   first request    a fresh process: load, warm-up (as `serve` / `chat` do), then the first request
-                   and warm ones (new engines, nothing cached)
+                   and warm ones (new engines, nothing cached; the video file as sampled, not resized)
   TTFT             vanilla vs OTT-Vid at --ratios through `ottvid profile`'s code (profile.profile)
 The model has Qwen2.5-VL-7B's widths and, by default, its full depth with its full-attention blocks
 (7, 15, 23, 31); random weights in --dtype, built directly on the device (no checkpoint is written),
@@ -239,7 +239,7 @@ def measure_reuse(args: argparse.Namespace) -> dict[str, Any]:
     from ottvid_cli.session import Engine
 
     backbone = build(args)
-    clip = clip_of(args)
+    clip = args.video  # a file, as a served request names it (its content hash is memoised by its stat)
     engine = Engine(backbone)
     questions = iter(QUESTIONS * (2 * (args.repeats + args.warmup) + 2))
     ratio = args.ratios[0]
@@ -283,7 +283,7 @@ def measure_first_request(args: argparse.Namespace) -> dict[str, Any]:
     backbone = build(args)
     built = (time.perf_counter() - start) * 1e3
     warm = Engine(backbone).warm_up()
-    clip = clip_of(args)
+    clip = args.video  # a file, as a served request names it
 
     def request() -> float:
         engine = Engine(backbone)
@@ -385,8 +385,14 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def sections(args: argparse.Namespace | None = None) -> list:
-    """The tables (rich Tables), for benchmarks/gpu.py: `sections(parser().parse_args([...]))`."""
-    args = args if args is not None else parser().parse_args([])
+    """The tables (rich Tables), for benchmarks/gpu.py. `args`: this script's options (`parser()`), or
+    another script's namespace: the options this one knows are taken from it (None values skipped),
+    the rest keep their defaults."""
+    merged = parser().parse_args([])
+    for key, value in vars(args or argparse.Namespace()).items():
+        if hasattr(merged, key) and value is not None:
+            setattr(merged, key, value)
+    args = merged
     data = measure(args)
     return [TABLES[name](data[name]) for name in SECTIONS if name in data]
 

@@ -34,3 +34,14 @@ def test_smoke_runs_every_section(capsys):
         console.print(gpu_model.TABLES[name](data[name]))
     text = console.file.getvalue()
     assert "packed (ours)" in text and "with prefix reuse" in text and "first / warm" in text and "ottvid" in text
+
+
+def test_sections_take_another_scripts_options():
+    import argparse
+
+    from rich.table import Table
+
+    args = argparse.Namespace(smoke=True, repeats=1, warmup=0, frames=4, only=["vision"], compression_only=True,
+                              device=None)
+    tables = gpu_model.sections(args)
+    assert len(tables) == 1 and isinstance(tables[0], Table) and "vision encoder" in str(tables[0].title)
