@@ -50,6 +50,18 @@ def test_packed_sdpa_equals_one_call_per_segment(bounds):
     assert counter.calls == len({b - a for a, b in zip(bounds[:-1], bounds[1:]) if b > a})
 
 
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="the varlen kernels run on CUDA only")
+@pytest.mark.parametrize("bounds", [[0, 64, 128, 144, 208, 224], [0, 1024, 2048], [0, 1024, 1536, 2560]])
+def test_packed_sdpa_on_cuda_in_bf16(bounds):
+    """Equal segments (one batched call), unequal ones of at most 128 tokens (a varlen kernel) and longer
+    unequal ones (one call per length) against one call per segment, in bf16."""
+    torch.manual_seed(0)
+    q, k, v = (torch.randn(bounds[-1], 16, 80, device="cuda", dtype=torch.bfloat16) for _ in range(3))
+    cu = torch.tensor(bounds, dtype=torch.int32, device="cuda")
+    torch.testing.assert_close(packed_sdpa(q, k, v, cu, 80 ** -0.5), reference(q, k, v, bounds, 80 ** -0.5),
+                               rtol=2e-2, atol=2e-2)
+
+
 def test_packed_sdpa_leaves_tokens_outside_the_segments_at_zero():
     q, k, v = (torch.randn(12, 2, 8) for _ in range(3))
     out = packed_sdpa(q, k, v, torch.tensor([2, 6, 10]), None)
