@@ -138,6 +138,10 @@ def test_qwen3_vl_vision_in_one_call_per_block(fixture, request):
     depth = ours.model.config.vision_config.depth
     assert calls == depth and stock_calls == depth * int(inputs["video_grid_thw"][0, 0])
     torch.testing.assert_close(features, expected, rtol=0, atol=1e-5)
+    a, b = ours.encode(inputs), stock.encode(inputs)  # saliency and DeepStack features too
+    torch.testing.assert_close(a.saliency, b.saliency, rtol=0, atol=1e-6)
+    for x, y in zip(a.extra["deepstack"], b.extra["deepstack"]):
+        torch.testing.assert_close(x, y, rtol=0, atol=1e-5)
 
 
 def test_cuda_backends_leave_out_cudnn_unless_asked(monkeypatch):
