@@ -147,8 +147,7 @@ def video_key(backbone: Any, video: Any, sampling: Any, cancel: Cancel | None = 
         content = "frames:" + digest.hexdigest()
     model = getattr(backbone, "model", None)
     config = getattr(model, "config", None)
-    fingerprint = hashlib.blake2b(config.to_json_string(use_diff=False).encode(), digest_size=8).hexdigest() \
-        if config is not None else None
+    fingerprint = config_fingerprint(config) if config is not None else None
     key = {"format": FORMAT, "video": content, "sampling": dataclasses.asdict(sampling),
            "model": str(getattr(backbone, "name", type(backbone).__name__)), "model_config": fingerprint,
            "dtype": str(getattr(model, "dtype", "")), "max_pixels": getattr(backbone, "max_pixels", None)}
@@ -156,6 +155,24 @@ def video_key(backbone: Any, video: Any, sampling: Any, cancel: Cancel | None = 
     if head is not None:  # LLaVA-OneVision's SigLIP head: its signals are part of the encoded video
         key["siglip_head"] = str(head)
     return key
+
+
+_FINGERPRINTS: dict[int, tuple[Any, str]] = {}  # id(config) -> (weak reference, fingerprint)
+
+
+def config_fingerprint(config: Any) -> str:
+    """blake2b of a model config's full JSON, computed once per config object (serialising it took
+    milliseconds of every later question's time)."""
+    import weakref
+
+    entry = _FINGERPRINTS.get(id(config))
+    if entry is not None and entry[0]() is config:
+        return entry[1]
+    value = hashlib.blake2b(config.to_json_string(use_diff=False).encode(), digest_size=8).hexdigest()
+    for key in [k for k, (ref, _) in _FINGERPRINTS.items() if ref() is None]:
+        del _FINGERPRINTS[key]
+    _FINGERPRINTS[id(config)] = (weakref.ref(config), value)
+    return value
 
 
 def compression_key(method: str, config: Any) -> str:

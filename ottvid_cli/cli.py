@@ -394,6 +394,13 @@ def _load(model: str, device: str, dtype: str, attention: str, max_pixels: int |
         _fail(str(exc), code=EXIT_RUN)
 
 
+def _warm_up(engine, progress: _Progress) -> None:
+    """One small question through the loaded model (`Engine.warm_up`: the first-call overheads, timed as
+    the backbone's `warmup_ms`), so that the user's first question runs warm."""
+    progress.step("warming up the model")
+    _run(engine.warm_up, _Progress(quiet=True))  # failures as one-line errors; the display goes on
+
+
 def _run(work, progress: _Progress):
     """Run library work, mapping its failures to one-line errors."""
     import torch
@@ -457,6 +464,7 @@ def _answer(task: str, video: str, texts, options, ratio, frames, fps, max_frame
         _fail(f"ground needs a Qwen2.5-VL model: {backbone.name} is not trained to give time spans "
               f"(the paper evaluates grounding on Qwen2.5-VL only)")
     engine = _engine(backbone, cache_dir, max_gb=cache_max_gb)
+    _warm_up(engine, progress)
     documents, failure = [], ""
     for i, text in enumerate(texts):
         if len(texts) > 1 and not as_json:
@@ -783,9 +791,10 @@ def chat(
     _check_video(video, decoder)
     progress = _Progress(quiet)
     backbone = _load(model, device, dtype, attention, max_pixels, progress, siglip_head)
+    engine = _engine(backbone, cache_dir, keep_saliency=True, max_gb=cache_max_gb)
+    _warm_up(engine, progress)
     progress.stop()
-    session = Chat(_engine(backbone, cache_dir, keep_saliency=True, max_gb=cache_max_gb), video, sampling, ratio, method, preset,
-                   max_new_tokens, history)
+    session = Chat(engine, video, sampling, ratio, method, preset, max_new_tokens, history)
     interactive = sys.stdin.isatty()
     if not quiet:
         leave = "/quit or Ctrl-D leaves" if interactive else "/quit or end of input leaves"

@@ -315,10 +315,17 @@ class RunResult:
             "answer": self.answer, "letter": self.letter, "span": self.span,
             "frames": p.frames, "tokens": self.tokens,
             "compression": self.compression,
-            "timings_ms": {"load": getattr(p.backbone, "load_ms", None), **{k: self.timings_ms.get(k) for k in STAGES}},
+            "timings_ms": {"load": getattr(p.backbone, "load_ms", None), **_warmup_ms(p.backbone),
+                           **{k: self.timings_ms.get(k) for k in STAGES}},
             "cache_hit": self.cache_hit,
             **({"span_note": self.span_note} if self.task == "ground" else {}),
         }
+
+
+def _warmup_ms(backbone: Any) -> dict[str, float]:
+    """{"warmup": ms} when this process warmed the model up (`warmup.warm_up`), else {}."""
+    ms = getattr(backbone, "warmup_ms", None)
+    return {"warmup": ms} if ms is not None else {}
 
 
 def ask(backbone, video: str | Path | Video, question: str, options: list[str] | None = None,

@@ -3,7 +3,9 @@ Table 4), on the same decoded frames and the same encoder output.
 
 The frames are preprocessed and encoded (vision encoder + saliency) `warmup` times untimed and
 `repeats` times timed, once for all runs (not per run): the encoder runs `warmup + repeats` times in
-all, and its last output is what every run compresses (`Prepared.recompress`). Each run (vanilla,
+all, and its last output is what every run compresses (`Prepared.recompress`). The first call of each
+step (the first encoding, vanilla's first prefill, the first compression) is kept apart as
+`first_call_ms`: in a fresh process it holds the first-call overheads that the warm medians leave out. Each run (vanilla,
 then each method at each ratio) then compresses and prefills the LLM, `warmup` times untimed and
 `repeats` times timed, through the same calls `ask` uses. TTFT is vision + saliency + compression +
 prefill (vanilla: vision + prefill), the i-th timed encoding paired with the i-th timed run: the
@@ -59,10 +61,14 @@ class ProfileResult:
     rows: list[ProfileRow] = field(default_factory=list)
     repeats: int = 0
     warmup: int = 0
+    # the first call of each step in this process (ms): the vision encoder's and saliency's first
+    # encoding, vanilla's first prefill, the first compression; with their first-call overheads
+    first_call_ms: dict[str, float] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         return {"model": self.model, "device": self.device, "frames": self.frames, "repeats": self.repeats,
-                "warmup": self.warmup, "rows": [r.to_dict() for r in self.rows]}
+                "warmup": self.warmup, "first_call_ms": dict(self.first_call_ms),
+                "rows": [r.to_dict() for r in self.rows]}
 
 
 def summary(values: list[float]) -> dict[str, float]:
@@ -109,16 +115,21 @@ def profile(backbone, video: str | Path | Video, prompt: str, ratios: list[float
     with _PeakMemory(device) as encoding_memory:
         for i in range(warmup + repeats):
             base = prepare(backbone, video, sampling, "none", None, prompt=prompt, saliency=True)
+            if i == 0:
+                result.first_call_ms.update({k: base.timings_ms[k] for k in ("preprocess", "vision", "saliency")
+                                             if base.timings_ms.get(k) is not None})
             if i >= warmup:
                 encodings.append(base.timings_ms)
     for (method, ratio), cfg in zip(plans, cfgs):
         step("vanilla" if method == "none" else f"{method} {ratio:g}")
-        for _ in range(warmup):
-            _once(base, method, cfg)
+        passes = [_once(base, method, cfg) for _ in range(warmup)]
         runs = []
         with _PeakMemory(device) as memory:
             for _ in range(repeats):
                 runs.append(_once(base, method, cfg))
+        for stage in ("prefill", "compression"):  # this step's first call in the process
+            if stage not in result.first_call_ms and stage in (passes or runs)[0]["ms"]:
+                result.first_call_ms[stage] = (passes or runs)[0]["ms"][stage]
         for run, encoded in zip(runs, encodings):
             run["ms"].update({k: encoded[k] for k in ("preprocess", "vision", "saliency")
                               if encoded.get(k) is not None and (k != "saliency" or method != "none")})

@@ -100,6 +100,8 @@ def render_run(result: dict[str, Any], console: Console, streamed: bool = False,
     for name in names:
         timings.add_column(name, justify="right", overflow="fold")
     timings.add_row(*(_ms(result["timings_ms"].get(n)) for n in names))
+    if result["timings_ms"].get("warmup") is not None:  # the first-call overheads, paid before the question
+        timings.caption = f"warm-up before the first question (first-call overheads): {_ms(result['timings_ms']['warmup'])} ms"
     console.print(timings)
     if result.get("picture"):
         p = result["picture"]
@@ -187,6 +189,17 @@ def render_profile(data: dict[str, Any], console: Console) -> None:
             stages.add_row(f"{row['ratio']:g}", *(_ms_short(row["timings_ms"][f"compression.{n}"]["median"])
                                                  if f"compression.{n}" in row["timings_ms"] else "-" for n in names))
         console.print(stages)
+    first = data.get("first_call_ms") or {}
+    if first:  # the first calls of this process, against the warm medians
+        warm = {"preprocess": rows[0]["timings_ms"].get("preprocess"), "vision": rows[0]["timings_ms"].get("vision"),
+                "saliency": next((r["timings_ms"].get("saliency") for r in rows if "saliency" in r["timings_ms"]),
+                                 None),
+                "compression": next((r["timings_ms"].get("compression") for r in rows if r["method"] != "none"), None),
+                "prefill": rows[0]["timings_ms"].get("prefill")}
+        parts = [f"{k} {_ms_short(v)}" + (f" (warm {_ms_short(warm[k]['median'])})" if warm.get(k) else "")
+                 for k, v in first.items()]
+        console.print("first calls in this process (ms, with their first-call overheads): " + ", ".join(parts),
+                      highlight=False, markup=False)
     console.print(f"[dim]times in ms: median, then min-max of {data['repeats']} runs after {data['warmup']} "
                   f"warm-up; preprocess, vision and saliency: one encoding shared by every run; TTFT = vision + "
                   f"saliency + compression + prefill; memory: {rows[0]['memory_kind']}; "

@@ -43,6 +43,14 @@ class Engine:
         self.keep_saliency = keep_saliency
         self._lock = threading.RLock()
 
+    def warm_up(self) -> float:
+        """One small request through the model (`warmup.warm_up`), outside the caches, so that the
+        first real question is not a cold one; returns its time in ms."""
+        from .warmup import warm_up
+
+        with self._lock:
+            return warm_up(self.backbone)
+
     def ask(self, video, question: str, options: list[str] | None = None, sampling: Sampling | None = None,
             method: str = "ottvid", ratio: float = 0.1, config=None, preset: str = "paper",
             max_new_tokens: int = 64, on_token=None, on_step=None,

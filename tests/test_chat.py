@@ -43,7 +43,7 @@ def test_chat_answers_each_line_and_encodes_once_across_a_ratio_change(tiny_qwen
         result = chat(tiny_qwen, "What happens?\n/ratio 0.25\nWho rides?\n/method none\nAnd now?\n/help\n/quit\n"
                                  "Never asked?\n")
     assert result.exit_code == 0, result.output
-    assert calls.count == 1  # /ratio and /method recompress the cached encoder output
+    assert calls.count == 2  # the warm-up's clip, then the video once: /ratio and /method recompress its output
     replies = result.stdout.splitlines()
     assert len(replies) == 3  # one line per question; the one after /quit is not read
     assert "ratio 0.25" in result.stderr and "/ratio R" in result.stderr  # the new settings, then /help
@@ -98,7 +98,7 @@ def test_ask_with_several_questions_prints_one_object_each(tiny_qwen):
     with TowerCalls() as calls:
         both = runner.invoke(app, ["ask", str(DATA / "yoga.mp4"), "What happens?", "Who is there?", *args[1:]])
     assert both.exit_code == 0, both.output
-    assert calls.count == 1
+    assert calls.count == 2  # the warm-up's clip, then the video once for both questions
     docs = json.loads(both.stdout)
     assert isinstance(docs, list) and [d["cache_hit"] for d in docs] == [False, True]
     single = runner.invoke(app, ["ask", str(DATA / "yoga.mp4"), "Who is there?", *args[1:]])

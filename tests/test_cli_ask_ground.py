@@ -17,7 +17,7 @@ from ottvid_cli.cli import app
 DATA = Path(__file__).parent / "data"
 runner = CliRunner()
 JSON_KEYS = {"answer", "letter", "span", "frames", "tokens", "compression", "timings_ms", "model", "ratio", "method"}
-TIMING_KEYS = {"load", "decode", "preprocess", "vision", "saliency", "compression", "prefill", "generate"}
+TIMING_KEYS = {"load", "warmup", "decode", "preprocess", "vision", "saliency", "compression", "prefill", "generate"}
 
 
 def invoke(*args):
@@ -57,7 +57,8 @@ def test_ask_human_output(tiny_qwen):
                     "--ratio", "0.25", "--max-new-tokens", "4")
     assert result.exit_code == 0, result.output
     out = result.stdout
-    for text in ("answer", "spatial selection", "temporal merge / prune", "into the LLM", "prefill", "decode"):
+    for text in ("answer", "spatial selection", "temporal merge / prune", "into the LLM", "prefill", "decode",
+                 "warm-up before the first question"):
         assert text in out
     assert out.index("answer") < out.index("visual tokens")  # the answer comes first
 

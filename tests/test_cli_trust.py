@@ -123,7 +123,7 @@ def test_unwritable_picture_prints_the_answer_then_fails(tiny_qwen, tmp_path, mo
     real = Qwen25VL.generate
 
     def generate(self, *args, **kwargs):
-        out.mkdir()
+        out.mkdir(exist_ok=True)  # also during the warm-up question
         return real(self, *args, **kwargs)
 
     monkeypatch.setattr(Qwen25VL, "generate", generate)

@@ -56,6 +56,12 @@ def test_rows_and_columns(profiled):
     assert ottvid["ttft_speedup"] == pytest.approx(rows[0]["ttft_ms"] / ottvid["ttft_ms"])
 
 
+def test_first_calls_are_reported_apart(profiled):
+    first = profiled["first_call_ms"]
+    assert set(first) == {"preprocess", "vision", "saliency", "prefill", "compression"}
+    assert all(v > 0 for v in first.values())
+
+
 def test_compression_feeds_fewer_tokens_and_flops_fall_with_the_ratio(profiled):
     vanilla, r10, r25 = profiled["rows"]
     assert r10["visual_tokens"] < r25["visual_tokens"] < vanilla["visual_tokens"]
@@ -110,7 +116,7 @@ def test_human_table_has_every_column(tiny_qwen):
     assert result.exit_code == 0, result.output
     for column in ("visual tokens", "LLM input", "decode", "preprocess", "vision", "saliency", "compression",
                    "prefill", "TTFT", "speed-up", "peak MB", "prefill TFLOPs", "vision TFLOPs", "vanilla",
-                   "OTT-Vid 0.1", "sinkhorn", "peak RSS growth"):
+                   "OTT-Vid 0.1", "sinkhorn", "peak RSS growth", "first calls in this process"):
         assert column in result.stdout
 
 

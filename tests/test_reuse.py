@@ -105,3 +105,17 @@ def _processor_inputs(backbone, prepared, prompt, turns):
     """What the adapter's own preprocess (the processor, video path included) makes for this prompt."""
     clip = prepared.clip
     return backbone.preprocess(clip.frames, clip.timestamps, clip.duration, prompt, turns)
+
+
+def test_a_question_shares_the_prefix_cache_and_leaves_it_intact(backbone, prepared):
+    """Prefix.copy() copies no keys or values (the layers concatenate into new tensors), and a question
+    answered from it leaves every tensor of the prefix as it was."""
+    prefix = backbone.prefill_prefix(prepared.inputs, prepared.features, prepared.kept, prepared.compressed)
+    before = [(layer.keys.clone(), layer.values.clone()) for layer in prefix.cache.layers]
+    copy = prefix.copy()
+    assert all(a.keys.data_ptr() == b.keys.data_ptr() for a, b in zip(copy.layers, prefix.cache.layers))
+    p = prepared.reprompt(qa.build_prompt(*QUESTIONS[0]))
+    backbone.generate(p.inputs, p.features, p.kept, 4, compressed=p.compressed, prefix=prefix)
+    for layer, (keys, values) in zip(prefix.cache.layers, before):
+        assert torch.equal(layer.keys, keys) and torch.equal(layer.values, values)
+    assert prefix.cache.get_seq_length() == prefix.length

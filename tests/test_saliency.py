@@ -29,3 +29,11 @@ def test_low_precision_inputs_score_in_float32():
     got = mean_attention_received(q.bfloat16(), k.bfloat16(), [0, 16, 32], 0.5)
     assert got.dtype == torch.float32
     torch.testing.assert_close(got, naive(q.bfloat16().float(), k.bfloat16().float(), [0, 16, 32], 0.5))
+
+
+def test_segments_beyond_the_score_budget_go_in_steps():
+    """16 heads x 512 x 512 scores fill the CPU's budget: one segment a step, each still exact."""
+    g = torch.Generator().manual_seed(2)
+    q, k = torch.randn(1536, 16, 8, generator=g), torch.randn(1536, 16, 8, generator=g)
+    bounds = [0, 512, 1024, 1536]
+    torch.testing.assert_close(mean_attention_received(q, k, bounds, 0.3), naive(q, k, bounds, 0.3))

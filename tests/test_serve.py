@@ -124,8 +124,11 @@ def ask(client, url, text="What happens?", **kwargs):
 
 
 def test_health_and_models(served, client, tiny_qwen):
-    health = httpx.get(served.url + "/health").json()  # no key needed
-    assert health["status"] == "ok" and health["model"] == str(tiny_qwen)
+    _wait(served, lambda h: h["ready"], seconds=60)
+    response = httpx.get(served.url + "/health")  # no key needed
+    health = response.json()
+    assert response.status_code == 200 and health["status"] == "ok" and health["model"] == str(tiny_qwen)
+    assert health["warmup_ms"] > 0  # the tiny model ran its warm-up request
     assert [m.id for m in client.models.list().data] == [str(tiny_qwen)]
     assert httpx.get(served.url + "/openapi.json").status_code == 200
 

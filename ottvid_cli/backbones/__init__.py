@@ -26,6 +26,8 @@ def load_backbone(model_id: str, device: str = "auto", dtype: str = "auto", atte
 
     from transformers import AutoConfig
 
+    from .attention import choose_cuda_backends
+
     start = time.perf_counter()
     resolve_dtype(dtype, resolve_device(device))
     attention_implementation(attention)
@@ -61,6 +63,7 @@ def load_backbone(model_id: str, device: str = "auto", dtype: str = "auto", atte
             raise ModelError(missing_weights_message(name)) from None
         reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise ModelError(f"cannot load {name}: {reason[:200]}") from None
+    choose_cuda_backends(backbone.device)
     backbone.name = name if not is_local(name) else model_id
     backbone.load_ms = (time.perf_counter() - start) * 1e3
     return backbone

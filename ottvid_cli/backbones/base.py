@@ -76,9 +76,19 @@ class Prefix:
             positions is None or torch.equal(positions, self.position_ids.to(positions.device)))
 
     def copy(self) -> Any:
+        """A cache to continue from, sharing this prefix's keys and values: a DynamicCache's plain
+        layers grow by concatenation (each update makes new tensors, never writes into the ones
+        held), so the prefix stays intact without copying every layer (a deep copy for other layers)."""
         import copy
 
-        return copy.deepcopy(self.cache)
+        from transformers.cache_utils import DynamicLayer
+
+        layers = getattr(self.cache, "layers", None)
+        if not layers or any(type(layer) is not DynamicLayer for layer in layers):
+            return copy.deepcopy(self.cache)
+        shared = copy.copy(self.cache)
+        shared.layers = [copy.copy(layer) for layer in layers]
+        return shared
 
     @property
     def nbytes(self) -> int:

@@ -1,7 +1,8 @@
 """Qwen2.5-VL with OTT-Vid: saliency from the last vision block, compression between the vision
 encoder and the LLM, every kept token at its original 3-D M-RoPE position.
 
-Only transformers' own classes are used; the hooks are public ones: a forward pre-hook on the
+Only transformers' own classes are used; the hooks are public ones: the vision tower's attention
+registered through `AttentionInterface` (`attention.py`: one call per block), a forward pre-hook on the
 last vision block's attention (to read its normalised input, segment boundaries and rotary
 embeddings), `get_video_features` and `generate(position_ids=..., mm_encoder_outputs=...)`. Positions are
 computed here by the rule the checkpoints were trained with (`positions.py`), never read from the
@@ -16,6 +17,7 @@ import numpy as np
 import torch
 
 from ..timing import Stopwatch
+from .attention import use_packed_vision
 from .base import (KeptTokenGeneration, VisualTokens, attention_implementation, chat_text, resolve_device,
                    resolve_dtype)
 from .positions import qwen2_5_vl_positions
@@ -70,6 +72,8 @@ class Qwen25VL(KeptTokenGeneration):
         model = cls.model_class(model_id).from_pretrained(
             model_id, dtype=torch_dtype, attn_implementation=attention_implementation(attention)
         ).to(dev).eval()
+        if attention == "auto":  # the vision tower's windows / frame groups in one call per block
+            use_packed_vision(model)
         processor = AutoProcessor.from_pretrained(model_id)
         return cls(model, processor, name=model_id, max_pixels=max_pixels or cls.default_max_pixels)
 

@@ -35,18 +35,23 @@ def mean_attention_received(
 def _received(q: torch.Tensor, k: torch.Tensor, scale: float, chunk: int) -> torch.Tensor:
     """q, k: (B, H, n, d) -> (B, n) mean over heads and queries of the softmax attention to each key.
 
-    Scores are built for one segment and at most `chunk` queries at a time, further limited to
-    about 4M scores (16 MB) so they stay in cache; the softmax is taken in place, and its
-    normalisation folded into the sum over heads and queries.
+    Scores are built for at most `chunk` queries at a time, further limited to a budget of scores:
+    about 4M (16 MB) on the CPU, so they stay in cache, one segment at a time; 64M (256 MB) on a GPU,
+    where as many segments as fit go together (a few large kernels, not one small launch sequence
+    per segment and chunk). The softmax is taken in place, and its normalisation folded into the
+    sum over heads and queries.
     """
     batch, heads, n, _ = q.shape
     total = torch.zeros(batch, n, device=q.device, dtype=torch.float32)
-    rows = max(1, min(chunk, (1 << 22) // max(heads * n, 1)))
-    for b in range(batch):
-        kt = k[b].float().transpose(-1, -2)  # (H, d, n)
+    budget = (1 << 22) if q.device.type == "cpu" else (1 << 26)
+    rows = max(1, min(chunk, budget // max(heads * n, 1)))
+    together = max(1, budget // max(heads * rows * n, 1))  # segments per step
+    for b in range(0, batch, together):
+        segs = slice(b, b + together)
+        kt = k[segs].float().transpose(-1, -2)  # (b, H, d, n)
         for start in range(0, n, rows):
-            scores = torch.matmul(q[b, :, start : start + rows].float(), kt).mul_(scale)  # (H, r, n)
+            scores = torch.matmul(q[segs, :, start : start + rows].float(), kt).mul_(scale)  # (b, H, r, n)
             scores.sub_(scores.amax(-1, keepdim=True)).exp_()
-            weight = scores.sum(-1).reciprocal_()  # 1 / softmax normaliser, (H, r)
-            total[b] += torch.einsum("hrn,hr->n", scores, weight)
+            weight = scores.sum(-1).reciprocal_()  # 1 / softmax normaliser, (b, H, r)
+            total[segs] += torch.einsum("bhrn,bhr->bn", scores, weight)
     return total / (heads * n)

@@ -3,7 +3,7 @@
     POST /v1/chat/completions   messages with a `video_url` part and text; `stream: true` for
                                 server-sent events; our settings in the `ottvid` body field
     GET  /v1/models             the one model served
-    GET  /health                liveness, queue length (no API key needed)
+    GET  /health                readiness (503 until the warm-up request ran), queue length (no API key needed)
     GET  /                      the page for people, and its /v1/ottvid/* endpoints (page.py)
 
 Every error is OpenAI's `{"error": {"message", "type", "param", "code"}}` with a 4xx/5xx status;
@@ -22,7 +22,7 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import Any, AsyncIterator
 
-from fastapi import Depends, FastAPI, Request
+from fastapi import Depends, FastAPI, Request, Response
 from fastapi.concurrency import run_in_threadpool
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
@@ -89,10 +89,13 @@ def create_app(engine: Any, settings: ServeSettings) -> FastAPI:
     add_page(app)
 
     @app.get("/health")
-    async def health(request: Request) -> dict[str, Any]:
+    async def health(request: Request, response: Response) -> dict[str, Any]:
         worker: ModelWorker = request.app.state.worker
-        return {"status": "ok", "model": settings.model_id, "queued": worker.queued, "busy": worker.busy,
-                "served": worker.served}
+        if not worker.ready:  # 503 until the model has run its warm-up request
+            response.status_code = 503
+        return {"status": "ok" if worker.ready else "warming up", "ready": worker.ready, "model": settings.model_id,
+                "queued": worker.queued, "busy": worker.busy, "served": worker.served,
+                "warmup_ms": worker.warmup_ms}
 
     @app.get("/v1/models", dependencies=[Depends(require_key)], responses=ERRORS)
     async def models(request: Request) -> ModelList:

@@ -1,5 +1,6 @@
 """The model worker: one thread owns the engine (and so the model) and runs one job at a time, in
-arrival order, from a bounded queue.
+arrival order, from a bounded queue. It first runs the engine's warm-up (`ready` then turns true;
+jobs that arrive meanwhile wait in the queue).
 
 A full queue refuses new work at once (`QueueFull`; the app answers 503 with Retry-After: the jobs
 ahead times the mean duration of the last jobs run). A job whose client went away or timed out is
@@ -84,6 +85,8 @@ class ModelWorker:
         self._started = 0.0  # when the job in flight began (perf_counter)
         self._durations: collections.deque[float] = collections.deque(maxlen=RECENT)  # of jobs that ran
         self.served = 0
+        self.warmup_ms: float | None = None  # the warm-up's time, once it ran (None: none or not yet)
+        self._ready = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="ottvid-model-worker", daemon=True)
 
     # -- the event loop's side -------------------------------------------------------------------
@@ -98,6 +101,11 @@ class ModelWorker:
     @property
     def busy(self) -> bool:
         return self._current is not None
+
+    @property
+    def ready(self) -> bool:
+        """Whether the warm-up has run (the first request is then not a cold one)."""
+        return self._ready.is_set()
 
     def submit(self, job: Job) -> None:
         with self._cond:
@@ -143,7 +151,21 @@ class ModelWorker:
 
     # -- the worker thread's side ----------------------------------------------------------------
 
+    def _warm_up(self) -> None:
+        """One small request through the model before any job (`Engine.warm_up`; an engine without one
+        is ready at once). A failing warm-up only leaves the first request cold: logged, then ready."""
+        warm = getattr(self.engine, "warm_up", None)
+        try:
+            if warm is not None:
+                self.warmup_ms = warm()
+                log.info("warm-up: %.0f ms", self.warmup_ms)
+        except Exception as exc:  # noqa: BLE001 - never the server's end; requests are served cold
+            log.warning("the warm-up failed (%s: %s); the first request will be a cold one", type(exc).__name__, exc)
+        finally:
+            self._ready.set()
+
     def _loop(self) -> None:
+        self._warm_up()
         while True:
             with self._cond:
                 while not self._pending and not self._stopping:
