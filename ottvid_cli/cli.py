@@ -61,9 +61,23 @@ class _OneLineErrors(TyperGroup):
                 raise
             _error("aborted")
             code = 130
+        except Exception as exc:  # not the user's input: our bug, or a library that changed under us
+            if not standalone_mode:
+                raise
+            _error(_internal(exc))
+            code = EXIT_RUN
         if not standalone_mode:
             return code
         sys.exit(code if isinstance(code, int) else 0)
+
+
+def _internal(exc: BaseException) -> str:
+    """One line for an exception nothing expected: its type and first line, said to be ours."""
+    from rich.markup import escape
+
+    text = " ".join((str(exc).strip().splitlines() or [""])[0].split())[:300]
+    return escape(f"internal error: {type(exc).__name__}: {text} (a bug in ottvid or an incompatible library "
+                  f"version, not a problem with your input; please report it)")
 
 
 def _usage_message(exc: click.UsageError) -> str:

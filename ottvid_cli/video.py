@@ -119,6 +119,39 @@ def _unreadable(path: str) -> VideoError:
     return VideoError(f"cannot read video {path}: not a video file, or a format FFmpeg cannot decode")
 
 
+def pyav_file_errors() -> tuple[type[BaseException], ...]:
+    """What PyAV raises for a file FFmpeg cannot read: its FFmpeg error classes, and OSError. Only
+    these mean "cannot read video"; anything else (TypeError, AttributeError, ...) is a bug of ours
+    or a PyAV change, and propagates as one (the CLI says "internal error")."""
+    import av
+
+    return (av.error.FFmpegError, OSError)
+
+
+def decord_file_errors() -> tuple[type[BaseException], ...]:
+    """What decord raises for a file it cannot read: its DECORDError, and RuntimeError, which its
+    native layer raises for FFmpeg's failures ("Error reading ..."), and OSError."""
+    from decord._ffi.base import DECORDError
+
+    return (DECORDError, RuntimeError, OSError)
+
+
+def _pyav_major() -> int:
+    import av
+
+    try:
+        return int(str(av.__version__).split(".")[0])
+    except ValueError:
+        return 0
+
+
+def _open_options() -> dict[str, Any]:
+    """av.open's keyword arguments for reading. PyAV 12-18 decode the container's metadata tags
+    strictly as UTF-8 unless told `metadata_errors="ignore"` (a file with a Latin-1 title would not
+    open); PyAV 19 removed that argument (tags are always read with surrogateescape, never failing)."""
+    return {"metadata_errors": "ignore"} if _pyav_major() < 19 else {}
+
+
 @contextmanager
 def _native_stderr_silenced() -> Iterator[None]:
     """Send what native code writes to file descriptor 2 to /dev/null for the duration."""
@@ -147,8 +180,8 @@ def _pyav_stream(path: str):
 
     with _native_stderr_silenced():
         try:
-            container = av.open(path, metadata_errors="ignore")
-        except Exception:  # av.error.* (InvalidDataError, ...), OSError
+            container = av.open(path, **_open_options())
+        except pyav_file_errors():  # av.error.* (InvalidDataError, ...), OSError: what the file causes
             raise _unreadable(path) from None
         try:
             if not container.streams.video:
@@ -167,7 +200,7 @@ def _open_decord(path: str):
     try:
         with _native_stderr_silenced():  # FFmpeg/decord log their own lines for unreadable files
             reader = decord.VideoReader(path, ctx=decord.cpu(0), num_threads=0)
-    except Exception as exc:  # decord raises its own DECORDError / RuntimeError types
+    except decord_file_errors() as exc:
         if "video stream" in str(exc):
             raise VideoError(f"video has no frames: {path} (no decodable video stream)") from None
         raise _unreadable(path) from None
@@ -196,8 +229,14 @@ class Header:
     reordered: bool = False  # frames are decoded in another order than shown (B-frames)
 
 
+def _fraction(value) -> Fraction | None:
+    """A PyAV rational as a Fraction, None when unset: PyAV 12-18 give a Fraction or None, PyAV 19 an
+    AVRational that is falsy (0/1) when unset."""
+    return Fraction(value.numerator, value.denominator) if value else None
+
+
 def _header(container, stream) -> Header:
-    tb = stream.time_base or Fraction(1, 1)
+    tb = _fraction(stream.time_base) or Fraction(1, 1)
     rate = stream.average_rate
     return Header(
         frames=int(stream.frames or 0),
@@ -267,7 +306,7 @@ def read_timeline(reader, header: Header) -> Timeline:
     count = len(reader)
     try:
         stamps = np.asarray(reader.get_frame_timestamp(range(count)), dtype=np.float64).reshape(count, 2)
-    except Exception:
+    except decord_file_errors():
         stamps = np.full((count, 2), np.nan)
     starts, end = stamps[:, 0], float(stamps[-1, 1])
     problem = judge_index(starts, end, header)
@@ -536,7 +575,7 @@ def _decode_all(path: str, keep: set[int], skipped: list[int] | None = None
                 end = t + duration * tb if duration else None
                 if i in keep:
                     kept[i] = _rgb(frame)
-        except Exception as exc:
+        except pyav_file_errors() as exc:
             if not times:
                 raise VideoError(f"cannot decode frames of {path}: {_reason(exc)}") from None
             # a damaged tail: keep what decoded
@@ -687,7 +726,7 @@ def _sample_decord(path: str, plan: Plan, fallback: bool) -> tuple[Timeline, lis
         with _native_stderr_silenced():
             frames = reader.get_batch(indices).asnumpy()
         problem = "" if frames.ndim == 4 and frames.shape[-1] == 3 else f"frames of shape {frames.shape[1:]}, not RGB"
-    except Exception as exc:
+    except decord_file_errors() as exc:
         problem = _reason(exc)
     if problem:  # e.g. decord 0.6.0 on a file shown turned by a quarter turn: PyAV decodes it
         if not fallback:
@@ -777,7 +816,7 @@ def check_video(path: str | os.PathLike, decoder: str = "auto") -> None:
     with _pyav_stream(path) as (container, stream):
         try:
             has_packet = any(packet.size for packet in container.demux(stream))
-        except Exception:
+        except pyav_file_errors():
             raise _unreadable(path) from None
     if not has_packet:
         raise VideoError(f"video has no frames: {path}")
