@@ -169,7 +169,7 @@ def made(tmp_path_factory):
     files["noidx"] = strip_avi_index(files["avi"], d / "noidx.avi")
     files["wrong"] = patch_mkv_duration(files["mkv"], d / "wrong.mkv", 40.0)
     files["nodur"] = patch_mkv_duration(files["mkv"], d / "nodur.mkv", None)
-    assert all(p.stat().st_size < 100_000 for p in files.values())
+    assert all(p.stat().st_size < 200_000 for p in files.values())  # "long" is 116 KB from PyAV 14's encoder
     return files
 
 
