@@ -547,8 +547,17 @@ def _decode_all(path: str, keep: set[int], skipped: list[int] | None = None
     frames by index, average fps). A frame without a usable pts (none, or not after the previous one) is
     given the previous time plus one frame gap. Damaged packets are skipped (counted in `skipped[0]`);
     after one, the pictures the decoder puts out of order (B-frames whose references were lost) are
-    dropped, so that every later frame keeps its own time."""
+    dropped, so that every later frame keeps its own time.
+
+    The decoder hands frames out in the order they are shown. Where their pts still go backwards in
+    that order while their dts strictly increase (an AVI, which stores no presentation times, with
+    DivX-style packed B-frames: the demuxer's guessed pts are a frame or two off, issue 23), each
+    frame's time is its own dts instead, from the first frame's, as FFmpeg's best-effort timestamp
+    prefers the dts when the pts are the faultier; either way a frame's time and pixels come from the
+    same decoded frame."""
     times: list[float] = []
+    dts: list[int | None] = []  # each kept-in-order frame's dts
+    backwards = False  # some frame's pts was not after the previous frame's
     kept: dict[int, np.ndarray] = {}
     end = None
     if skipped is None:
@@ -568,9 +577,12 @@ def _decode_all(path: str, keep: set[int], skipped: list[int] | None = None
                 if t is not None and times and t <= times[-1] and skipped[0]:
                     continue  # a picture that damaged data put out of order (its references are lost): dropped
                 i += 1
+                if t is not None and times and t <= times[-1]:
+                    backwards = True
                 if t is None or (times and t <= times[-1]):
                     t = times[-1] + gap if times else 0.0
                 times.append(t)
+                dts.append(getattr(frame, "dts", None))
                 duration = getattr(frame, "duration", None)
                 end = t + duration * tb if duration else None
                 if i in keep:
@@ -581,8 +593,25 @@ def _decode_all(path: str, keep: set[int], skipped: list[int] | None = None
             # a damaged tail: keep what decoded
     if not times:
         raise VideoError(f"video has no frames: {path} (nothing decodes)")
+    if backwards and (starts := _dts_times(dts, tb, gap)) is not None:  # the pts were wrong: each frame's dts
+        return starts, _span_end(starts, None, header.average_fps), kept, header.average_fps
     starts = np.asarray(times)
     return starts, _span_end(starts, end, header.average_fps), kept, header.average_fps
+
+
+def _dts_times(dts: list[int | None], tb: float, gap: float) -> np.ndarray | None:
+    """Frame times (s) from the frames' dts, from the first frame's; a frame without one (the last,
+    flushed from the decoder) one gap after the previous. None when the first frame has none or the
+    known ones do not strictly increase."""
+    known = [d for d in dts if d is not None]
+    if not dts or dts[0] is None or any(b <= a for a, b in zip(known, known[1:])):
+        return None
+    times = []
+    for d in dts:
+        times.append((d - dts[0]) * tb if d is not None else times[-1] + gap)
+    if any(b <= a for a, b in zip(times, times[1:])):
+        return None
+    return np.asarray(times, dtype=np.float64)
 
 
 def _sequential(path: str, plan: Plan, guess: Timeline | None, problem: str) -> tuple[Timeline, list[int], np.ndarray]:
@@ -695,6 +724,8 @@ def _sample_pyav(path: str, plan: Plan, distrust: str = "") -> tuple[Timeline, l
         return _sequential(path, plan, None, distrust or "the demuxer lists no timestamped frames")
     timeline = _pyav_timeline(packets, header)
     problem = distrust or timeline.problem
+    if not problem and header.reordered and header.format.split(",")[0] == "avi":
+        problem = "AVI stores no presentation times: with B-frames the demuxer guesses them"
     if not problem:
         indices = plan(timeline)
         wanted = [int(packets.pts[i]) for i in indices]
