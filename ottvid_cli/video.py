@@ -146,9 +146,9 @@ def _pyav_major() -> int:
 
 
 def _open_options() -> dict[str, Any]:
-    """av.open's keyword arguments for reading. PyAV 12-18 decode the container's metadata tags
-    strictly as UTF-8 unless told `metadata_errors="ignore"` (a file with a Latin-1 title would not
-    open); PyAV 19 removed that argument (tags are always read with surrogateescape, never failing)."""
+    """av.open's keyword arguments for reading. Before PyAV 19 the container's metadata tags are
+    decoded as UTF-8 with `metadata_errors="strict"` unless told "ignore" (a tag in another encoding
+    would raise); PyAV 19 removed the argument (tags are always read with surrogateescape)."""
     return {"metadata_errors": "ignore"} if _pyav_major() < 19 else {}
 
 
@@ -230,8 +230,8 @@ class Header:
 
 
 def _fraction(value) -> Fraction | None:
-    """A PyAV rational as a Fraction, None when unset: PyAV 12-18 give a Fraction or None, PyAV 19 an
-    AVRational that is falsy (0/1) when unset."""
+    """A PyAV rational as a Fraction, None when unset: PyAV before 19 gives a Fraction or None for
+    `time_base` / `average_rate`, PyAV 19 an AVRational that is falsy (0/1) when unset."""
     return Fraction(value.numerator, value.denominator) if value else None
 
 
