@@ -681,7 +681,9 @@ def _read_image(path: str) -> np.ndarray:
         with Image.open(path) as image:
             image = ImageOps.exif_transpose(image)
             return np.asarray(image.convert("RGB"))
-    except (UnidentifiedImageError, OSError, ValueError, SyntaxError) as exc:  # Pillow's errors for bad files
+    except (UnidentifiedImageError, OSError, ValueError, SyntaxError, Image.DecompressionBombError) as exc:
+        # what Pillow raises for a bad or oversized file (SyntaxError: a broken PNG, ValueError: a bad tile);
+        # anything else (TypeError, AttributeError, ...) is a bug and propagates
         reason = "not an image Pillow can read" if isinstance(exc, UnidentifiedImageError) else _reason(exc)
         raise VideoError(f"cannot read frame image {path}: {reason}") from None
 
