@@ -18,7 +18,8 @@ that nothing but the allowed packages was installed twice.
 
 Built once and cached under ``$OTTVID_TEST_ENV_DIR`` (default ``$XDG_CACHE_HOME/ottvid/test-envs``,
 i.e. ``~/.cache/ottvid/test-envs``) in a folder named by the lmms-eval version, the Python version and
-a hash of pyproject's ``lmms`` extra, the checkout's path and the test environment's site-packages path; it is built in a
+a hash of pyproject's ``lmms`` extra and main dependencies, the checkout's path and the test environment's
+site-packages path; it is built in a
 temporary folder and renamed into place, and rebuilt when it is incomplete, broken, or the test
 environment's installed versions changed. After a build, overlays whose test environment no longer
 exists (e.g. CI checkouts since removed) are deleted: each takes about 1 GB.
@@ -100,13 +101,23 @@ def main_site_packages() -> list[str]:
     return list(dict.fromkeys(os.path.realpath(paths[k]) for k in ("purelib", "platlib")))
 
 
+def _requirement_list(key: str, pyproject: Path) -> list[str]:
+    """The requirement strings of the list `key = [...]` in pyproject.toml (comments left out)."""
+    text = re.sub(r"#[^\n]*", "", pyproject.read_text(encoding="utf-8"))
+    match = re.search(rf"^{key}\s*=\s*\[(.*?)\]", text, re.MULTILINE | re.DOTALL)
+    if match is None:
+        raise OverlayError(f"{pyproject}: no `{key}` list")
+    return re.findall(r'"([^"]+)"', match.group(1))
+
+
 def lmms_extra(pyproject: Path = ROOT / "pyproject.toml") -> list[str]:
     """The requirement strings of pyproject's `lmms` extra."""
-    text = pyproject.read_text(encoding="utf-8")
-    match = re.search(r"^lmms\s*=\s*\[(.*?)\]", text, re.MULTILINE | re.DOTALL)
-    if match is None:
-        raise OverlayError(f"{pyproject}: no `lmms` extra under [project.optional-dependencies]")
-    return re.findall(r'"([^"]+)"', match.group(1))
+    return _requirement_list("lmms", pyproject)
+
+
+def main_requirements(pyproject: Path = ROOT / "pyproject.toml") -> list[str]:
+    """The requirement strings of pyproject's `dependencies` (the overlay resolves them too)."""
+    return _requirement_list("dependencies", pyproject)
 
 
 def installed(sites: list[str]) -> dict[str, str]:
@@ -121,8 +132,8 @@ def installed(sites: list[str]) -> dict[str, str]:
 
 def overlay_name(sites: list[str], version: str = LMMS_VERSION) -> str:
     """lmms-<version>-py<X.Y>-<hash of the lmms extra and the test environment's site-packages>."""
-    digest = hashlib.sha256(json.dumps({"extra": lmms_extra(), "sites": sites, "lmms": version,
-                                        "checkout": str(ROOT)}).encode())
+    digest = hashlib.sha256(json.dumps({"extra": lmms_extra(), "dependencies": main_requirements(), "sites": sites,
+                                        "lmms": version, "checkout": str(ROOT)}).encode())
     return f"lmms-{version}-py{sys.version_info[0]}.{sys.version_info[1]}-{digest.hexdigest()[:12]}"
 
 
