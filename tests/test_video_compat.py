@@ -52,7 +52,7 @@ def test_pyav_19_open_gives_the_same_frames(name, pyav19, monkeypatch):
     fps_19 = sample_fps(path, 2.0, 16, decoder="pyav")
     check_video(path, decoder="pyav")
     assert len(pyav19) > before_count  # the stand-in was the av.open used
-    monkeypatch.undo()  # PyAV 18 as installed, with metadata_errors
+    monkeypatch.undo()  # the installed PyAV (here 18, given metadata_errors="ignore")
     video_18 = sample_frames(path, 8, decoder="pyav")
     fps_18 = sample_fps(path, 2.0, 16, decoder="pyav")
     assert video_19.indices == video_18.indices and video_19.timestamps == video_18.timestamps
