@@ -61,9 +61,23 @@ class _OneLineErrors(TyperGroup):
                 raise
             _error("aborted")
             code = 130
+        except Exception as exc:  # not the user's input: our bug, or a library that changed under us
+            if not standalone_mode:
+                raise
+            _error(_internal(exc))
+            code = EXIT_RUN
         if not standalone_mode:
             return code
         sys.exit(code if isinstance(code, int) else 0)
+
+
+def _internal(exc: BaseException) -> str:
+    """One line for an exception nothing expected: its type and first line, said to be ours."""
+    from rich.markup import escape
+
+    text = " ".join((str(exc).strip().splitlines() or [""])[0].split())[:300]
+    return escape(f"internal error: {type(exc).__name__}: {text} (a bug in ottvid or an incompatible library "
+                  f"version, not a problem with your input; please report it)")
 
 
 def _usage_message(exc: click.UsageError) -> str:
@@ -312,6 +326,23 @@ def _check_video(video: str, decoder: str = "auto") -> None:
         _fail(str(exc))
 
 
+def _unwritable(path: str, folder: str) -> str:
+    """Why `path` cannot be written ("" when it can), found by trying: a probe file is created in
+    `folder` and removed, and an existing `path` is opened for appending (nothing written). os.access
+    says yes to root everywhere, even where nothing can be created (/proc, a read-only mount)."""
+    import tempfile
+
+    try:
+        handle, probe = tempfile.mkstemp(prefix=".ottvid-write-probe-", dir=folder)
+        os.close(handle)
+        os.unlink(probe)
+        if os.path.exists(path):
+            os.close(os.open(path, os.O_WRONLY | os.O_APPEND))
+    except OSError as exc:
+        return (exc.strerror or str(exc)).lower()
+    return ""
+
+
 def _check_output(path: str | None, video: str | None, method: str = "ottvid") -> None:
     """The picture path must be writable and must not be the input video: checked before any work."""
     if path is None:
@@ -325,8 +356,9 @@ def _check_output(path: str | None, video: str | None, method: str = "ottvid") -
         _fail(f"cannot write {path}: {folder} is not a folder")
     if os.path.isdir(path):
         _fail(f"cannot write {path}: it is a folder")
-    if not os.access(folder, os.W_OK) or (os.path.exists(path) and not os.access(path, os.W_OK)):
-        _fail(f"cannot write {path}: permission denied")
+    reason = _unwritable(path, folder)
+    if reason:
+        _fail(f"cannot write {path}: {reason}")
     if video is not None and os.path.exists(path) and os.path.exists(video) and os.path.samefile(path, video):
         _fail("the picture would overwrite the input video: choose another path")
 

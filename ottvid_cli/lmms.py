@@ -13,6 +13,11 @@ ratio, frames, fps, max_frames, preset (paper | official), device, dtype, attent
 decoder, max_new_tokens (when the task gives none; default 128), siglip_head (LLaVA-OneVision /
 LLaVA-Video: a SigLIP checkpoint with its attention-pooling head, as `--siglip-head`).
 
+A failure while answering (`generate_until`: a video that cannot be read, a model error, a bug)
+ends the process with exit status 1 and one line naming it (`PluginFailure`): lmms-eval 0.7.3 itself
+catches any exception of a run, logs "Error during evaluation: ..." and exits 0, so a scripted
+evaluation could not tell a failed run from a finished one (docs/eval.md).
+
 Only this module imports lmms_eval; nothing else in ottvid needs it.
 """
 
@@ -32,6 +37,15 @@ def manifest():
     from lmms_eval.models.registry_v2 import ModelManifest
 
     return ModelManifest(model_id="ottvid", simple_class_path="ottvid_cli.lmms.OTTVidLMM")
+
+
+class PluginFailure(SystemExit):
+    """The ottvid model failed inside lmms-eval's run: ends the process with status 1 and this one
+    line on stderr. A SystemExit, because lmms-eval catches every Exception and exits 0."""
+
+    def __init__(self, exc: BaseException):
+        text = " ".join((str(exc).strip().splitlines() or [""])[0].split())
+        super().__init__(f"error: the ottvid model failed: {type(exc).__name__}: {text}"[:600])
 
 
 def _number(value: Any, kind: type) -> Any:
@@ -112,7 +126,18 @@ class OTTVidLMM(lmms):
 
     def generate_until(self, requests) -> list[str]:
         """Each request's reply, in order. Consecutive requests about one video share its encoding;
-        on an accelerator the next video is decoded and preprocessed in the background meanwhile."""
+        on an accelerator the next video is decoded and preprocessed in the background meanwhile.
+        Any failure raises `PluginFailure` (exit status 1; lmms-eval would exit 0), after logging the
+        traceback through lmms-eval's logger."""
+        try:
+            return self._generate_until(requests)
+        except Exception as exc:  # noqa: BLE001 - every failure must end the run non-zero
+            from loguru import logger  # lmms-eval's logger
+
+            logger.opt(exception=exc).error("the ottvid model failed while answering")
+            raise PluginFailure(exc) from exc
+
+    def _generate_until(self, requests) -> list[str]:
         from .eval.prefetch import ahead, default_depth
 
         runs: list[tuple[str, list]] = []  # (video, its consecutive requests)

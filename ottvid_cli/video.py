@@ -119,6 +119,39 @@ def _unreadable(path: str) -> VideoError:
     return VideoError(f"cannot read video {path}: not a video file, or a format FFmpeg cannot decode")
 
 
+def pyav_file_errors() -> tuple[type[BaseException], ...]:
+    """What PyAV raises for a file FFmpeg cannot read: its FFmpeg error classes, and OSError. Only
+    these mean "cannot read video"; anything else (TypeError, AttributeError, ...) is a bug of ours
+    or a PyAV change, and propagates as one (the CLI says "internal error")."""
+    import av
+
+    return (av.error.FFmpegError, OSError)
+
+
+def decord_file_errors() -> tuple[type[BaseException], ...]:
+    """What decord raises for a file it cannot read: its DECORDError, and RuntimeError, which its
+    native layer raises for FFmpeg's failures ("Error reading ..."), and OSError."""
+    from decord._ffi.base import DECORDError
+
+    return (DECORDError, RuntimeError, OSError)
+
+
+def _pyav_major() -> int:
+    import av
+
+    try:
+        return int(str(av.__version__).split(".")[0])
+    except ValueError:
+        return 0
+
+
+def _open_options() -> dict[str, Any]:
+    """av.open's keyword arguments for reading. Before PyAV 19 the container's metadata tags are
+    decoded as UTF-8 with `metadata_errors="strict"` unless told "ignore" (a tag in another encoding
+    would raise); PyAV 19 removed the argument (tags are always read with surrogateescape)."""
+    return {"metadata_errors": "ignore"} if _pyav_major() < 19 else {}
+
+
 @contextmanager
 def _native_stderr_silenced() -> Iterator[None]:
     """Send what native code writes to file descriptor 2 to /dev/null for the duration."""
@@ -147,8 +180,8 @@ def _pyav_stream(path: str):
 
     with _native_stderr_silenced():
         try:
-            container = av.open(path, metadata_errors="ignore")
-        except Exception:  # av.error.* (InvalidDataError, ...), OSError
+            container = av.open(path, **_open_options())
+        except pyav_file_errors():  # av.error.* (InvalidDataError, ...), OSError: what the file causes
             raise _unreadable(path) from None
         try:
             if not container.streams.video:
@@ -167,7 +200,7 @@ def _open_decord(path: str):
     try:
         with _native_stderr_silenced():  # FFmpeg/decord log their own lines for unreadable files
             reader = decord.VideoReader(path, ctx=decord.cpu(0), num_threads=0)
-    except Exception as exc:  # decord raises its own DECORDError / RuntimeError types
+    except decord_file_errors() as exc:
         if "video stream" in str(exc):
             raise VideoError(f"video has no frames: {path} (no decodable video stream)") from None
         raise _unreadable(path) from None
@@ -196,8 +229,14 @@ class Header:
     reordered: bool = False  # frames are decoded in another order than shown (B-frames)
 
 
+def _fraction(value) -> Fraction | None:
+    """A PyAV rational as a Fraction, None when unset: PyAV before 19 gives a Fraction or None for
+    `time_base` / `average_rate`, PyAV 19 an AVRational that is falsy (0/1) when unset."""
+    return Fraction(value.numerator, value.denominator) if value else None
+
+
 def _header(container, stream) -> Header:
-    tb = stream.time_base or Fraction(1, 1)
+    tb = _fraction(stream.time_base) or Fraction(1, 1)
     rate = stream.average_rate
     return Header(
         frames=int(stream.frames or 0),
@@ -267,7 +306,7 @@ def read_timeline(reader, header: Header) -> Timeline:
     count = len(reader)
     try:
         stamps = np.asarray(reader.get_frame_timestamp(range(count)), dtype=np.float64).reshape(count, 2)
-    except Exception:
+    except decord_file_errors():
         stamps = np.full((count, 2), np.nan)
     starts, end = stamps[:, 0], float(stamps[-1, 1])
     problem = judge_index(starts, end, header)
@@ -508,8 +547,17 @@ def _decode_all(path: str, keep: set[int], skipped: list[int] | None = None
     frames by index, average fps). A frame without a usable pts (none, or not after the previous one) is
     given the previous time plus one frame gap. Damaged packets are skipped (counted in `skipped[0]`);
     after one, the pictures the decoder puts out of order (B-frames whose references were lost) are
-    dropped, so that every later frame keeps its own time."""
+    dropped, so that every later frame keeps its own time.
+
+    The decoder hands frames out in the order they are shown. Where their pts still go backwards in
+    that order while their dts strictly increase (an AVI, which stores no presentation times, with
+    DivX-style packed B-frames: the demuxer's guessed pts are a frame or two off, issue 23), each
+    frame's time is its own dts instead, from the first frame's, as FFmpeg's best-effort timestamp
+    prefers the dts when the pts are the faultier; either way a frame's time and pixels come from the
+    same decoded frame."""
     times: list[float] = []
+    dts: list[int | None] = []  # each kept-in-order frame's dts
+    backwards = False  # some frame's pts was not after the previous frame's
     kept: dict[int, np.ndarray] = {}
     end = None
     if skipped is None:
@@ -529,21 +577,41 @@ def _decode_all(path: str, keep: set[int], skipped: list[int] | None = None
                 if t is not None and times and t <= times[-1] and skipped[0]:
                     continue  # a picture that damaged data put out of order (its references are lost): dropped
                 i += 1
+                if t is not None and times and t <= times[-1]:
+                    backwards = True
                 if t is None or (times and t <= times[-1]):
                     t = times[-1] + gap if times else 0.0
                 times.append(t)
+                dts.append(getattr(frame, "dts", None))
                 duration = getattr(frame, "duration", None)
                 end = t + duration * tb if duration else None
                 if i in keep:
                     kept[i] = _rgb(frame)
-        except Exception as exc:
+        except pyav_file_errors() as exc:
             if not times:
                 raise VideoError(f"cannot decode frames of {path}: {_reason(exc)}") from None
             # a damaged tail: keep what decoded
     if not times:
         raise VideoError(f"video has no frames: {path} (nothing decodes)")
+    if backwards and (starts := _dts_times(dts, tb, gap)) is not None:  # the pts were wrong: each frame's dts
+        return starts, _span_end(starts, None, header.average_fps), kept, header.average_fps
     starts = np.asarray(times)
     return starts, _span_end(starts, end, header.average_fps), kept, header.average_fps
+
+
+def _dts_times(dts: list[int | None], tb: float, gap: float) -> np.ndarray | None:
+    """Frame times (s) from the frames' dts, from the first frame's; a frame without one (the last,
+    flushed from the decoder) one gap after the previous. None when the first frame has none or the
+    known ones do not strictly increase."""
+    known = [d for d in dts if d is not None]
+    if not dts or dts[0] is None or any(b <= a for a, b in zip(known, known[1:])):
+        return None
+    times = []
+    for d in dts:
+        times.append((d - dts[0]) * tb if d is not None else times[-1] + gap)
+    if any(b <= a for a, b in zip(times, times[1:])):
+        return None
+    return np.asarray(times, dtype=np.float64)
 
 
 def _sequential(path: str, plan: Plan, guess: Timeline | None, problem: str) -> tuple[Timeline, list[int], np.ndarray]:
@@ -613,7 +681,9 @@ def _read_image(path: str) -> np.ndarray:
         with Image.open(path) as image:
             image = ImageOps.exif_transpose(image)
             return np.asarray(image.convert("RGB"))
-    except (UnidentifiedImageError, OSError, ValueError, SyntaxError) as exc:  # Pillow's errors for bad files
+    except (UnidentifiedImageError, OSError, ValueError, SyntaxError, Image.DecompressionBombError) as exc:
+        # what Pillow raises for a bad or oversized file (SyntaxError: a broken PNG, ValueError: a bad tile);
+        # anything else (TypeError, AttributeError, ...) is a bug and propagates
         reason = "not an image Pillow can read" if isinstance(exc, UnidentifiedImageError) else _reason(exc)
         raise VideoError(f"cannot read frame image {path}: {reason}") from None
 
@@ -656,6 +726,8 @@ def _sample_pyav(path: str, plan: Plan, distrust: str = "") -> tuple[Timeline, l
         return _sequential(path, plan, None, distrust or "the demuxer lists no timestamped frames")
     timeline = _pyav_timeline(packets, header)
     problem = distrust or timeline.problem
+    if not problem and header.reordered and header.format.split(",")[0] == "avi":
+        problem = "AVI stores no presentation times: with B-frames the demuxer guesses them"
     if not problem:
         indices = plan(timeline)
         wanted = [int(packets.pts[i]) for i in indices]
@@ -687,7 +759,7 @@ def _sample_decord(path: str, plan: Plan, fallback: bool) -> tuple[Timeline, lis
         with _native_stderr_silenced():
             frames = reader.get_batch(indices).asnumpy()
         problem = "" if frames.ndim == 4 and frames.shape[-1] == 3 else f"frames of shape {frames.shape[1:]}, not RGB"
-    except Exception as exc:
+    except decord_file_errors() as exc:
         problem = _reason(exc)
     if problem:  # e.g. decord 0.6.0 on a file shown turned by a quarter turn: PyAV decodes it
         if not fallback:
@@ -777,7 +849,7 @@ def check_video(path: str | os.PathLike, decoder: str = "auto") -> None:
     with _pyav_stream(path) as (container, stream):
         try:
             has_packet = any(packet.size for packet in container.demux(stream))
-        except Exception:
+        except pyav_file_errors():
             raise _unreadable(path) from None
     if not has_packet:
         raise VideoError(f"video has no frames: {path}")

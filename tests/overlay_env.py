@@ -6,15 +6,20 @@ interpreter whose ``.pth`` file adds the test environment's site-packages *after
 transformers and the editable ottvid install (with its ``lmms_eval.models`` entry point) are seen
 from there, while what pip installs into the overlay (lmms-eval, av 15, ...) comes first.
 
-pip runs inside the overlay, so it sees the test environment's distributions as installed and does
-not install them again; a constraints file pins every one of them (except ``av``) to the version
+pip runs inside the overlay and installs this checkout with its ``lmms`` extra (``pip install -e
+".[lmms]"``, as a user does, resolved afresh from the package index, so a new release of an lmms-eval
+dependency that breaks it shows here; the extra's own constraints, e.g. ``filelock<4``, apply) and
+lmms-eval at the version the plugin was checked against. It sees the test environment's distributions
+as installed and does not install them again; a constraints file pins every one of them to the version
 installed there, so the overlay never shadows torch, transformers or numpy with other versions, and
-a requirement that would need another version fails the build instead. Afterwards the build checks
+a requirement that would need another version fails the build instead (``av`` and ``filelock``
+excepted: the overlay has its own). Afterwards the build checks
 that nothing but the allowed packages was installed twice.
 
 Built once and cached under ``$OTTVID_TEST_ENV_DIR`` (default ``$XDG_CACHE_HOME/ottvid/test-envs``,
 i.e. ``~/.cache/ottvid/test-envs``) in a folder named by the lmms-eval version, the Python version and
-a hash of pyproject's ``lmms`` extra and the test environment's site-packages path; it is built in a
+a hash of pyproject's ``lmms`` extra and main dependencies, the checkout's path and the test environment's
+site-packages path; it is built in a
 temporary folder and renamed into place, and rebuilt when it is incomplete, broken, or the test
 environment's installed versions changed. After a build, overlays whose test environment no longer
 exists (e.g. CI checkouts since removed) are deleted: each takes about 1 GB.
@@ -41,7 +46,9 @@ ROOT = Path(__file__).resolve().parent.parent
 LMMS_VERSION = "0.7.3"  # the lmms-eval release the plugin and docs/eval.md were checked against
 MARKER = "ottvid-overlay.json"
 PTH = "zz_ottvid_main_env.pth"
-OWN = {"av"}  # may (and should) differ from the test environment: the reason for the overlay
+# may (and should) differ from the test environment: av is the reason for the overlay (lmms-eval pins
+# av<16); filelock is capped below 4 by our `lmms` extra (pyproject.toml) while the test environment has 4
+OWN = {"av", "filelock"}
 TOOLS = {"pip", "setuptools", "wheel", "ottvid-cli"}  # never pinned (the overlay's own tools; ours is editable)
 PROBE = r"""
 import importlib.metadata as md, importlib.util as iu, json, sys
@@ -94,13 +101,23 @@ def main_site_packages() -> list[str]:
     return list(dict.fromkeys(os.path.realpath(paths[k]) for k in ("purelib", "platlib")))
 
 
+def _requirement_list(key: str, pyproject: Path) -> list[str]:
+    """The requirement strings of the list `key = [...]` in pyproject.toml (comments left out)."""
+    text = re.sub(r"#[^\n]*", "", pyproject.read_text(encoding="utf-8"))
+    match = re.search(rf"^{key}\s*=\s*\[(.*?)\]", text, re.MULTILINE | re.DOTALL)
+    if match is None:
+        raise OverlayError(f"{pyproject}: no `{key}` list")
+    return re.findall(r'"([^"]+)"', match.group(1))
+
+
 def lmms_extra(pyproject: Path = ROOT / "pyproject.toml") -> list[str]:
     """The requirement strings of pyproject's `lmms` extra."""
-    text = pyproject.read_text(encoding="utf-8")
-    match = re.search(r"^lmms\s*=\s*\[(.*?)\]", text, re.MULTILINE | re.DOTALL)
-    if match is None:
-        raise OverlayError(f"{pyproject}: no `lmms` extra under [project.optional-dependencies]")
-    return re.findall(r'"([^"]+)"', match.group(1))
+    return _requirement_list("lmms", pyproject)
+
+
+def main_requirements(pyproject: Path = ROOT / "pyproject.toml") -> list[str]:
+    """The requirement strings of pyproject's `dependencies` (the overlay resolves them too)."""
+    return _requirement_list("dependencies", pyproject)
 
 
 def installed(sites: list[str]) -> dict[str, str]:
@@ -115,7 +132,8 @@ def installed(sites: list[str]) -> dict[str, str]:
 
 def overlay_name(sites: list[str], version: str = LMMS_VERSION) -> str:
     """lmms-<version>-py<X.Y>-<hash of the lmms extra and the test environment's site-packages>."""
-    digest = hashlib.sha256(json.dumps({"extra": lmms_extra(), "sites": sites, "lmms": version}).encode())
+    digest = hashlib.sha256(json.dumps({"extra": lmms_extra(), "dependencies": main_requirements(), "sites": sites,
+                                        "lmms": version, "checkout": str(ROOT)}).encode())
     return f"lmms-{version}-py{sys.version_info[0]}.{sys.version_info[1]}-{digest.hexdigest()[:12]}"
 
 
@@ -180,7 +198,13 @@ def _locked(path: Path) -> Iterator[None]:
             fcntl.flock(handle, fcntl.LOCK_UN)
 
 
-def _build(tmp: Path, sites: list[str], main: dict[str, str], requirement: str, stamp: str) -> None:
+def lmms_requirements(root: Path = ROOT) -> list[str]:
+    """What the overlay installs, as a user does: this checkout with its `lmms` extra, editable (so the
+    extra's constraints, e.g. filelock<4, apply, and ottvid_cli is imported from the checkout)."""
+    return ["-e", f"{root}[lmms]"]
+
+
+def _build(tmp: Path, sites: list[str], main: dict[str, str], requirement: list[str], stamp: str) -> None:
     log = tmp.parent / f"{tmp.name}.log"
     log.unlink(missing_ok=True)
     done = _run([sys.executable, "-m", "venv", tmp], log)
@@ -193,11 +217,11 @@ def _build(tmp: Path, sites: list[str], main: dict[str, str], requirement: str, 
     constraints = tmp / "constraints.txt"
     constraints.write_text("".join(f"{n}=={v}\n" for n, v in sorted(main.items()) if n not in OWN | TOOLS))
     done = _run([python, "-m", "pip", "install", "--disable-pip-version-check", "--progress-bar", "off",
-                 "-c", constraints, requirement], log)
+                 "-c", constraints, *requirement], log)
     if done.returncode != 0:
         lines = (done.stdout + "\n" + done.stderr).strip().splitlines()
         tail = [line for line in lines if line.strip() and not line.startswith("WARNING:")][-3:]
-        raise OverlayError(f"pip install {requirement} into the overlay failed (is the package index reachable?): "
+        raise OverlayError(f"pip install {' '.join(requirement)} into the overlay failed (is the package index reachable?): "
                            f"{' | '.join(tail)[:600]} (full log: {log})")
     twice = sorted(set(installed([str(site)])) & set(main) - OWN - TOOLS)
     if twice:
@@ -244,7 +268,7 @@ def lmms_overlay(root: Path | None = None) -> Overlay:
             tmp = root / f".build-{name}-{os.getpid()}"
             shutil.rmtree(tmp, ignore_errors=True)
             try:
-                _build(tmp, sites, main, f"lmms-eval=={LMMS_VERSION}", stamp)
+                _build(tmp, sites, main, [*lmms_requirements(), f"lmms-eval=={LMMS_VERSION}"], stamp)
                 if env.exists():  # broken or stale: out of the way first, then the new one in
                     trash = root / f".trash-{name}-{os.getpid()}"
                     env.rename(trash)

@@ -419,3 +419,38 @@ def test_tables_never_cut_a_number_piped_or_on_a_narrow_terminal(tiny_qwen):
     shown = narrow.file.getvalue()
     assert "…" not in shown and max(len(line) for line in shown.splitlines()) <= 50
     assert shown.count("2,5") >= len(data["timings_ms"])  # each time's start is shown, then the rest below it
+
+
+# ------------------------------------------------------------------------------------------------
+# a picture path is tried before the model loads (issue 23): os.access says yes to root everywhere
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self"), reason="needs Linux's /proc")
+@pytest.mark.parametrize("command", ["ask", "show"])
+def test_a_picture_path_that_cannot_be_created_is_refused_before_the_model_loads(tiny_qwen, command):
+    args = [command, VIDEO] + (["What?"] if command == "ask" else []) + ["-o", "/proc/x.png", "--model", tiny_qwen]
+    result = invoke(*args)
+    assert result.exit_code == 2, result.output
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: cannot write /proc/x.png: "), result.stderr
+    assert "loading" not in result.stderr  # refused before the model
+
+
+def test_the_write_probe_leaves_the_folder_and_an_existing_picture_as_they_were(tmp_path):
+    from ottvid_cli.cli import _unwritable
+
+    folder = tmp_path / "pictures"
+    folder.mkdir()
+    old = folder / "kept.png"
+    old.write_bytes(b"an earlier picture")
+    stamp = old.stat().st_mtime_ns
+    notes = tmp_path / "notes.mp4"
+    notes.write_text("not a video\n" * 10)
+    result = invoke("ask", notes, "What?", "-o", old, "--decoder", "pyav")  # refused later, on the video
+    assert result.exit_code == 2 and "cannot read video" in result.stderr, result.output
+    assert sorted(p.name for p in folder.iterdir()) == ["kept.png"]
+    assert old.read_bytes() == b"an earlier picture" and old.stat().st_mtime_ns == stamp
+    assert _unwritable(str(folder / "new.png"), str(folder)) == ""
+    assert sorted(p.name for p in folder.iterdir()) == ["kept.png"]
+    if os.path.isdir("/proc/self"):
+        assert _unwritable("/proc/x.png", "/proc")  # a reason

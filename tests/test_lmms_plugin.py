@@ -93,22 +93,32 @@ print("ok")
     assert done.returncode == 0 and done.stdout.strip().endswith("ok"), done.stderr[-3000:]
 
 
-@pytest.mark.parametrize("method", ["ottvid", "evs", "vidcom2"])
-def test_lmms_eval_cli_runs_a_local_video_task_through_ottvid(tiny_qwen, tmp_path, lmms_env, method):
+def _local_task(tmp_path, videos: dict | None = None) -> tuple[Path, list]:
+    """tests/data/lmms copied to tmp_path/task with absolute paths; `videos` replaces docs' videos by index."""
     task = tmp_path / "task"
     shutil.copytree(DATA / "lmms", task)
     docs = json.loads((task / "ottvid_tiny.json").read_text())
-    for doc in docs:
-        doc["video"] = str(DATA / doc["video"])
+    for i, doc in enumerate(docs):
+        doc["video"] = str((videos or {}).get(i, DATA / doc["video"]))
     (task / "ottvid_tiny.json").write_text(json.dumps(docs))
     yaml = task / "ottvid_tiny.yaml"
     yaml.write_text(yaml.read_text().replace("DATA_FILE", str(task / "ottvid_tiny.json")))
-    out = tmp_path / "out"
+    return task, docs
+
+
+def _lmms_eval(env, tiny_qwen, task, out, cwd, method: str = "ottvid") -> subprocess.CompletedProcess:
     # run outside the repository: a folder named like a plugin package would shadow its import
-    done = _run(lmms_env, "-m", "lmms_eval", "--model", "ottvid",
+    return _run(env, "-m", "lmms_eval", "--model", "ottvid",
                 "--model_args", f"pretrained={tiny_qwen},method={method},ratio=0.1,frames=4,prefetch=1",
                 "--tasks", "ottvid_tiny", "--include_path", task, "--limit", "2", "--batch_size", "1",
-                "--log_samples", "--output_path", out, cwd=tmp_path)
+                "--log_samples", "--output_path", out, cwd=cwd)
+
+
+@pytest.mark.parametrize("method", ["ottvid", "evs", "vidcom2"])
+def test_lmms_eval_cli_runs_a_local_video_task_through_ottvid(tiny_qwen, tmp_path, lmms_env, method):
+    task, docs = _local_task(tmp_path)
+    out = tmp_path / "out"
+    done = _lmms_eval(lmms_env, tiny_qwen, task, out, tmp_path, method)
     assert done.returncode == 0, (done.stdout + done.stderr)[-3000:]
     results = [json.loads(p.read_text()) for p in out.rglob("*_results.json")]
     assert results and results[0]["results"]["ottvid_tiny"]["accuracy,none"] in (0.0, 0.5, 1.0)
@@ -139,3 +149,15 @@ def test_lmms_eval_cli_runs_a_local_video_task_through_ottvid(tiny_qwen, tmp_pat
             assert record["filtered_resps"] == result.answer.split("\n\n")[0], record
     finally:
         torch.set_num_threads(threads)
+
+
+def test_a_failure_while_answering_exits_non_zero(tiny_qwen, tmp_path, lmms_env):
+    """lmms-eval 0.7.3 logs an exception of its run and exits 0; the plugin's failures exit 1."""
+    task, _ = _local_task(tmp_path, videos={1: tmp_path / "gone.mp4"})
+    out = tmp_path / "out"
+    done = _lmms_eval(lmms_env, tiny_qwen, task, out, tmp_path)
+    assert done.returncode == 1, (done.stdout + done.stderr)[-3000:]
+    last = done.stderr.strip().splitlines()[-1]
+    assert last.startswith("error: the ottvid model failed: VideoError: video not found:"), last
+    assert "gone.mp4" in last
+    assert not list(out.rglob("*_results.json"))  # nothing claims a finished run

@@ -10,7 +10,7 @@ import av
 import numpy as np
 import pytest
 from video_files import (frame_number, patch_mkv_duration, strip_avi_index, write_audio_only,
-                         write_numbered)
+                         write_numbered, write_packed_avi)
 
 from ottvid_cli import video as video_mod
 from ottvid_cli.video import (Header, VideoError, check_video, judge_index, read_timeline, sample_fps,
@@ -169,7 +169,7 @@ def made(tmp_path_factory):
     files["noidx"] = strip_avi_index(files["avi"], d / "noidx.avi")
     files["wrong"] = patch_mkv_duration(files["mkv"], d / "wrong.mkv", 40.0)
     files["nodur"] = patch_mkv_duration(files["mkv"], d / "nodur.mkv", None)
-    assert all(p.stat().st_size < 100_000 for p in files.values())
+    assert all(p.stat().st_size < 200_000 for p in files.values())  # "long" is 116 KB from PyAV 14's encoder
     return files
 
 
@@ -211,6 +211,53 @@ def test_broken_index_gives_the_frames_at_their_times(made, key, decoder):
             assert video.timeline.source == "decoded frames" and "invalid timestamps" in video.timeline.problem
         assert_shows_reported_frames(video, made[key])
     assert len(video.indices) == 22  # floor(11.3 s * 2 fps) made even
+
+
+@pytest.fixture(scope="module")
+def packed(tmp_path_factory):
+    """DivX-style packed B-frames in AVI (MPEG-4 Part 2, 270 frames at 23.976 fps, ~75 KB), with and
+    without its index: the kind of file of issue 23, made at test time (tests/video_files.py)."""
+    d = tmp_path_factory.mktemp("packed")
+    indexed = write_packed_avi(d / "packed.avi", 270)
+    return {"indexed": indexed, "noidx": strip_avi_index(indexed, d / "packed-noidx.avi")}
+
+
+def _sequential_decode(path):
+    """Every frame as a plain in-order PyAV decode hands it out: (pts, dts, pixels)."""
+    with av.open(str(path)) as container:
+        return [(f.pts, f.dts, f.to_ndarray(format="rgb24")) for f in container.decode(video=0)]
+
+
+def test_the_packed_avi_really_has_pts_out_of_order(packed):
+    for path in packed.values():
+        frames = _sequential_decode(path)
+        assert len(frames) == 270 and path.stat().st_size < 100_000
+        pts = [p for p, _, _ in frames]
+        assert sum(b < a for a, b in zip(pts, pts[1:])) > 100  # the guessed pts go back every other frame
+        assert [frame_number(f) for _, _, f in frames] == list(range(270))  # the decoder's order is the shown one
+
+
+@pytest.mark.parametrize("key", ["indexed", "noidx"])
+@pytest.mark.parametrize("decoder", ["auto", "pyav"])
+def test_packed_b_frames_in_avi_give_each_frame_its_own_pixels_and_time(packed, key, decoder):
+    """Each sampled frame's pixels are exactly (np.array_equal) those of the frame that an in-order
+    decode hands out at that index, and its time is that same frame's: the dts the decoder carried with
+    it (the guessed pts go backwards), which is also the time the frame was made for (its number / fps)."""
+    truth = _sequential_decode(packed[key])
+    first_dts = truth[0][1]
+    fps = 24000 / 1001
+    for video in (sample_frames(packed[key], 8, decoder=decoder), sample_fps(packed[key], 2.0, decoder=decoder),
+                  sample_frames(packed[key], 8, decoder=decoder, start=3.0, end=7.0)):
+        assert video.decoder == "pyav" and video.timeline.source == "decoded frames"
+        assert video.timeline.starts.shape == (270,)
+        offset = 3.0 if video.duration < 5 else 0.0
+        for k, (i, t) in enumerate(zip(video.indices, video.timestamps)):
+            _, dts, pixels = truth[i]
+            assert np.array_equal(video.frames[k], pixels), (k, i)
+            if dts is not None:
+                assert t + offset == pytest.approx((dts - first_dts) * 1001 / 24000, abs=1e-9)
+            assert frame_number(video.frames[k]) == i == round((t + offset) * fps)
+    assert_uniform(sample_frames(packed[key], 8, decoder=decoder), video.timeline.starts)
 
 
 # (codec, container, B-frames, whether decord 0.6.0's random access gives the right frames): measured

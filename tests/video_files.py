@@ -116,3 +116,58 @@ def patch_mkv_duration(src: Path, dst: Path, factor: float | None) -> Path:
         data[at + 3:at + 11] = struct.pack(">d", value * factor)
     dst.write_bytes(bytes(data))
     return dst
+
+
+def _vop_type(data: bytes) -> int:
+    """The coding type of the first VOP in an MPEG-4 Part 2 packet: 0 I, 1 P, 2 B, 3 S."""
+    at = data.index(b"\0\0\1\xb6")
+    return data[at + 4] >> 6
+
+
+# A not-coded VOP (N-VOP): start code 0x1B6, P type, modulo_time_base 0, marker, a 15-bit time
+# increment (the encoder's resolution 24000 needs 15 bits), marker, vop_coded 0, then the stuffing bits.
+N_VOP = b"\0\0\1\xb6" + int("01" "0" "1" + "0" * 15 + "1" "0" + "011", 2).to_bytes(3, "big")
+
+
+def write_packed_avi(path: Path, count: int, *, rate: Fraction = Fraction(24000, 1001), gop: int = 12) -> Path:
+    """An AVI of frames 0..count-1 as DivX 5 writes MPEG-4 Part 2 with B-frames, "packed bitstream":
+    each B-frame travels in the chunk of the P-frame before it and the chunk after holds an N-VOP, so
+    that chunk n is decoded when frame n is due (the Video for Windows way; FFmpeg's
+    mpeg4_unpack_bframes undoes it). The VOL carries the user data "DivX503b1393p" ("p": packed) that
+    tells FFmpeg's decoder so. AVI stores no presentation times: the demuxer guesses them, a frame or
+    two off for such a stream. With the index (idx1); `strip_avi_index` removes it."""
+    import av
+
+    encoder = av.CodecContext.create("mpeg4", "w")
+    encoder.width, encoder.height, encoder.pix_fmt = WIDTH, HEIGHT, "yuv420p"
+    encoder.time_base, encoder.framerate = 1 / rate, rate
+    encoder.gop_size, encoder.max_b_frames = gop, 1
+    encoder.options = {"qscale": "2"}
+    packets = []
+    for i in range(count):
+        frame = av.VideoFrame.from_ndarray(number_image(i), format="rgb24").reformat(format="yuv420p")
+        frame.pts = i
+        packets += [(bytes(p), p.is_keyframe) for p in encoder.encode(frame)]
+    packets += [(bytes(p), p.is_keyframe) for p in encoder.encode(None)]
+    first, key = packets[0]  # the VOS/VOL headers, the encoder's user data, then the I-VOP
+    after = first.index(b"\0\0\1", first.index(b"\0\0\1\xb2") + 4)
+    packets[0] = (first[:after] + b"\0\0\1\xb2DivX503b1393p" + first[after:], key)
+    chunks, i = [], 0
+    while i < len(packets):  # decoding order I P B P B ...: chunks I, P+B, N-VOP, P+B, N-VOP, ...
+        data, key = packets[i]
+        if i + 1 < len(packets) and _vop_type(data) != 2 and _vop_type(packets[i + 1][0]) == 2:
+            chunks += [(data + packets[i + 1][0], key), (N_VOP, False)]
+            i += 2
+        else:
+            chunks.append((data, key))
+            i += 1
+    with av.open(str(path), "w", format="avi") as container:
+        stream = container.add_stream("mpeg4", rate=rate)
+        stream.width, stream.height, stream.pix_fmt = WIDTH, HEIGHT, "yuv420p"
+        for n, (data, key) in enumerate(chunks):
+            packet = av.Packet(data)
+            packet.pts = packet.dts = n
+            packet.time_base, packet.stream = 1 / rate, stream
+            packet.is_keyframe = key
+            container.mux(packet)
+    return path

@@ -145,6 +145,25 @@ def _new_cache(model: Any) -> Any:
     return DynamicCache(config=model.config)
 
 
+CACHE_RENAMED = "5.24"  # transformers renamed generate's and the models' `past_key_values=` to `cache=`
+
+
+def _with_cache(cache: Any) -> dict[str, Any]:
+    """The keyword that hands `cache` to generate() or a model's forward in the installed transformers:
+    `cache=` from 5.24 on (`past_key_values=` there is deprecated, with a FutureWarning), else
+    `past_key_values=`."""
+    if cache is None:
+        return {}
+    return {_cache_keyword(): cache}
+
+
+def _cache_keyword() -> str:
+    import transformers
+    from packaging.version import Version
+
+    return "cache" if Version(transformers.__version__).release >= Version(CACHE_RENAMED).release else "past_key_values"
+
+
 def _cut(cache: Any, length: int) -> bool:
     """Cut a DynamicCache back to its first `length` tokens, compacted (False, cache untouched, when a
     layer is not a plain full-attention layer whose cut is exact)."""
@@ -278,7 +297,7 @@ class KeptTokenGeneration:
         cache = prefix.copy() if prefix is not None else _new_cache(self.model) if keep_prefix else None
         if prefix is not None:
             llm = {k: v for k, v in llm.items() if k != "mm_encoder_outputs"}  # every visual token is in the prefix
-        extra = {"past_key_values": cache} if cache is not None else {}
+        extra = _with_cache(cache)
         tokenizer = self.processor.tokenizer
         stream = _TokenStream(self.device, tokenizer, on_token)
         start = time.perf_counter()
@@ -308,7 +327,7 @@ class KeptTokenGeneration:
         head = {k: (v[..., :length] if k == "position_ids" else v[:, :length]) if torch.is_tensor(v) else v
                 for k, v in llm.items()}
         cache = _new_cache(self.model)
-        self.model(**head, past_key_values=cache, use_cache=True, logits_to_keep=1)
+        self.model(**head, **_with_cache(cache), use_cache=True, logits_to_keep=1)
         return Prefix(cache=cache, length=length, input_ids=llm["input_ids"][:, :length].clone(),
                       position_ids=_prefix_positions(llm, length), visual=_visual_key(features, kept, compressed))
 
@@ -335,7 +354,7 @@ class KeptTokenGeneration:
         tail = {"input_ids": llm["input_ids"][:, n:], "attention_mask": llm["attention_mask"]}
         if "position_ids" in llm:
             tail["position_ids"] = llm["position_ids"][..., n:]
-        return self.model(**tail, past_key_values=prefix.copy(), use_cache=True).logits
+        return self.model(**tail, **_with_cache(prefix.copy()), use_cache=True).logits
 
     def _llm_inputs(self, inputs: Any, features: torch.Tensor, kept: torch.Tensor,
                     compressed: Any) -> dict[str, Any]:
