@@ -125,6 +125,34 @@ def sinkhorn(
     return plan, iterations
 
 
+def solve_transport(
+    a: torch.Tensor,
+    b: torch.Tensor,
+    cost: torch.Tensor,
+    eps: float = 0.01,
+    max_iter: int = 200,
+    tol: float = 1e-5,
+    early_stop: bool = True,
+    backend: str | None = None,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Sinkhorn plan and transport difficulty of every pair, on the chosen backend (backend.py).
+
+    Returns (plan (P, K, K), iterations () int64 tensor, marginal error (P,), W (P,)), all on the
+    inputs' device, without waiting for it on the Triton path. "triton" runs every iteration of
+    every pair in kernels.sinkhorn (K <= 256; larger K falls back to PyTorch); "torch" is
+    `sinkhorn_log` (which checks the tolerance from the host) followed by `transport_difficulty`.
+    """
+    from .backend import choose
+
+    if choose(a.device, backend) == "triton":
+        from . import kernels
+
+        if kernels.fits(a.shape[-1]):
+            return kernels.sinkhorn(a, b, cost, eps, max_iter, tol, early_stop=early_stop)
+    plan, iterations, error = _sinkhorn_log(a, b, cost, eps, max_iter, tol, early_stop=early_stop)
+    return plan, iterations, error, transport_difficulty(plan, cost)
+
+
 def sinkhorn_log(
     a: torch.Tensor,
     b: torch.Tensor,
@@ -136,7 +164,24 @@ def sinkhorn_log(
     check_every: int | None = None,
     early_stop: bool = True,
 ) -> tuple[torch.Tensor, int, torch.Tensor]:
-    """Log-domain Sinkhorn; returns (plan, iterations, marginal error per problem (P,)).
+    """Log-domain Sinkhorn in PyTorch; returns (plan, iterations, marginal error per problem (P,)).
+    See `_sinkhorn_log` for the iteration."""
+    plan, iterations, error = _sinkhorn_log(a, b, cost, eps, max_iter, tol, absorb, check_every, early_stop)
+    return plan, int(iterations), error
+
+
+def _sinkhorn_log(
+    a: torch.Tensor,
+    b: torch.Tensor,
+    cost: torch.Tensor,
+    eps: float = 0.01,
+    max_iter: int = 200,
+    tol: float = 1e-5,
+    absorb: bool | None = None,
+    check_every: int | None = None,
+    early_stop: bool = True,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Log-domain Sinkhorn; returns (plan, iterations as a () int64 tensor, error per problem (P,)).
 
     Each iteration updates the column potential g, then the row potential f (POT's
     `sinkhorn_log` order):  g = log b - LSE_i(-C_ij/eps + f_i),  f = log a - LSE_j(-C_ij/eps + g_j).
@@ -224,7 +269,9 @@ def sinkhorn_log(
     if error is None:
         error = _marginal_error(f, g, g_next, log_a, log_b, marginals)
     plan = (log_kernel + f.unsqueeze(-1) + g.unsqueeze(-2)).exp()
-    return plan, int(iterations), error
+    if isinstance(iterations, int):  # a fill, not a host-to-device copy
+        iterations = torch.full((), iterations, dtype=torch.long, device=a.device)
+    return plan, iterations, error
 
 
 def _marginal_error(f, g, g_next, log_a, log_b, marginals) -> torch.Tensor:

@@ -1,0 +1,195 @@
+"""Fused Triton kernels for OTT-Vid's two iterative stages (imported only where `triton` imports).
+
+- Sinkhorn (paper Eq. 6): one program per frame pair holds its K x K log-kernel in registers and
+  runs the log-domain iterations in place; all pairs, all iterations in ceil(max_iter / chunk) + 1
+  launches with the tolerance checked on the device (one launch when the iteration count is fixed).
+- Greedy coverage selection (Eq. 1 and SCOPE): one program per group runs all k greedy steps.
+
+Kernels are built (triton.jit) on first use, separately for Triton's interpreter
+(TRITON_INTERPRET=1, CPU tensors, how the tests run them) and for compiled GPU code. Both compute
+the same float32 updates, in the same order, as the PyTorch path in transport.py / spatial.py.
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+from .backend import interpreting
+
+# exp() arguments below this are clamped, as in transport.py (no effect on a float32 sum).
+_EXP_FLOOR = -80.0
+# Largest K x K problem one program holds in registers (K <= 256); larger ones use PyTorch.
+MAX_BLOCK = 256
+# Iterations per launch while the tolerance decides when to stop.
+CHUNK = 10
+
+
+def _sinkhorn_iterations(
+    cost_ptr, loga_ptr, logb_ptr, a_ptr, b_ptr, state_ptr, err_ptr, halted_ptr, stop_ptr, plan_ptr, out_ptr,
+    pairs, k, neg_eps, tol, done, steps, previous, max_iter, chunk,
+    BLOCK: tl.constexpr, PBLOCK: tl.constexpr, CBLOCK: tl.constexpr, EARLY: tl.constexpr, FINISH: tl.constexpr,
+):
+    """Iterations of one pair's log-domain Sinkhorn (program id = pair).
+
+    Advance (FINISH false): `steps` iterations from the state after `done` iterations, the marginal
+    error of each written to err[pair, t]; first, if the batch's largest error fell below tol
+    within the previous `previous` iterations, the pair halts instead (every later launch too).
+    Finish: the stop iteration t* is read from stop_ptr, the state is rebuilt from the start of
+    its chunk (the same updates, so the same numbers), then the plan, the error and W are written.
+    State slots: state[slot, 0 / 1 / 2, pair] = f, g, g_next, slot = (iterations // chunk) % 2.
+    """
+    pid = tl.program_id(0)
+    offs = tl.arange(0, BLOCK)
+    valid = offs < k
+    mask2 = valid[:, None] & valid[None, :]
+    base = pid.to(tl.int64) * k * k
+    cost = tl.load(cost_ptr + base + offs[:, None] * k + offs[None, :], mask=mask2, other=0.0)
+    log_kernel = tl.where(mask2, cost / neg_eps, float("-inf"))  # M = -C / eps
+    log_a = tl.load(loga_ptr + pid * k + offs, mask=valid, other=0.0)
+    log_b = tl.load(logb_ptr + pid * k + offs, mask=valid, other=0.0)
+    a = tl.load(a_ptr + pid * k + offs, mask=valid, other=0.0)
+    b = tl.load(b_ptr + pid * k + offs, mask=valid, other=0.0)
+    slot_size = 3 * pairs * BLOCK
+
+    run = 1
+    start = done
+    if FINISH:
+        t_star = tl.load(stop_ptr)
+        start = ((t_star - 1) // chunk) * chunk
+        steps = t_star - start
+    else:
+        if tl.load(halted_ptr + pid) != 0:
+            run = 0
+        elif EARLY and done > 0:
+            # Did the batch's largest marginal error fall below tol in the previous chunk?
+            t_off = tl.arange(0, CBLOCK)
+            t_mask = t_off < previous
+            worst = tl.zeros([CBLOCK], dtype=tl.float32)
+            for p0 in range(0, pairs, PBLOCK):
+                p_off = p0 + tl.arange(0, PBLOCK)
+                e = tl.load(err_ptr + p_off[:, None] * max_iter + (done - previous + t_off)[None, :],
+                            mask=(p_off < pairs)[:, None] & t_mask[None, :], other=0.0)
+                worst = tl.maximum(worst, tl.max(e, axis=0))
+            if tl.sum(tl.where(t_mask & (worst < tol), 1, 0), axis=0) > 0:
+                tl.store(halted_ptr + pid, 1)
+                run = 0
+
+    if run != 0:
+        src = state_ptr + ((start // chunk) % 2) * slot_size + pid * BLOCK + offs
+        f = tl.zeros([BLOCK], dtype=tl.float32)
+        g = tl.zeros([BLOCK], dtype=tl.float32)
+        if start == 0:
+            # the first iteration's column update, from f = 0
+            x = log_kernel + f[:, None]
+            peak = tl.max(x, axis=0)
+            e = tl.where(mask2, tl.exp(tl.maximum(x - peak[None, :], _EXP_FLOOR)), 0.0)
+            g_next = tl.where(valid, log_b - (tl.log(tl.sum(e, axis=0)) + peak), 0.0)
+        else:
+            f = tl.load(src)
+            g = tl.load(src + pairs * BLOCK)
+            g_next = tl.load(src + 2 * pairs * BLOCK)
+        error = 0.0
+        for step in range(steps):
+            g = g_next
+            # f_i = log a_i - LSE_j(M_ij + g_j)
+            x = log_kernel + g[None, :]
+            peak = tl.max(x, axis=1)
+            e = tl.where(mask2, tl.exp(tl.maximum(x - peak[:, None], _EXP_FLOOR)), 0.0)
+            f = tl.where(valid, log_a - (tl.log(tl.sum(e, axis=1)) + peak), 0.0)
+            # g'_j = log b_j - LSE_i(M_ij + f_i)
+            x = log_kernel + f[:, None]
+            peak = tl.max(x, axis=0)
+            e = tl.where(mask2, tl.exp(tl.maximum(x - peak[None, :], _EXP_FLOOR)), 0.0)
+            g_next = tl.where(valid, log_b - (tl.log(tl.sum(e, axis=0)) + peak), 0.0)
+            if EARLY or FINISH:
+                # |P1 - a|_1 + |P^T 1 - b|_1 at (f, g): rows exp(f + LSE_j), columns b exp(g - g')
+                rows = tl.where(valid, tl.abs(tl.exp(f + (log_a - f)) - a), 0.0)
+                cols = tl.where(valid, tl.abs(tl.exp(g + (log_b - g_next)) - b), 0.0)
+                error = tl.sum(rows, axis=0) + tl.sum(cols, axis=0)
+                if not FINISH:
+                    tl.store(err_ptr + pid * max_iter + start + step, error)
+        if FINISH:
+            plan = tl.where(mask2, tl.exp(log_kernel + f[:, None] + g[None, :]), 0.0)  # P = exp(M + f + g)
+            tl.store(plan_ptr + base + offs[:, None] * k + offs[None, :], plan, mask=mask2)
+            tl.store(out_ptr + pid * 2, error)
+            tl.store(out_ptr + pid * 2 + 1, tl.sum(tl.sum(plan * cost, axis=1), axis=0))  # W = sum P C
+        else:
+            dst = state_ptr + ((start // chunk + 1) % 2) * slot_size + pid * BLOCK + offs
+            tl.store(dst, f)
+            tl.store(dst + pairs * BLOCK, g)
+            tl.store(dst + 2 * pairs * BLOCK, g_next)
+
+
+_BUILT: dict[tuple[str, bool], object] = {}
+
+
+def _kernel(name: str, body):
+    """triton.jit(body), built once per mode (interpreter or compiled)."""
+    key = (name, interpreting())
+    if key not in _BUILT:
+        _BUILT[key] = triton.jit(body)
+    return _BUILT[key]
+
+
+def fits(k: int) -> bool:
+    """Whether a K x K problem fits one program of the fused Sinkhorn."""
+    return k <= MAX_BLOCK
+
+
+def _warps(block: int) -> int:
+    return 4 if block <= 64 else 8 if block <= 128 else 16
+
+
+def sinkhorn(
+    a: torch.Tensor, b: torch.Tensor, cost: torch.Tensor, eps: float, max_iter: int, tol: float,
+    early_stop: bool = True, chunk: int = CHUNK,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Log-domain Sinkhorn of every pair in Triton: a, b (P, K) > 0, cost (P, K, K).
+
+    The same iteration and stopping rule as transport.sinkhorn_log: g then f, from f = 0; with
+    early_stop, the batch stops after the first iteration at which its largest marginal error
+    is below tol (decided on the device); without, exactly max_iter iterations.
+    Returns (plan (P, K, K), iterations () int64 on the device, error (P,), W (P,)), float32.
+    """
+    pairs, k = a.shape
+    device = a.device
+    a, b = a.float().contiguous(), b.float().contiguous()
+    cost = cost.float().contiguous()
+    log_a, log_b = a.log(), b.log()
+    block = max(16, triton.next_power_of_2(k))
+    if block > MAX_BLOCK:
+        raise ValueError(f"the fused Sinkhorn holds K <= {MAX_BLOCK}, got K = {k}")
+    kernel = _kernel("sinkhorn", _sinkhorn_iterations)
+    plan = torch.empty(pairs, k, k, device=device, dtype=torch.float32)
+    out = torch.empty(pairs, 2, device=device, dtype=torch.float32)
+    state = torch.empty(2, 3, pairs, block, device=device, dtype=torch.float32)
+    warps = _warps(block)
+    chunk = max(1, min(chunk, max_iter)) if early_stop else max_iter
+    common = dict(BLOCK=block, PBLOCK=min(256, max(16, triton.next_power_of_2(pairs))),
+                  CBLOCK=max(16, triton.next_power_of_2(chunk)), EARLY=early_stop, num_warps=warps)
+    if early_stop:
+        err = torch.full((pairs, max_iter), float("inf"), device=device, dtype=torch.float32)
+        halted = torch.zeros(pairs, device=device, dtype=torch.int32)
+        done = 0
+        previous = 0
+        while done < max_iter:
+            steps = min(chunk, max_iter - done)
+            kernel[(pairs,)](cost, log_a, log_b, a, b, state, err, halted, halted, plan, out,
+                             pairs, k, -eps, tol, done, steps, previous, max_iter, chunk, FINISH=False, **common)
+            done, previous = done + steps, steps
+        # t* = the first iteration whose largest error over the batch is below tol, else max_iter
+        below = err.amax(0) < tol
+        stop = torch.where(below.any(), below.to(torch.uint8).argmax() + 1, max_iter).to(torch.int32)
+    else:
+        err = out  # unused
+        halted = torch.zeros(1, device=device, dtype=torch.int32)
+        stop = torch.full((1,), max_iter, device=device, dtype=torch.int32)
+    kernel[(pairs,)](cost, log_a, log_b, a, b, state, err, halted, stop, plan, out,
+                     pairs, k, -eps, tol, 0, 0, 0, max_iter, chunk, FINISH=True, **common)
+    return plan, stop.reshape(()).long(), out[:, 0], out[:, 1]
+
+
+def greedy_coverage(sim: torch.Tensor, w: torch.Tensor, k: int, candidate_weighted: bool = False) -> torch.Tensor:
+    raise NotImplementedError
