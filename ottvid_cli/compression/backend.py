@@ -3,7 +3,7 @@
 "triton": the greedy selection and all Sinkhorn iterations of all frame pairs run in a few
 Triton kernel launches, with no host round trip (ottvid_cli/compression/kernels.py). It is the
 automatic choice on CUDA whenever `triton` imports. On CPU tensors it runs only under Triton's
-interpreter (TRITON_INTERPRET=1 set before the kernels are first built), which is how it is
+interpreter (TRITON_INTERPRET=1 set before `triton` is imported), which is how it is
 tested without a GPU. "torch": the batched PyTorch code, for CPU, MPS and machines without Triton.
 
 The environment variable OTTVID_COMPRESS_BACKEND ("auto", "torch" or "triton") overrides the
@@ -32,8 +32,13 @@ def triton_importable() -> bool:
 
 
 def interpreting() -> bool:
-    """Whether Triton kernels run in its interpreter (TRITON_INTERPRET=1)."""
-    return os.environ.get("TRITON_INTERPRET", "0").strip().lower() in ("1", "true", "on", "yes")
+    """Whether Triton runs kernels in its interpreter: TRITON_INTERPRET=1 was set before `triton` was
+    imported (Triton builds its own language functions for one mode or the other at import)."""
+    if not triton_importable():
+        return False
+    import triton.language as tl
+
+    return type(tl.max).__name__ == "InterpretedFunction"
 
 
 def choose(device: torch.device | str, backend: str | None = None) -> str:
@@ -53,7 +58,8 @@ def choose(device: torch.device | str, backend: str | None = None) -> str:
         if not triton_importable():
             raise ValueError("the triton compression backend needs the `triton` package")
         if kind == "cpu" and not interpreting():
-            raise ValueError("the triton compression backend runs on CPU tensors only with TRITON_INTERPRET=1")
+            raise ValueError("the triton compression backend runs on CPU tensors only in Triton's interpreter "
+                             "(TRITON_INTERPRET=1 set before triton is imported)")
         if kind not in ("cuda", "cpu"):
             raise ValueError(f"the triton compression backend does not run on {kind} tensors")
     return requested

@@ -1,0 +1,277 @@
+"""The fused Triton path of compress against the PyTorch path, the POT / literal references, and its
+launch and host-sync bounds. On CPU the kernels run in Triton's interpreter (TRITON_INTERPRET=1);
+the CUDA tests run only where a GPU is present."""
+
+import collections
+import os
+import warnings
+
+import torch
+
+if not torch.cuda.is_available():  # the kernels run in Triton's interpreter, set before triton is imported
+    os.environ.setdefault("TRITON_INTERPRET", "1")
+
+import numpy as np
+import ot
+import pytest
+from torch.utils._python_dispatch import TorchDispatchMode, _disable_current_modes
+
+from ottvid_cli.compression import OTTVidConfig, compress
+from ottvid_cli.compression.backend import ENV, choose, interpreting, triton_importable
+from ottvid_cli.compression.spatial import _greedy_coverage, gram_cosine, normalize_saliency
+from ottvid_cli.compression.transport import _sinkhorn_log, solve_transport, transport_difficulty
+
+import test_compress as base
+import test_official as official
+
+pytestmark = pytest.mark.skipif(not triton_importable(), reason="triton is not installed")
+
+
+@pytest.fixture
+def interpret():
+    """Triton kernels on CPU tensors, through the interpreter."""
+    if not interpreting():
+        pytest.skip("triton was imported before TRITON_INTERPRET=1 was set (run this file on its own)")
+
+
+@pytest.fixture
+def fused(interpret, monkeypatch):
+    """Every compress call in the test takes the Triton path."""
+    monkeypatch.setenv(ENV, "triton")
+
+
+def problem(seed, p=4, k=12, scale=1.0):
+    g = torch.Generator().manual_seed(seed)
+    a = torch.softmax(torch.randn(p, k, generator=g), -1)
+    b = torch.softmax(torch.randn(p, k, generator=g), -1)
+    return a, b, torch.rand(p, k, k, generator=g) * scale
+
+
+def test_backend_choice(monkeypatch):
+    monkeypatch.delenv(ENV, raising=False)
+    assert choose("cpu") == "torch" and choose("cuda") == "triton" and choose("cuda", "torch") == "torch"
+    assert choose("mps") == "torch"
+    monkeypatch.setenv(ENV, "torch")
+    assert choose("cuda") == "torch"
+    assert choose("cpu", "triton") == "triton" if interpreting() else True
+    monkeypatch.setattr("ottvid_cli.compression.backend.interpreting", lambda: False)
+    with pytest.raises(ValueError, match="TRITON_INTERPRET"):
+        choose("cpu", "triton")
+    with pytest.raises(ValueError, match="backend must be one of"):
+        choose("cpu", "cutlass")
+    with pytest.raises(ValueError, match="mps"):
+        choose("mps", "triton")
+
+
+@pytest.mark.parametrize(
+    "seed, p, k, eps, tol, max_iter, early",
+    [
+        (0, 4, 12, 0.1, 1e-4, 500, True),  # converges mid-chunk
+        (1, 3, 13, 0.01, 1e-5, 200, True),  # runs to the cap (the paper's setting)
+        (2, 5, 16, 0.05, 1e-6, 37, True),  # the cap is not a multiple of the chunk
+        (3, 2, 1, 0.01, 1e-5, 200, True),  # K = 1
+        (4, 1, 20, 0.01, 1e-5, 200, False),  # the official fixed 200
+        (5, 3, 9, 0.5, 1e-4, 200, False),
+    ],
+)
+def test_sinkhorn_matches_the_pytorch_path(interpret, seed, p, k, eps, tol, max_iter, early):
+    a, b, c = problem(seed, p, k)
+    plan, n, err, w = solve_transport(a, b, c, eps, max_iter, tol, early_stop=early, backend="triton")
+    want, want_n, want_err = _sinkhorn_log(a, b, c, eps, max_iter, tol, early_stop=early)
+    assert int(n) == int(want_n)
+    # float32 exponents of size C/eps carry a relative error of about C/eps * 1e-7
+    torch.testing.assert_close(plan, want, atol=1e-6, rtol=2e-7 * float(c.max()) / eps + 1e-5)
+    torch.testing.assert_close(err, want_err, atol=2e-6, rtol=1e-3)
+    torch.testing.assert_close(w, transport_difficulty(want, c), atol=1e-6, rtol=1e-5)
+
+
+@pytest.mark.parametrize("chunk", [3, 64])
+def test_sinkhorn_stop_does_not_depend_on_the_chunk(interpret, chunk):
+    from ottvid_cli.compression import kernels
+
+    a, b, c = problem(3, p=5, k=10)
+    tol = 1e-4
+    plan, n, err, _ = kernels.sinkhorn(a, b, c, 0.1, 500, tol, chunk=chunk)
+    _, want_n, _ = _sinkhorn_log(a, b, c, 0.1, 500, tol)
+    assert int(n) == int(want_n) and float(err.max()) < tol
+    # the batch's largest error decides: one iteration fewer leaves some problem above tol
+    assert float(kernels.sinkhorn(a, b, c, 0.1, int(n) - 1, tol, chunk=chunk)[2].max()) >= tol
+
+
+def test_sinkhorn_plan_matches_pot(interpret):
+    a, b, c = problem(11, p=3, k=8)
+    plan, n, _, _ = solve_transport(a, b, c, eps=0.05, max_iter=2000, tol=1e-6, backend="triton")
+    assert int(n) < 2000
+    for i in range(3):
+        want = ot.sinkhorn(a[i].double().numpy(), b[i].double().numpy(), c[i].double().numpy(), 0.05,
+                           method="sinkhorn_log", numItermax=5000, stopThr=1e-9, warn=False)
+        np.testing.assert_allclose(plan[i].double().numpy(), want, atol=1e-6)
+
+
+@pytest.mark.parametrize("t, n, d, k", [(3, 16, 8, 5), (4, 50, 12, 13), (2, 64, 6, 20), (2, 7, 3, 7), (1, 40, 5, 1)])
+@pytest.mark.parametrize("scope", [False, True])
+def test_greedy_selection_is_identical(interpret, t, n, d, k, scope):
+    from ottvid_cli.compression import kernels
+
+    g = torch.Generator().manual_seed(n + k)
+    x = torch.randn(1, n, d, generator=g) + 0.4 * torch.randn(t, n, d, generator=g)
+    sim, _ = gram_cosine(x)
+    w = normalize_saliency(torch.rand(t, n, generator=g))
+    assert torch.equal(kernels.greedy_coverage(sim, w, k, scope), _greedy_coverage(sim, w, k, scope))
+
+
+CONFIGS = [
+    OTTVidConfig(),
+    OTTVidConfig.official(),
+    OTTVidConfig(ratio=0.25, spatial="scope", alpha="kernel"),
+    OTTVidConfig(ratio=0.2, mass="uniform", budget="uniform", spatial="divprune", eps=0.05),
+]
+
+
+@pytest.mark.parametrize("cfg", CONFIGS, ids=lambda c: f"{c.ratio}-{c.spatial}-{c.sinkhorn_stop}-{c.budget}")
+def test_compress_decisions_are_identical(interpret, cfg):
+    x, s, grid = base.video(t=4, h=6, w=6, d=16, seed=2)
+    fused_out = compress(x, s, grid, cfg, backend="triton")
+    plain = compress(x, s, grid, cfg, backend="torch")
+    for name in ("index", "assignment", "selected"):
+        assert torch.equal(getattr(fused_out, name), getattr(plain, name)), name
+    torch.testing.assert_close(fused_out.features, plain.features, atol=1e-6, rtol=1e-6)
+    got, want = fused_out.report, plain.report
+    assert (got.B, got.merges, got.prunes, got.kept) == (want.B, want.merges, want.prunes, want.kept)
+    assert got.sinkhorn_iterations == want.sinkhorn_iterations
+    np.testing.assert_allclose(got.W, want.W, rtol=1e-4, atol=1e-6)
+    np.testing.assert_allclose(got.alpha, want.alpha, rtol=0, atol=0)
+
+
+# The existing compress tests, on the fused path (the cheap ones; the rest run on both paths
+# with OTTVID_COMPRESS_BACKEND=triton TRITON_INTERPRET=1, see docs/gpu.md).
+@pytest.mark.parametrize("check", [
+    base.test_matches_the_literal_pipeline,
+    base.test_single_group_is_spatial_only,
+    base.test_two_groups_and_single_token_groups,
+    base.test_identical_groups_merge_into_the_first,
+    base.test_constant_features_and_zero_saliency,
+    base.test_ratio_so_small_that_k_is_one,
+    official.test_official_count_when_the_cap_binds,
+], ids=lambda f: f.__name__)
+def test_existing_compress_tests_on_the_fused_path(fused, check):
+    check()
+
+
+@pytest.mark.parametrize("case", range(5), ids=["shape", "saliency", "grid", "nan", "negative"])
+def test_bad_input_on_the_fused_path(fused, case):
+    features, saliency, grid, message = [
+        (torch.randn(4, 16), torch.rand(4, 16), (4, 4), "(T, N, D)"),
+        (torch.randn(2, 16, 3), torch.rand(2, 15), (4, 4), "saliency"),
+        (torch.randn(2, 16, 3), torch.rand(2, 16), (3, 5), "grid"),
+        (torch.full((2, 16, 3), float("nan")), torch.rand(2, 16), (4, 4), "NaN"),
+        (torch.randn(2, 16, 3), -torch.rand(2, 16), (4, 4), "non-negative"),
+    ][case]
+    base.test_bad_input_raises_value_error(features, saliency, grid, message)
+
+
+class _Ops(TorchDispatchMode):
+    """Counts the aten operations that would launch a device kernel (views and allocations excluded),
+    the host reads (.item() / bool() / int(): _local_scalar_dense) and data-dependent shapes (nonzero)."""
+
+    FREE = {"empty", "empty_strided", "new_empty", "new_empty_strided", "_local_scalar_dense", "set_", "lift_fresh"}
+
+    def __init__(self):
+        super().__init__()
+        self.ops = collections.Counter()
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        name = func.overloadpacket.__name__
+        if not func.is_view and name not in self.FREE or name == "_local_scalar_dense":
+            self.ops[name] += 1
+        return func(*args, **(kwargs or {}))
+
+
+def _count(monkeypatch, call):
+    """(operations that launch kernels, Triton launches, the op counter) of call() on the fused path."""
+    from ottvid_cli.compression import kernels
+
+    original = kernels._launch
+    launches = []
+
+    def counted(kernel, grid, *args, **kwargs):  # the interpreter's own tensor copies are not ours
+        launches.append(kernel)
+        with _disable_current_modes():
+            original(kernel, grid, *args, **kwargs)
+
+    monkeypatch.setattr(kernels, "_launch", counted)
+    from ottvid_cli.compression import ottvid as pipeline
+
+    allocate = pipeline.allocate_budget_rounds
+
+    def on_host(difficulty, *args):  # runs on the host copy of W_t: no device work to count
+        assert difficulty.device.type == "cpu"
+        with _disable_current_modes():
+            return allocate(difficulty, *args)
+
+    monkeypatch.setattr(pipeline, "allocate_budget_rounds", on_host)
+    mode = _Ops()
+    with mode:
+        call()
+    aten = sum(n for name, n in mode.ops.items() if name != "_local_scalar_dense")
+    return aten, len(launches), mode.ops
+
+
+@pytest.mark.parametrize("cfg", [OTTVidConfig(), OTTVidConfig.official()], ids=["paper", "official"])
+def test_fused_call_launches_few_kernels_and_reads_nothing_in_loops(interpret, monkeypatch, cfg):
+    # 3 groups of 8x8 tokens at ratio 0.1: K = 13, 2 pairs, 200 Sinkhorn iterations (the cap)
+    x, s, grid = base.video(t=3, h=8, w=8, d=32)
+    out = {}
+    aten, triton_launches, ops = _count(monkeypatch, lambda: out.update(r=compress(x, s, grid, cfg, backend="triton",
+                                                                                 timer=False)))
+    assert out["r"].report.sinkhorn_iterations == 200
+    early = cfg.sinkhorn_stop == "tol"
+    assert triton_launches == 1 + (20 + 1 if early else 1)  # selection, Sinkhorn chunks of 10 + finish
+    assert aten + triton_launches <= 300, ops.most_common(20)
+    assert ops["nonzero"] == 0  # every output size is known on the host
+    # Scalar reads: on CUDA only the budget's and the report's transfers wait for the device (the
+    # CUDA test below checks that); here every scalar read counts, including those of the
+    # report on its host copy, but none per greedy step or iteration.
+    assert ops["_local_scalar_dense"] <= 6, ops["_local_scalar_dense"]
+    plain_aten, _, _ = _count(monkeypatch, lambda: compress(x, s, grid, cfg, backend="torch", timer=False))
+    assert aten < plain_aten / 4
+
+
+cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+
+
+@cuda
+@pytest.mark.parametrize("cfg", [OTTVidConfig(), OTTVidConfig.official()], ids=["paper", "official"])
+def test_cuda_call_waits_for_the_device_at_most_twice(cfg):
+    x, s, grid = base.video(t=16, h=16, w=16, d=64)
+    x, s = x.cuda(), s.cuda()
+    want = compress(x, s, grid, cfg)  # warm-up: builds the kernels
+    torch.cuda.synchronize()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        torch.cuda.set_sync_debug_mode("warn")
+        try:
+            got = compress(x, s, grid, cfg)
+        finally:
+            torch.cuda.set_sync_debug_mode("default")
+    syncs = [w for w in caught if "synchroniz" in str(w.message).lower()]
+    assert len(syncs) <= 2, [str(w.message) for w in syncs]
+    assert torch.equal(got.assignment, want.assignment)
+    plain = compress(x, s, grid, cfg, backend="torch")
+    assert torch.equal(got.index, plain.index) and torch.equal(got.assignment, plain.assignment)
+
+
+@cuda
+def test_cuda_launch_count():
+    from torch.profiler import ProfilerActivity, profile
+
+    x, s, grid = base.video(t=16, h=16, w=16, d=64)
+    x, s = x.cuda(), s.cuda()
+    compress(x, s, grid)
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA, ProfilerActivity.CPU]) as prof:
+        compress(x, s, grid)
+        torch.cuda.synchronize()
+    launches = sum(1 for e in prof.events() if e.name in ("cudaLaunchKernel", "cuLaunchKernel", "cuLaunchKernelEx",
+                                                           "cudaLaunchKernelExC"))
+    assert launches <= 300, launches
