@@ -89,21 +89,21 @@ def test_sinkhorn_matches_the_pytorch_path(interpret, seed, p, k, eps, tol, max_
 def test_sinkhorn_stop_does_not_depend_on_the_chunk(interpret, chunk):
     from ottvid_cli.compression import kernels
 
-    a, b, c = problem(3, p=5, k=10)
+    a, b, c = problem(3, p=3, k=10)
     tol = 1e-4
-    plan, n, err, _ = kernels.sinkhorn(a, b, c, 0.1, 500, tol, chunk=chunk)
-    _, want_n, _ = _sinkhorn_log(a, b, c, 0.1, 500, tol)
-    assert int(n) == int(want_n) and float(err.max()) < tol
+    plan, n, err, _ = kernels.sinkhorn(a, b, c, 0.2, 500, tol, chunk=chunk)
+    _, want_n, _ = _sinkhorn_log(a, b, c, 0.2, 500, tol)
+    assert 1 < int(n) == int(want_n) and float(err.max()) < tol
     # the batch's largest error decides: one iteration fewer leaves some problem above tol
-    assert float(kernels.sinkhorn(a, b, c, 0.1, int(n) - 1, tol, chunk=chunk)[2].max()) >= tol
+    assert float(kernels.sinkhorn(a, b, c, 0.2, int(n) - 1, tol, chunk=chunk)[2].max()) >= tol
 
 
 def test_sinkhorn_plan_matches_pot(interpret):
-    a, b, c = problem(11, p=3, k=8)
-    plan, n, _, _ = solve_transport(a, b, c, eps=0.05, max_iter=2000, tol=1e-6, backend="triton")
+    a, b, c = problem(11, p=2, k=8)
+    plan, n, _, _ = solve_transport(a, b, c, eps=0.1, max_iter=2000, tol=1e-6, backend="triton")
     assert int(n) < 2000
-    for i in range(3):
-        want = ot.sinkhorn(a[i].double().numpy(), b[i].double().numpy(), c[i].double().numpy(), 0.05,
+    for i in range(2):
+        want = ot.sinkhorn(a[i].double().numpy(), b[i].double().numpy(), c[i].double().numpy(), 0.1,
                            method="sinkhorn_log", numItermax=5000, stopThr=1e-9, warn=False)
         np.testing.assert_allclose(plan[i].double().numpy(), want, atol=1e-6)
 
@@ -128,6 +128,7 @@ CONFIGS = [
 ]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("cfg", CONFIGS, ids=lambda c: f"{c.ratio}-{c.spatial}-{c.sinkhorn_stop}-{c.budget}")
 def test_compress_decisions_are_identical(interpret, cfg):
     x, s, grid = base.video(t=4, h=6, w=6, d=16, seed=2)
@@ -217,6 +218,7 @@ def _count(monkeypatch, call):
     return aten, len(launches), mode.ops
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("cfg", [OTTVidConfig(), OTTVidConfig.official()], ids=["paper", "official"])
 def test_fused_call_launches_few_kernels_and_reads_nothing_in_loops(interpret, monkeypatch, cfg):
     # 3 groups of 8x8 tokens at ratio 0.1: K = 13, 2 pairs, 200 Sinkhorn iterations (the cap)
