@@ -277,3 +277,11 @@ def test_cuda_launch_count():
     launches = sum(1 for e in prof.events() if e.name in ("cudaLaunchKernel", "cuLaunchKernel", "cuLaunchKernelEx",
                                                            "cudaLaunchKernelExC"))
     assert launches <= 300, launches
+
+
+def test_colocated_dots_one_product_equals_the_blocked_loop():
+    from ottvid_cli.compression.transport import colocated_dots
+
+    x = torch.randn(6, 300, 4000)  # more than one 1M-element block
+    torch.testing.assert_close(colocated_dots(x, blocked=False), colocated_dots(x, blocked=True), atol=1e-3, rtol=1e-4)
+    assert colocated_dots(x[:1], blocked=False).shape == (0, 300)

@@ -50,13 +50,16 @@ def mixing_weight(
     return 1.0 - s_bar.clamp(0.0, 1.0) / 2.0
 
 
-def colocated_dots(x: torch.Tensor) -> torch.Tensor:
+def colocated_dots(x: torch.Tensor, blocked: bool | None = None) -> torch.Tensor:
     """<x_{t,n}, x_{t+1,n}> for every pair and position: (T, N, D) -> (T-1, N).
 
-    Computed over blocks of about 1M elements with one reused buffer, so the element-wise
-    products stay in cache instead of filling a (T-1, N, D) temporary.
+    blocked (default: on the CPU): over blocks of about 1M elements with one reused buffer, so the
+    element-wise products stay in cache instead of filling a (T-1, N, D) temporary. Otherwise one
+    batched (1 x D) @ (D x 1) product per position: a single launch, no temporary (on GPUs).
     """
     pairs, tokens, dim = x.shape[0] - 1, x.shape[1], x.shape[2]
+    if not (x.device.type == "cpu" if blocked is None else blocked) and pairs > 0:
+        return torch.bmm(x[:-1].reshape(-1, 1, dim), x[1:].reshape(-1, dim, 1)).view(pairs, tokens)
     out = torch.empty(max(pairs, 0) * tokens, device=x.device, dtype=x.dtype)
     flat = x.reshape(-1, dim)
     rows = max(1, (1 << 20) // max(dim, 1))
