@@ -55,30 +55,30 @@ def _sinkhorn_iterations(
     b = tl.load(b_ptr + pid * k + offs, mask=valid, other=0.0)
     slot_size = 3 * pairs * BLOCK
 
-    run = 1
     start = done
     if FINISH:
         t_star = tl.load(stop_ptr)
         start = ((t_star - 1) // chunk) * chunk
         steps = t_star - start
+        run = t_star > 0
     else:
-        if tl.load(halted_ptr + pid) != 0:
-            run = 0
-        elif EARLY and done > 0:
-            # Did the batch's largest marginal error fall below tol in the previous chunk?
-            t_off = tl.arange(0, CBLOCK)
-            t_mask = t_off < previous
-            worst = tl.zeros([CBLOCK], dtype=tl.float32)
-            for p0 in range(0, pairs, PBLOCK):
-                p_off = p0 + tl.arange(0, PBLOCK)
-                e = tl.load(err_ptr + p_off[:, None] * max_iter + (done - previous + t_off)[None, :],
-                            mask=(p_off < pairs)[:, None] & t_mask[None, :], other=0.0)
-                worst = tl.maximum(worst, tl.max(e, axis=0))
-            if tl.sum(tl.where(t_mask & (worst < tol), 1, 0), axis=0) > 0:
-                tl.store(halted_ptr + pid, 1)
-                run = 0
+        run = tl.load(halted_ptr + pid) == 0
+        if EARLY:
+            if done > 0:
+                # Did the batch's largest marginal error fall below tol in the previous chunk?
+                t_off = tl.arange(0, CBLOCK)
+                t_mask = t_off < previous
+                worst = tl.zeros([CBLOCK], dtype=tl.float32)
+                for p0 in range(0, pairs, PBLOCK):
+                    p_off = p0 + tl.arange(0, PBLOCK)
+                    e = tl.load(err_ptr + p_off[:, None] * max_iter + (done - previous + t_off)[None, :],
+                                mask=(p_off < pairs)[:, None] & t_mask[None, :], other=0.0)
+                    worst = tl.maximum(worst, tl.max(e, axis=0))
+                converged = tl.sum(tl.where(t_mask & (worst < tol), 1, 0), axis=0) > 0
+                tl.store(halted_ptr + pid, 1, mask=run & converged)
+                run = run & (converged == 0)
 
-    if run != 0:
+    if run:
         src = state_ptr + ((start // chunk) % 2) * slot_size + pid * BLOCK + offs
         f = tl.zeros([BLOCK], dtype=tl.float32)
         g = tl.zeros([BLOCK], dtype=tl.float32)
@@ -92,7 +92,6 @@ def _sinkhorn_iterations(
             f = tl.load(src)
             g = tl.load(src + pairs * BLOCK)
             g_next = tl.load(src + 2 * pairs * BLOCK)
-        error = 0.0
         for step in range(steps):
             g = g_next
             # f_i = log a_i - LSE_j(M_ij + g_j)
@@ -105,14 +104,15 @@ def _sinkhorn_iterations(
             peak = tl.max(x, axis=0)
             e = tl.where(mask2, tl.exp(tl.maximum(x - peak[None, :], _EXP_FLOOR)), 0.0)
             g_next = tl.where(valid, log_b - (tl.log(tl.sum(e, axis=0)) + peak), 0.0)
-            if EARLY or FINISH:
+            if not FINISH:  # advancing (tolerance mode): the error of every iteration
                 # |P1 - a|_1 + |P^T 1 - b|_1 at (f, g): rows exp(f + LSE_j), columns b exp(g - g')
                 rows = tl.where(valid, tl.abs(tl.exp(f + (log_a - f)) - a), 0.0)
                 cols = tl.where(valid, tl.abs(tl.exp(g + (log_b - g_next)) - b), 0.0)
-                error = tl.sum(rows, axis=0) + tl.sum(cols, axis=0)
-                if not FINISH:
-                    tl.store(err_ptr + pid * max_iter + start + step, error)
+                tl.store(err_ptr + pid * max_iter + start + step, tl.sum(rows, axis=0) + tl.sum(cols, axis=0))
         if FINISH:
+            rows = tl.where(valid, tl.abs(tl.exp(f + (log_a - f)) - a), 0.0)
+            cols = tl.where(valid, tl.abs(tl.exp(g + (log_b - g_next)) - b), 0.0)
+            error = tl.sum(rows, axis=0) + tl.sum(cols, axis=0)
             plan = tl.where(mask2, tl.exp(log_kernel + f[:, None] + g[None, :]), 0.0)  # P = exp(M + f + g)
             tl.store(plan_ptr + base + offs[:, None] * k + offs[None, :], plan, mask=mask2)
             tl.store(out_ptr + pid * 2, error)
@@ -151,7 +151,9 @@ def _greedy_steps(
         gain += tl.sum(tile, axis=0)
     chosen = cols >= n  # padding is never a candidate
     for step in range(k):
-        score = gain * w_cols if SCOPE else gain
+        score = gain
+        if SCOPE:
+            score = gain * w_cols
         score = tl.where(chosen, float("-inf"), score)
         best = tl.max(score, axis=0)
         j = tl.minimum(tl.min(tl.where(score == best, cols, BN), axis=0), n - 1)  # first maximum
