@@ -21,7 +21,7 @@ import triton.language as tl
 from .backend import interpreting
 
 # exp() arguments below this are clamped, as in transport.py (no effect on a float32 sum).
-_EXP_FLOOR = -80.0
+_EXP_FLOOR = tl.constexpr(-80.0)
 # Largest K x K problem one program holds in registers (K <= 256); larger ones use PyTorch.
 MAX_BLOCK = 256
 # Iterations per launch while the tolerance decides when to stop.
