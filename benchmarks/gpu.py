@@ -2,7 +2,7 @@
 
     python benchmarks/gpu.py                  # the shapes, bf16 on CUDA (float32 on CPU)
     python benchmarks/gpu.py --smoke          # the same code at toy sizes, on any device, in seconds
-    python benchmarks/gpu.py --sections stages launches --repeats 5
+    python benchmarks/gpu.py --sections stages launches --repeats 5 --shapes 16x256x3584
 
 Sections, printed in order (each a function returning a `Table`, so that other modules can add
 theirs, e.g. benchmarks/gpu_model.py's model-side sections):
@@ -76,6 +76,8 @@ def settings(args: argparse.Namespace) -> Settings:
     device = torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
     dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
     shapes = SMOKE_SHAPES if args.smoke else FULL_SHAPES
+    if args.shapes:
+        shapes = [tuple(int(v) for v in shape.lower().split("x")) for shape in args.shapes]
     repeats = 1 if args.smoke else args.repeats
     return Settings(device, dtype, shapes, repeats, 0 if args.smoke else args.warmup, args.smoke)
 
@@ -395,6 +397,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--smoke", action="store_true", help="toy sizes, any device, seconds")
     parser.add_argument("--device", help="cuda, cpu or mps (default: cuda when available)")
     parser.add_argument("--sections", nargs="+", choices=list(SECTIONS), default=list(SECTIONS))
+    parser.add_argument("--shapes", nargs="+", metavar="TxNxD", help="e.g. 16x256x3584 (default: the issue's three)")
     parser.add_argument("--repeats", type=int, default=10)
     parser.add_argument("--warmup", type=int, default=3)
     args = parser.parse_args(argv)

@@ -206,8 +206,13 @@ def _save_seeded_model(model_class, config, tokenizer, path: pathlib.Path, devic
     endoftext_id = tokenizer.convert_tokens_to_ids("<|endoftext|>")
     im_end_id = tokenizer.convert_tokens_to_ids("<|im_end|>")
     torch.manual_seed(0)
-    with torch.device(device):
-        model = model_class(config).to(getattr(torch, dtype)).eval()
+    previous = torch.get_default_dtype()
+    torch.set_default_dtype(getattr(torch, dtype))  # built in `dtype` directly: no float32 copy on the device
+    try:
+        with torch.device(device):
+            model = model_class(config).eval()
+    finally:
+        torch.set_default_dtype(previous)
     model.generation_config = GenerationConfig(
         bos_token_id=endoftext_id,
         eos_token_id=[im_end_id, endoftext_id],
