@@ -196,8 +196,9 @@ def compress(
         return Compressed(features=flat.clone(), index=every, assignment=every.clone(), report=report,
                           selected=every.view(groups, tokens).clone())
 
-    # The input check rides on the budget's transfer when there is one (adaptive budget, T > 1).
-    deferred = groups > 1 and config.budget == "adaptive" and device.type != "cpu"
+    # The input check rides on the budget's transfer when there is one (adaptive budget, T > 1) off
+    # the CPU, and on the fused path everywhere (so that the CPU tests see the GPU's order of events).
+    deferred = groups > 1 and config.budget == "adaptive" and (device.type != "cpu" or path == "triton")
     with stage("similarity"):
         w = normalize_saliency(saliency)  # w_t,i
         sim, inv_norm = gram_cosine(x)  # sim(x_t,i, x_t,j), 1 / ||x_t,i||
