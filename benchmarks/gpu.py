@@ -26,6 +26,8 @@ Inputs are video-like tokens (benchmarks/synthetic.py).
 from __future__ import annotations
 
 import argparse
+import contextlib
+import io
 import os
 import pathlib
 import statistics
@@ -205,8 +207,9 @@ def authors_code() -> tuple[Callable | None, str]:
         cfg = pipeline(total_retention_ratio=ratio, temporal_share=0.3, enable_temporal=True, ot_mass_tau=0.3,
                        ot_budget_temperature=0.3, ot_cost_threshold=0.3, ot_sinkhorn_eps=0.01, ot_sinkhorn_iters=200)
         flat = features.reshape(t * n, d)
-        kept, keep = run_spatial(flat, saliency, thw, merge, cfg)  # saliency (T, N), as their forward passes it
-        return run_temporal(kept, keep, thw, merge, cfg, pre_video_embeds=flat, saliency=saliency)[0]
+        with contextlib.redirect_stdout(io.StringIO()):  # their progress prints
+            kept, keep = run_spatial(flat, saliency, thw, merge, cfg)  # saliency (T, N), as their forward passes it
+            return run_temporal(kept, keep, thw, merge, cfg, pre_video_embeds=flat, saliency=saliency)[0]
 
     return run, ""
 
@@ -233,7 +236,6 @@ def stages(s: Settings) -> Table:
             call = median_ms(lambda: compress(features, saliency, grid, cfg, timer=False, backend=backend), s)
             table.rows.append(["x".join(map(str, shape)), backend, *map(fmt, per_stage), fmt(sum(per_stage)),
                                fmt(call), fmt(authors)])
-        del features, saliency
     table.note = ("stages: timer=True (a device wait per stage); call: timer=False, the untimed call; "
                   "authors: github.com/minseokii/OTT-Vid's _run_spatial + _run_temporal on the same tensors"
                   + (f" ({reason})" if reason else ""))
@@ -270,7 +272,6 @@ def methods(s: Settings) -> Table:
                 theirs[name] = fmt(median_ms(lambda: runner(features.float(), saliency.float(), RATIO), s))
             except Exception as error:
                 theirs[name] = f"error: {type(error).__name__}"
-        del features, saliency
     table.rows = [[name, *cells[name], theirs.get(name, "-")] for name in names]
     table.note = ("official: the authors' function run by benchmarks/methods.py where its checkout is under "
                   "$OTTVID_MIRROR (float32 inputs); '-' where none is here")

@@ -92,7 +92,7 @@ def test_sinkhorn_stop_does_not_depend_on_the_chunk(interpret, chunk):
 
     a, b, c = problem(3, p=3, k=10)
     tol = 1e-4
-    plan, n, err, _ = kernels.sinkhorn(a, b, c, 0.2, 500, tol, chunk=chunk)
+    _, n, err, _ = kernels.sinkhorn(a, b, c, 0.2, 500, tol, chunk=chunk)
     _, want_n, _ = _sinkhorn_log(a, b, c, 0.2, 500, tol)
     assert 1 < int(n) == int(want_n) and float(err.max()) < tol
     # the batch's largest error decides: one iteration fewer leaves some problem above tol
