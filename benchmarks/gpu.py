@@ -26,6 +26,7 @@ Inputs are video-like tokens (benchmarks/synthetic.py).
 from __future__ import annotations
 
 import argparse
+import collections
 import contextlib
 import io
 import os
@@ -287,28 +288,84 @@ def OFFICIAL_NAMES() -> set[str]:
     return set(OFFICIAL_SOURCES)
 
 
+def count_operations(fn: Callable[[], Any]) -> tuple[int, int, collections.Counter]:
+    """(aten operations that would launch a device kernel, Triton launches, per-op counter) of fn().
+
+    Counted at the dispatcher (what reaches a device backend): views, allocations and scalar reads
+    (`_local_scalar_dense`, kept in the counter) are not launches; neither are the Triton
+    interpreter's own copies in and out of a kernel, nor the budget allocation, which runs on its
+    host copy of W_t. On a CPU this stands in for the CUDA launch count the profiler gives on a GPU.
+    """
+    from torch.utils._python_dispatch import TorchDispatchMode, _disable_current_modes
+
+    from ottvid_cli.compression import ottvid as pipeline
+    from ottvid_cli.compression.backend import triton_importable
+
+    free = {"empty", "empty_strided", "new_empty", "new_empty_strided", "set_", "lift_fresh"}
+
+    class Ops(TorchDispatchMode):
+        def __init__(self):
+            super().__init__()
+            self.ops = collections.Counter()
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            name = func.overloadpacket.__name__
+            if not func.is_view and name not in free:
+                self.ops[name] += 1
+            return func(*args, **(kwargs or {}))
+
+    def outside(original):
+        def call(*args, **kwargs):
+            with _disable_current_modes():
+                return original(*args, **kwargs)
+
+        return call
+
+    launches = [0]
+    kernels = sys.modules.get("ottvid_cli.compression.kernels")
+    patched = [(pipeline, "allocate_budget_rounds", pipeline.allocate_budget_rounds)]
+    pipeline.allocate_budget_rounds = outside(pipeline.allocate_budget_rounds)
+    if kernels is None and triton_importable():
+        from ottvid_cli.compression import kernels
+    if kernels is not None:
+        original = kernels._launch
+
+        def counted(*args, **kwargs):
+            launches[0] += 1
+            return outside(original)(*args, **kwargs)
+
+        patched.append((kernels, "_launch", original))
+        kernels._launch = counted
+    mode = Ops()
+    try:
+        with mode:
+            fn()
+    finally:
+        for owner, name, value in patched:
+            setattr(owner, name, value)
+    aten = sum(n for name, n in mode.ops.items() if name != "_local_scalar_dense")
+    return aten, launches[0], mode.ops
+
+
 def count_call(fn: Callable[[], Any], s: Settings) -> tuple[int, int | None, int]:
-    """(kernel launches or aten operations, host synchronisations or None on CPU, .item() calls) of fn()."""
-    from torch.profiler import ProfilerActivity, profile
-
-    from ottvid_cli.compression.backend import triton_launches as kernels_launches
-
+    """(kernel launches, host synchronisations, .item() calls) of fn() on CUDA (torch.profiler); on
+    other devices (launching aten operations + Triton launches, None, scalar reads) by
+    `count_operations`."""
     fn()  # warm: kernels built, caches filled
     synchronize(s.device)
-    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if s.device.type == "cuda" else [])
-    before = kernels_launches()
-    with profile(activities=activities) as prof:
+    if s.device.type != "cuda":
+        aten, triton_launches, ops = count_operations(fn)
+        return aten + triton_launches, None, ops["_local_scalar_dense"]
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
         fn()
         synchronize(s.device)
     events = prof.events()
-    items = sum(1 for e in events if e.name == "aten::item")
-    if s.device.type == "cuda":
-        launches = sum(1 for e in events if e.name in ("cudaLaunchKernel", "cuLaunchKernel", "cuLaunchKernelEx",
-                                                      "cudaLaunchKernelExC"))
-        syncs = sum(1 for e in events if "Synchronize" in e.name) - 1  # less the benchmark's own
-        return launches, syncs, items
-    aten = sum(1 for e in events if e.name.startswith("aten::"))
-    return aten + kernels_launches() - before, None, items
+    launches = sum(1 for e in events if e.name in ("cudaLaunchKernel", "cuLaunchKernel", "cuLaunchKernelEx",
+                                                  "cudaLaunchKernelExC"))
+    syncs = sum(1 for e in events if "Synchronize" in e.name) - 1  # less the benchmark's own
+    return launches, syncs, sum(1 for e in events if e.name == "aten::item")
 
 
 def launches(s: Settings) -> Table:
@@ -317,9 +374,10 @@ def launches(s: Settings) -> Table:
 
     shape = s.shapes[0]
     features, saliency, grid = inputs(shape, s)
-    kind = "kernel launches" if s.device.type == "cuda" else "aten operations + Triton launches"
+    kind = "kernel launches" if s.device.type == "cuda" else "launching aten ops + Triton launches"
+    reads = ".item()" if s.device.type == "cuda" else "scalar reads"
     table = Table(f"launches and host syncs per call at {'x'.join(map(str, shape))}",
-                  ["call", kind, "host syncs", ".item()"])
+                  ["call", kind, "host syncs", reads])
     for backend in backends(s):
         for preset in ("paper", "official"):
             cfg = OTTVidConfig.preset(preset, ratio=RATIO)

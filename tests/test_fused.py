@@ -2,7 +2,6 @@
 launch and host-sync bounds. On CPU the kernels run in Triton's interpreter (TRITON_INTERPRET=1);
 the CUDA tests run only where a GPU is present."""
 
-import collections
 import os
 import sys
 import warnings
@@ -15,7 +14,6 @@ if not torch.cuda.is_available():  # the kernels run in Triton's interpreter, se
 import numpy as np
 import ot
 import pytest
-from torch.utils._python_dispatch import TorchDispatchMode, _disable_current_modes
 
 from ottvid_cli.compression import OTTVidConfig, compress
 from ottvid_cli.compression.backend import ENV, choose, interpreting, triton_importable
@@ -24,6 +22,8 @@ from ottvid_cli.compression.transport import _sinkhorn_log, solve_transport, tra
 
 import test_compress as base
 import test_official as official
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "benchmarks"))
 
 pytestmark = pytest.mark.skipif(not triton_importable(), reason="triton is not installed")
 
@@ -172,51 +172,13 @@ def test_bad_input_on_the_fused_path(fused, case):
     base.test_bad_input_raises_value_error(features, saliency, grid, message)
 
 
-class _Ops(TorchDispatchMode):
-    """Counts the aten operations that would launch a device kernel (views and allocations excluded),
-    the host reads (.item() / bool() / int(): _local_scalar_dense) and data-dependent shapes (nonzero)."""
-
-    FREE = {"empty", "empty_strided", "new_empty", "new_empty_strided", "_local_scalar_dense", "set_", "lift_fresh"}
-
-    def __init__(self):
-        super().__init__()
-        self.ops = collections.Counter()
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        name = func.overloadpacket.__name__
-        if not func.is_view and name not in self.FREE or name == "_local_scalar_dense":
-            self.ops[name] += 1
-        return func(*args, **(kwargs or {}))
-
-
 def _count(monkeypatch, call):
-    """(operations that launch kernels, Triton launches, the op counter) of call() on the fused path."""
-    from ottvid_cli.compression import kernels
+    """(operations that launch kernels, Triton launches, the op counter) of call(): benchmarks/gpu.py's
+    count_operations (views, allocations, the interpreter's own copies and the budget allocation on
+    its host copy of W_t not counted)."""
+    from gpu import count_operations
 
-    original = kernels._launch
-    launches = []
-
-    def counted(kernel, grid, *args, **kwargs):  # the interpreter's own tensor copies are not ours
-        launches.append(kernel)
-        with _disable_current_modes():
-            original(kernel, grid, *args, **kwargs)
-
-    monkeypatch.setattr(kernels, "_launch", counted)
-    from ottvid_cli.compression import ottvid as pipeline
-
-    allocate = pipeline.allocate_budget_rounds
-
-    def on_host(difficulty, *args):  # runs on the host copy of W_t: no device work to count
-        assert difficulty.device.type == "cpu"
-        with _disable_current_modes():
-            return allocate(difficulty, *args)
-
-    monkeypatch.setattr(pipeline, "allocate_budget_rounds", on_host)
-    mode = _Ops()
-    with mode:
-        call()
-    aten = sum(n for name, n in mode.ops.items() if name != "_local_scalar_dense")
-    return aten, len(launches), mode.ops
+    return count_operations(call)
 
 
 @pytest.mark.slow

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import functools
 import os
-import sys
 
 import torch
 
@@ -65,8 +64,3 @@ def choose(device: torch.device | str, backend: str | None = None) -> str:
             raise ValueError(f"the triton compression backend does not run on {kind} tensors")
     return requested
 
-
-def triton_launches() -> int:
-    """Triton kernel launches made by the fused path so far in this process (0 before its first use)."""
-    kernels = sys.modules.get(f"{__package__}.kernels")
-    return kernels.LAUNCHES if kernels is not None else 0
