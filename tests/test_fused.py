@@ -2,7 +2,9 @@
 launch and host-sync bounds. On CPU the kernels run in Triton's interpreter (TRITON_INTERPRET=1);
 the CUDA tests run only where a GPU is present."""
 
+import json
 import os
+import pathlib
 import sys
 import warnings
 
@@ -288,3 +290,31 @@ def test_kernels_compile_for_an_h100_without_one():
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     run = subprocess.run([sys.executable, "-c", _COMPILE], capture_output=True, text=True, env=env, timeout=900)
     assert run.returncode == 0 and "compiled" in run.stdout, run.stderr[-3000:]
+
+
+GOLDEN = pathlib.Path(__file__).parent / "data" / "compress_decisions.json"
+GOLDEN_CONFIGS = {"paper": OTTVidConfig(), "official": OTTVidConfig.official(),
+                  "scope-kernel": OTTVidConfig(ratio=0.25, spatial="scope", alpha="kernel"),
+                  "uniform-budget": OTTVidConfig(ratio=0.2, budget="uniform")}
+
+
+def _golden_check(key: str, backend: str) -> None:
+    """compress's decisions as the code before the fused path made them (commit 56fd4c6, written
+    to tests/data/compress_decisions.json then): kept index, assignment, budgets, iterations."""
+    seed, name = key.split("/")
+    want = json.loads(GOLDEN.read_text())[key]
+    x, s, grid = base.video(t=5, h=6, w=6, d=16, seed=int(seed))
+    got = compress(x, s, grid, GOLDEN_CONFIGS[name], backend=backend)
+    assert got.index.tolist() == want["index"] and got.assignment.tolist() == want["assignment"]
+    assert got.report.B == want["B"] and got.report.sinkhorn_iterations == want["iterations"]
+
+
+@pytest.mark.parametrize("key", [f"{seed}/{name}" for seed in (0, 1) for name in GOLDEN_CONFIGS])
+def test_decisions_unchanged_on_the_pytorch_path(key):
+    _golden_check(key, "torch")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("key", ["0/paper", "1/official", "0/scope-kernel"])
+def test_decisions_unchanged_on_the_fused_path(interpret, key):
+    _golden_check(key, "triton")
