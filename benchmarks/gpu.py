@@ -265,14 +265,18 @@ def methods(s: Settings) -> Table:
                 cells[name].append(f"error: {type(error).__name__}")
             if shape != s.shapes[0]:
                 continue
-            runner = official(name) if official and name in OFFICIAL_NAMES() else None
+            if name == "ottvid":  # the authors' OTT-Vid (as in the stages table)
+                authors, _ = authors_code()
+                runner = None if authors is None else (lambda f, sal, r, run=authors, g=grid: run(f, sal, g, r))
+            else:
+                runner = official(name) if official and name in OFFICIAL_NAMES() else None
             if runner is None:
                 theirs[name] = "-"
                 continue
             try:
                 theirs[name] = fmt(median_ms(lambda: runner(features.float(), saliency.float(), RATIO), s))
             except Exception as error:
-                theirs[name] = f"error: {type(error).__name__}"
+                theirs[name] = f"fails on this shape: {type(error).__name__}"  # their code, toy sizes
     table.rows = [[name, *cells[name], theirs.get(name, "-")] for name in names]
     table.note = ("official: the authors' function run by benchmarks/methods.py where its checkout is under "
                   "$OTTVID_MIRROR (float32 inputs); '-' where none is here")
