@@ -195,16 +195,24 @@ def _build_tokenizer():
     )
 
 
-def _save_seeded_model(model_class, config, tokenizer, path: pathlib.Path) -> None:
-    """Initialise ``model_class(config)`` with seed 0 in float32, give it a greedy generation config
-    (eos <|im_end|> and <|endoftext|>, pad <|endoftext|>) and save both into ``path``."""
+def _save_seeded_model(model_class, config, tokenizer, path: pathlib.Path, device: str = "cpu",
+                       dtype: str = "float32") -> None:
+    """Initialise ``model_class(config)`` with seed 0 in float32 (or `dtype`, built on `device`), give
+    it a greedy generation config (eos <|im_end|> and <|endoftext|>, pad <|endoftext|>) and save both
+    into ``path``."""
     import torch
     from transformers import GenerationConfig
 
     endoftext_id = tokenizer.convert_tokens_to_ids("<|endoftext|>")
     im_end_id = tokenizer.convert_tokens_to_ids("<|im_end|>")
     torch.manual_seed(0)
-    model = model_class(config).to(torch.float32).eval()
+    previous = torch.get_default_dtype()
+    torch.set_default_dtype(getattr(torch, dtype))  # built in `dtype` directly: no float32 copy on the device
+    try:
+        with torch.device(device):
+            model = model_class(config).eval()
+    finally:
+        torch.set_default_dtype(previous)
     model.generation_config = GenerationConfig(
         bos_token_id=endoftext_id,
         eos_token_id=[im_end_id, endoftext_id],
@@ -235,12 +243,15 @@ def build_tiny_qwen2_5_vl(
     text: dict | None = None,
     min_pixels: int = MIN_PIXELS,
     max_pixels: int = MAX_PIXELS,
+    device: str = "cpu",
+    dtype: str = "float32",
 ) -> pathlib.Path:
     """Write a tiny random Qwen2.5-VL checkpoint (model, tokenizer, processor) into ``path``.
 
     Deterministic (seeded) and float32. ``vision`` / ``text`` override entries of the vision and
     text configs (e.g. the 7B's widths with few layers, for benchmarks); ``min_pixels`` /
-    ``max_pixels`` set the processor's pixel range. Returns ``path``.
+    ``max_pixels`` set the processor's pixel range. ``device`` / ``dtype`` build the weights there
+    (benchmarks/gpu.py: the 7B's full depth in bfloat16 on the GPU). Returns ``path``.
     """
     from transformers import (
         Qwen2_5_VLConfig,
@@ -309,7 +320,7 @@ def build_tiny_qwen2_5_vl(
     text_head_dim = config.text_config.hidden_size // config.text_config.num_attention_heads
     assert sum(config.text_config.rope_parameters["mrope_section"]) == text_head_dim // 2
 
-    _save_seeded_model(Qwen2_5_VLForConditionalGeneration, config, tokenizer, path)
+    _save_seeded_model(Qwen2_5_VLForConditionalGeneration, config, tokenizer, path, device, dtype)
 
     image_processor = Qwen2VLImageProcessor(
         min_pixels=min_pixels,

@@ -52,12 +52,13 @@ class Collapse:
     count: torch.Tensor
 
 
-def collapse(matching: Matching, groups: int) -> Collapse:
+def collapse(matching: Matching, groups: int, kept: int | None = None) -> Collapse:
     """Union-find over the merge edges of all pairs at once (pointer jumping, log2 T rounds).
 
     Each merged source (t+1, j) points to its destination (t, target_j); a chain's root is its
     earliest token. A pruned token is a root that is dropped with every token merged into it, so
-    each executed operation removes exactly one output token.
+    each executed operation removes exactly one output token: `kept`, if given, must be
+    T*K - (merges + prunes), and lets the roots be listed without the host waiting for the device.
     """
     pairs, k = matching.merged.shape
     device = matching.merged.device
@@ -74,7 +75,7 @@ def collapse(matching: Matching, groups: int) -> Collapse:
     kept_root = (root == node) & ~pruned
     row_of_root = torch.cumsum(kept_root.long(), 0) - 1
     row = torch.where(pruned[root], torch.full_like(root, -1), row_of_root[root])
-    roots = node[kept_root]
+    roots = node[kept_root] if kept is None else torch.nonzero_static(kept_root, size=kept).squeeze(-1)
     # members per output row; index_add rather than bincount(row[row >= 0]), which waits for the device
     count = torch.zeros(roots.numel(), dtype=torch.long, device=device)
     count.index_add_(0, row.clamp_min(0), (row >= 0).long())
@@ -87,12 +88,14 @@ def average_components(features: torch.Tensor, collapse_: Collapse) -> torch.Ten
     Starts from the roots' own features and adds only the merged members, so a token that
     absorbed nothing comes out bit-identical.
     """
-    out = features[collapse_.roots].float()
-    node = torch.arange(collapse_.row.numel(), device=features.device)
+    m = collapse_.roots.numel()
+    out = torch.empty(m + 1, features.shape[-1], device=features.device, dtype=torch.float32)
+    out[:m] = features[collapse_.roots]
+    out[m] = 0.0
     root_node = torch.zeros_like(collapse_.row, dtype=torch.bool)
     root_node[collapse_.roots] = True
-    members = node[(collapse_.row >= 0) & ~root_node]
-    if members.numel():
-        out.index_add_(0, collapse_.row[members], features[members].float())
-        out.div_(collapse_.count.unsqueeze(-1).to(out.dtype))  # x / 1 == x: singletons stay exact
-    return out
+    # Every node is added once, members to their row, the rest (roots, dropped) to the spare row m:
+    # the same additions, in the same order, as adding the members alone, with no host round trip.
+    target = torch.where((collapse_.row >= 0) & ~root_node, collapse_.row, m)
+    out.index_add_(0, target, features.float())
+    return out[:m].div_(collapse_.count.unsqueeze(-1).to(out.dtype))  # x / 1 == x: singletons stay exact

@@ -9,11 +9,12 @@ from dataclasses import asdict, dataclass, field
 import torch
 
 from ..timing import Stopwatch
+from .backend import choose
 from .budget import allocate_budget_rounds, uniform_budget
 from .config import BUDGET_CAPS, K_ROUNDINGS, OTTVidConfig, _choice
 from .merge import Collapse, average_components, collapse, match_pairs
 from .spatial import gram_cosine, inverse_norms, mass_from_similarity, normalize_saliency, select_from_similarity
-from .transport import grid_positions, mixing_weight, sinkhorn_log, transport_cost, transport_difficulty
+from .transport import grid_positions, mixing_weight, solve_transport, transport_cost
 
 
 @dataclass(frozen=True)
@@ -150,6 +151,7 @@ def compress(
     grid: tuple[int, int],
     config: OTTVidConfig | None = None,
     timer: bool | None = None,
+    backend: str | None = None,
 ) -> Compressed:
     """Compress T groups of N = H*W visual tokens to about ratio * T * N tokens with OTT-Vid.
 
@@ -160,19 +162,26 @@ def compress(
     which on an accelerator waits for the device at the end of each stage (on CUDA: events, one host
     wait per stage); False never times; None (the default) times only where that costs no device
     synchronisation, i.e. on the CPU, and leaves timings_ms empty on CUDA/MPS. The outputs are the
-    same either way. Besides what the output's size needs, the stages transfer to the host only the
-    transport difficulties (for the budget) and, at the end, the report's numbers in one transfer.
+    same either way.
+
+    backend: "triton" (fused kernels for the greedy selection and Sinkhorn), "torch", or "auto" /
+    None (Triton on CUDA when it imports, else PyTorch; see backend.py). The decisions are the same.
+
+    Host round trips (untimed): with the adaptive budget, one transfer of the transport
+    difficulties, which also carries the input check; at the end, the report's numbers in one
+    transfer. With the uniform budget the input check is its own transfer at the start.
     """
     if timer not in (None, True, False):
         raise TypeError(f"timer must be None, True or False, got {timer!r}")
     config = config or OTTVidConfig()
     groups, tokens = _validate(features, saliency, grid)
+    device = features.device
+    path = choose(device, backend)
     counts = token_counts(groups, tokens, config.ratio, config.gamma, config.k_rounding, config.budget_cap)
     report = CompressionReport(
         T=groups, N=tokens, K=counts.K, M=counts.M, r_s=counts.r_s, r_t=counts.r_t, B_tot=counts.B_tot,
         config=config.to_dict(),
     )
-    device = features.device
     flat = features.reshape(groups * tokens, -1)
     if device.type == "cpu" if timer is None else timer:
         stage = Stopwatch(device, report.timings_ms)
@@ -187,12 +196,17 @@ def compress(
         return Compressed(features=flat.clone(), index=every, assignment=every.clone(), report=report,
                           selected=every.view(groups, tokens).clone())
 
+    # The input check rides on the budget's transfer when there is one (adaptive budget, T > 1) off
+    # the CPU, and on the fused path everywhere (so that the CPU tests see the GPU's order of events).
+    deferred = groups > 1 and config.budget == "adaptive" and (device.type != "cpu" or path == "triton")
     with stage("similarity"):
         w = normalize_saliency(saliency)  # w_t,i
         sim, inv_norm = gram_cosine(x)  # sim(x_t,i, x_t,j), 1 / ||x_t,i||
-        _check_inputs(inv_norm, x, saliency)
+        clean = _clean(inv_norm, saliency)
+        if not deferred:
+            _raise_unless(clean, x, saliency)
     with stage("selection"):
-        selected = select_from_similarity(sim, w, counts.K, config.spatial)  # S_t, (T, K)
+        selected = select_from_similarity(sim, w, counts.K, config.spatial, backend=path)  # S_t, (T, K)
     flat_selected = (selected + torch.arange(groups, device=device).unsqueeze(-1) * tokens).reshape(-1)
 
     if groups == 1:  # spatial stage only
@@ -212,23 +226,29 @@ def compress(
         del sim
     with stage("cost"):
         alpha = mixing_weight(x, grid, config.alpha, inv_norm)  # alpha_t
-        chosen = flat[flat_selected].view(groups, counts.K, -1)
+        chosen = x.reshape(groups * tokens, -1)[flat_selected].view(groups, counts.K, -1)
         chosen_inv = inv_norm.reshape(-1)[flat_selected].view(groups, counts.K)
         cost = transport_cost(chosen, grid_positions(selected, grid), alpha, grid, chosen_inv,
                               config.semantic_cost, config.location_norm)  # C_t
     with stage("sinkhorn"):
-        plan, iterations, error = sinkhorn_log(mass[:-1], mass[1:], cost, config.eps, config.max_iter, config.tol,
-                                               early_stop=config.sinkhorn_stop == "tol")
-        difficulty = transport_difficulty(plan, cost)  # W_t
+        plan, iterations, error, difficulty = solve_transport(
+            mass[:-1], mass[1:], cost, config.eps, config.max_iter, config.tol,
+            early_stop=config.sinkhorn_stop == "tol", backend=path)  # P_t, W_t
     with stage("budget"):
         if config.budget == "uniform":
-            budgets, rounds = uniform_budget(groups - 1, counts.B_tot, cap, device), 0
+            budgets, rounds = uniform_budget(groups - 1, counts.B_tot, cap), 0
         else:
-            budgets, rounds = allocate_budget_rounds(difficulty, counts.B_tot, cap, config.tau_b,
+            # one transfer: W_t in float64 (as the allocation computes) and the input check
+            host = torch.cat((difficulty.double(), clean.double().view(1))).cpu()
+            if deferred:
+                _raise_unless(bool(host[-1]), x, saliency)
+            budgets, rounds = allocate_budget_rounds(host[:-1], counts.B_tot, cap, config.tau_b,
                                                      config.budget_rounding)  # B_t
+        kept = groups * counts.K - int(budgets.sum())  # each operation removes one token
+        budgets = to_device(budgets, device)
     with stage("merge"):
         matching = match_pairs(plan, cost, budgets, config.tau_c, inclusive=config.merge_rule == "inclusive")
-        components = collapse(matching, groups)
+        components = collapse(matching, groups, kept)
         out = average_components(chosen.reshape(groups * counts.K, -1), components).to(features.dtype)
         index = flat_selected[components.roots]
         assignment = torch.full((groups * tokens,), -1, dtype=torch.long, device=device)
@@ -237,16 +257,24 @@ def compress(
     # The per-pair numbers of the report, in one device-to-host transfer (all exact in float32).
     per_pair = torch.stack((alpha.float(), difficulty.float(), budgets.float(),
                             matching.merged.sum(-1).float(), matching.pruned.sum(-1).float()))
-    numbers = torch.cat((per_pair.reshape(-1), error.max().float().view(1))).cpu()
-    per_pair_list, worst_error = numbers[:-1].view(5, -1).tolist(), float(numbers[-1])
-    report.kept = int(index.numel())
+    tail = torch.stack((error.max().float(), iterations.float()))
+    numbers = torch.cat((per_pair.reshape(-1), tail)).cpu()
+    per_pair_list, worst_error = numbers[:-2].view(5, -1).tolist(), float(numbers[-2])
+    report.kept = kept
     report.alpha, report.W = per_pair_list[0], per_pair_list[1]
     report.B, report.merges, report.prunes = ([int(v) for v in row] for row in per_pair_list[2:])
     report.overflow_rounds = rounds
-    report.sinkhorn_iterations = iterations
+    report.sinkhorn_iterations = int(numbers[-1])
     report.sinkhorn_error = worst_error
     _total(report)
     return Compressed(features=out, index=index, assignment=assignment, report=report, selected=selected)
+
+
+def to_device(tensor: torch.Tensor, device: torch.device) -> torch.Tensor:
+    """A small host tensor onto `device` without the host waiting for it (pinned, asynchronous on CUDA)."""
+    if device.type == "cuda":
+        return tensor.pin_memory().to(device, non_blocking=True)
+    return tensor.to(device)
 
 
 def _untimed(name: str) -> nullcontext:
@@ -274,10 +302,19 @@ def _validate(features: torch.Tensor, saliency: torch.Tensor, grid: tuple[int, i
     return groups, tokens
 
 
+def _clean(inv_norm: torch.Tensor, saliency: torch.Tensor) -> torch.Tensor:
+    """() bool on the device: finite, non-zero inverse norms and no negative saliency."""
+    return torch.isfinite(inv_norm).all() & (inv_norm > 0).all() & ~(saliency < 0).any()
+
+
 def _check_inputs(inv_norm: torch.Tensor, x: torch.Tensor, saliency: torch.Tensor) -> None:
     """Negative saliency, and non-finite features (which show up as non-finite or zero inverse norms),
     raise ValueError; one host synchronisation when the input is clean."""
-    clean = torch.isfinite(inv_norm).all() & (inv_norm > 0).all() & ~(saliency < 0).any()
+    _raise_unless(_clean(inv_norm, saliency), x, saliency)
+
+
+def _raise_unless(clean: torch.Tensor | bool, x: torch.Tensor, saliency: torch.Tensor) -> None:
+    """ValueError naming what is wrong with the input unless `clean` (see `_clean`)."""
     if bool(clean):
         return
     if bool((saliency < 0).any()):

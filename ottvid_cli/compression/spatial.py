@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import torch
 
+from .backend import choose
 from .config import SPATIALS
 
 _NORM_EPS = 1e-8
@@ -72,8 +73,14 @@ def select_tokens(
     return select_from_similarity(cosine_similarity(features), w, k, method)
 
 
-def select_from_similarity(sim: torch.Tensor, w: torch.Tensor, k: int, method: str = "coverage") -> torch.Tensor:
-    """Selection on a precomputed similarity (T, N, N) and normalised saliency w (T, N)."""
+def select_from_similarity(
+    sim: torch.Tensor, w: torch.Tensor, k: int, method: str = "coverage", backend: str | None = None
+) -> torch.Tensor:
+    """Selection on a precomputed similarity (T, N, N) and normalised saliency w (T, N).
+
+    backend (see backend.py): on "triton", the greedy coverage / SCOPE loop runs as one fused
+    kernel (one program per group, all k steps); the other methods are the same code either way.
+    """
     n = sim.shape[-1]
     if not 1 <= k <= n:
         raise ValueError(f"k must be in [1, {n}], got {k}")
@@ -84,6 +91,10 @@ def select_from_similarity(sim: torch.Tensor, w: torch.Tensor, k: int, method: s
     elif method == "saliency":
         # Top-K by saliency, ties to the lowest index (stable sort).
         order = torch.sort(w, dim=-1, descending=True, stable=True).indices[:, :k]
+    elif method in ("coverage", "scope") and choose(sim.device, backend) == "triton":
+        from . import kernels
+
+        order = kernels.greedy_coverage(sim, w, k, candidate_weighted=method == "scope")
     elif method in ("coverage", "scope"):
         # Groups are independent: run them in blocks of about 8 MB of similarities, so that the
         # k passes of the greedy loop stay in cache.

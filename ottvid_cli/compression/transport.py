@@ -50,13 +50,16 @@ def mixing_weight(
     return 1.0 - s_bar.clamp(0.0, 1.0) / 2.0
 
 
-def colocated_dots(x: torch.Tensor) -> torch.Tensor:
+def colocated_dots(x: torch.Tensor, blocked: bool | None = None) -> torch.Tensor:
     """<x_{t,n}, x_{t+1,n}> for every pair and position: (T, N, D) -> (T-1, N).
 
-    Computed over blocks of about 1M elements with one reused buffer, so the element-wise
-    products stay in cache instead of filling a (T-1, N, D) temporary.
+    blocked (default: on the CPU): over blocks of about 1M elements with one reused buffer, so the
+    element-wise products stay in cache instead of filling a (T-1, N, D) temporary. Otherwise one
+    batched (1 x D) @ (D x 1) product per position: a single launch, no temporary (on GPUs).
     """
     pairs, tokens, dim = x.shape[0] - 1, x.shape[1], x.shape[2]
+    if not (x.device.type == "cpu" if blocked is None else blocked) and pairs > 0:
+        return torch.bmm(x[:-1].reshape(-1, 1, dim), x[1:].reshape(-1, dim, 1)).view(pairs, tokens)
     out = torch.empty(max(pairs, 0) * tokens, device=x.device, dtype=x.dtype)
     flat = x.reshape(-1, dim)
     rows = max(1, (1 << 20) // max(dim, 1))
@@ -125,6 +128,34 @@ def sinkhorn(
     return plan, iterations
 
 
+def solve_transport(
+    a: torch.Tensor,
+    b: torch.Tensor,
+    cost: torch.Tensor,
+    eps: float = 0.01,
+    max_iter: int = 200,
+    tol: float = 1e-5,
+    early_stop: bool = True,
+    backend: str | None = None,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Sinkhorn plan and transport difficulty of every pair, on the chosen backend (backend.py).
+
+    Returns (plan (P, K, K), iterations () int64 tensor, marginal error (P,), W (P,)), all on the
+    inputs' device, without waiting for it on the Triton path. "triton" runs every iteration of
+    every pair in kernels.sinkhorn (K <= 256; larger K falls back to PyTorch); "torch" is
+    `sinkhorn_log` (which checks the tolerance from the host) followed by `transport_difficulty`.
+    """
+    from .backend import choose
+
+    if choose(a.device, backend) == "triton":
+        from . import kernels
+
+        if kernels.fits(a.shape[-1]):
+            return kernels.sinkhorn(a, b, cost, eps, max_iter, tol, early_stop=early_stop)
+    plan, iterations, error = _sinkhorn_log(a, b, cost, eps, max_iter, tol, early_stop=early_stop)
+    return plan, iterations, error, transport_difficulty(plan, cost)
+
+
 def sinkhorn_log(
     a: torch.Tensor,
     b: torch.Tensor,
@@ -136,7 +167,24 @@ def sinkhorn_log(
     check_every: int | None = None,
     early_stop: bool = True,
 ) -> tuple[torch.Tensor, int, torch.Tensor]:
-    """Log-domain Sinkhorn; returns (plan, iterations, marginal error per problem (P,)).
+    """Log-domain Sinkhorn in PyTorch; returns (plan, iterations, marginal error per problem (P,)).
+    See `_sinkhorn_log` for the iteration."""
+    plan, iterations, error = _sinkhorn_log(a, b, cost, eps, max_iter, tol, absorb, check_every, early_stop)
+    return plan, int(iterations), error
+
+
+def _sinkhorn_log(
+    a: torch.Tensor,
+    b: torch.Tensor,
+    cost: torch.Tensor,
+    eps: float = 0.01,
+    max_iter: int = 200,
+    tol: float = 1e-5,
+    absorb: bool | None = None,
+    check_every: int | None = None,
+    early_stop: bool = True,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Log-domain Sinkhorn; returns (plan, iterations as a () int64 tensor, error per problem (P,)).
 
     Each iteration updates the column potential g, then the row potential f (POT's
     `sinkhorn_log` order):  g = log b - LSE_i(-C_ij/eps + f_i),  f = log a - LSE_j(-C_ij/eps + g_j).
@@ -224,7 +272,9 @@ def sinkhorn_log(
     if error is None:
         error = _marginal_error(f, g, g_next, log_a, log_b, marginals)
     plan = (log_kernel + f.unsqueeze(-1) + g.unsqueeze(-2)).exp()
-    return plan, int(iterations), error
+    if isinstance(iterations, int):  # a fill, not a host-to-device copy
+        iterations = torch.full((), iterations, dtype=torch.long, device=a.device)
+    return plan, iterations, error
 
 
 def _marginal_error(f, g, g_next, log_a, log_b, marginals) -> torch.Tensor:

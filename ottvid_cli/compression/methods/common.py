@@ -46,10 +46,14 @@ def check_inputs(features: torch.Tensor, saliency: torch.Tensor | None,
         saliency = torch.zeros(features.shape[:2], device=features.device)
     groups, tokens = _validate(features, saliency, grid)
     s = saliency.float()
+    # one host read for both checks; only a non-finite feature sum (NaN, Inf, or an overflow) pays for
+    # the exact check
+    finite_sum = torch.isfinite(features.sum(dtype=torch.float32))
+    if bool(torch.isfinite(s).all() & finite_sum):
+        return groups, tokens, s
     if not bool(torch.isfinite(s).all()):
         raise ValueError("saliency contains NaN or Inf")
-    # one cheap reduction; only a non-finite sum (NaN, Inf, or an overflow) pays for the exact check
-    if not bool(torch.isfinite(features.sum(dtype=torch.float32))) and not bool(torch.isfinite(features).all()):
+    if not bool(torch.isfinite(features).all()):
         raise ValueError("features contain NaN or Inf")
     return groups, tokens, s
 
@@ -137,9 +141,12 @@ def owner_of_kept(kept: torch.Tensor) -> torch.Tensor:
     return torch.where(kept, node, torch.full_like(node, -1))
 
 
-def roots_of(owner: torch.Tensor) -> torch.Tensor:
-    """The kept tokens (those that own themselves), ascending: the output's `index`."""
+def roots_of(owner: torch.Tensor, size: int | None = None) -> torch.Tensor:
+    """The kept tokens (those that own themselves), ascending: the output's `index`. `size`: their
+    number when the caller knows it, so that the host does not wait for the device to count them."""
     node = torch.arange(owner.numel(), device=owner.device)
+    if size is not None:
+        return torch.nonzero_static(owner == node, size=size).squeeze(-1)
     return node[owner == node]
 
 
@@ -151,7 +158,8 @@ def rows_of(owner: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
 
 
 def assemble(flat: torch.Tensor, owner: torch.Tensor, report: MethodReport,
-             features: torch.Tensor | None = None, mixing: torch.Tensor | None = None) -> Compressed:
+             features: torch.Tensor | None = None, mixing: torch.Tensor | None = None,
+             index: torch.Tensor | None = None) -> Compressed:
     """The `Compressed` of a decision.
 
     flat: (T*N, D) input features; owner: (T*N,) flat index of the root representing each token
@@ -159,18 +167,19 @@ def assemble(flat: torch.Tensor, owner: torch.Tensor, report: MethodReport,
     position; any float dtype), None for each root's own features, bit-identical. Output in flat's dtype.
     mixing: the sparse (M, T*N) map the features were computed by (`sparse_mixing`), None when each
     row is the uniform average of the tokens its root owns (pure pruning, `uniform_average`).
+    index: `roots_of(owner)` if already known.
     """
-    index = roots_of(owner)
+    index = roots_of(owner) if index is None else index
     out = flat[index] if features is None else features.to(flat.dtype)
     report.kept = int(index.numel())
     return Compressed(features=out, index=index, assignment=rows_of(owner, index), report=report, mixing=mixing)
 
 
-def uniform_average(flat: torch.Tensor, owner: torch.Tensor) -> torch.Tensor:
+def uniform_average(flat: torch.Tensor, owner: torch.Tensor, index: torch.Tensor | None = None) -> torch.Tensor:
     """(M, D) float32 in root order: each root's plain mean of itself and every token it owns, by
     compression's `average_components` (what `Compressed.apply` does without a mixing, bit for bit);
-    a root that owns nothing comes out bit-identical."""
-    index = roots_of(owner)
+    a root that owns nothing comes out bit-identical. index: `roots_of(owner)` if already known."""
+    index = roots_of(owner) if index is None else index
     row = rows_of(owner, index)
     count = torch.zeros(index.numel(), dtype=torch.long, device=owner.device)
     count.index_add_(0, row.clamp_min(0), (row >= 0).long())

@@ -78,8 +78,9 @@ def split_frame(k: int, n: int, dominant_ratio: float) -> tuple[int, int, int]:
 
 
 def zip_frames(x: torch.Tensor, s: torch.Tensor, k: int, dominant_ratio: float,
-               scramble: bool) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """VisionZip on G frames that all keep k tokens: (owner (G, N) frame-local, -1 dropped;
+               scramble: bool, order: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """VisionZip on G frames that all keep k tokens (order: `descending(s)` if already known):
+    (owner (G, N) frame-local, -1 dropped;
     source (G, N): for each kept position, the frame-local token whose own features it carries;
     is_dominant (G, N) bool: the dominant tokens)."""
     groups, n, _ = x.shape
@@ -90,16 +91,19 @@ def zip_frames(x: torch.Tensor, s: torch.Tensor, k: int, dominant_ratio: float,
     if k == 0:
         return owner, source, is_dominant
     dominant, contextual, stride = split_frame(k, n, dominant_ratio)
-    order = descending(s)
+    order = descending(s) if order is None else order
     top = order[:, :dominant]  # saliency order
     owner.scatter_(1, top, top)
     is_dominant.scatter_(1, top, True)
     if scramble and dominant:  # official grid mode: ascending features paired with saliency-ordered positions
         source.scatter_(1, top, top.sort(-1).values)
     rest = order[:, dominant:].sort(-1).values  # non-dominant tokens, ascending position
-    slots = torch.arange(rest.shape[1], device=x.device)
-    is_target = (slots % stride == 0) & (slots // stride < contextual)
-    targets, others = rest[:, is_target], rest[:, ~is_target]
+    # target slots: every stride-th entry, the first `contextual` of them (official
+    # `torch.arange(0, len, step)[:contextual_num]`); the others in order, their count known here
+    target_slots = torch.arange(0, rest.shape[1], stride, device=x.device)[:contextual]
+    is_other = torch.ones(rest.shape[1], dtype=torch.bool, device=x.device).index_fill_(0, target_slots, False)
+    other_slots = torch.nonzero_static(is_other, size=rest.shape[1] - target_slots.numel()).squeeze(-1)
+    targets, others = rest[:, target_slots], rest[:, other_slots]
     owner.scatter_(1, targets, targets)
     if others.shape[1] and contextual:  # no target (dominant_ratio 1): the others are dropped
         # most similar target by cosine; the joining token's own norm does not change its argmax,
@@ -143,20 +147,26 @@ def visionzip(features: torch.Tensor, saliency: torch.Tensor, grid: tuple[int, i
             dominant = torch.full((groups,), int(tokens * config.dominant_ratio), device=s.device)
             done.order = official_order(done.index, rank_mask(descending(s), dominant).reshape(-1), tokens)
         return done
+    order = descending(s)
     if config.exact:
-        counts = frame_counts(s, descending(s), report.M)
+        counts = frame_counts(s, order, report.M)
+        base, extra = divmod(report.M, groups)  # split_evenly's counts: `extra` frames keep base + 1
+        budgets = {k: n for k, n in ((base, groups - extra), (base + 1, extra)) if n}
     else:
-        per_frame = config.tokens_per_frame or max(1, round(config.ratio * tokens))
-        counts = torch.full((groups,), min(per_frame, tokens), dtype=torch.long, device=s.device)
+        per_frame = min(config.tokens_per_frame or max(1, round(config.ratio * tokens)), tokens)
+        counts = torch.full((groups,), per_frame, dtype=torch.long, device=s.device)
+        budgets = {per_frame: groups}
     owner = torch.full((groups, tokens), -1, dtype=torch.long, device=s.device)
     source = torch.arange(tokens, device=s.device).repeat(groups, 1)
     is_dominant = torch.zeros(groups, tokens, dtype=torch.bool, device=s.device)
     scramble = config.bug_compatible and config.grid_newline
-    for k in counts.unique().tolist():  # at most two distinct budgets
-        frames = (counts == k).nonzero().squeeze(1)
-        part = features if frames.numel() == groups else features[frames]
-        owner[frames], source[frames], is_dominant[frames] = zip_frames(part, s[frames], k, config.dominant_ratio,
-                                                                        scramble)
+    for k, count in budgets.items():  # at most two distinct budgets, their frame counts known on the host
+        if count == groups:
+            owner, source, is_dominant = zip_frames(features, s, k, config.dominant_ratio, scramble, order)
+            continue
+        frames = torch.nonzero_static(counts == k, size=count).squeeze(1)
+        owner[frames], source[frames], is_dominant[frames] = zip_frames(features[frames], s[frames], k,
+                                                                        config.dominant_ratio, scramble, order[frames])
     offset = (torch.arange(groups, device=s.device) * tokens).unsqueeze(-1)
     owner = torch.where(owner >= 0, owner + offset, owner).reshape(-1)
     flat = features.reshape(groups * tokens, -1)
@@ -171,11 +181,13 @@ def visionzip(features: torch.Tensor, saliency: torch.Tensor, grid: tuple[int, i
             own = torch.where(count > 0, index, (source + offset).reshape(-1)[index])
         mixing = bug_mixing(owner, index, own, count)
     else:
-        rows = uniform_average(flat, owner)
-    report.details = {"per_frame": counts.tolist(),
-                      "dominant_contextual": {int(k): list(split_frame(int(k), tokens, config.dominant_ratio)[:2])
-                                              for k in counts.unique().tolist()}}
-    out = assemble(flat, owner, report, features=rows, mixing=mixing)
+        index = roots_of(owner, size=sum(k * n for k, n in budgets.items()))  # each frame keeps its k tokens
+        rows = uniform_average(flat, owner, index)
+    per_frame = counts.tolist()  # the report's one host read
+    report.details = {"per_frame": per_frame,
+                      "dominant_contextual": {k: list(split_frame(k, tokens, config.dominant_ratio)[:2])
+                                              for k in sorted(set(per_frame))}}
+    out = assemble(flat, owner, report, features=rows, mixing=mixing, index=index)
     if official:
         out.order = official_order(out.index, is_dominant.reshape(-1), tokens)
     return out
