@@ -10,6 +10,12 @@ import pytest
 # Everything the tests load is built locally; never reach for the hub.
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
+# Without a GPU the fused compression kernels run in Triton's interpreter (tests/test_fused.py). It must
+# be chosen before anything imports triton, so here, before any test module: the automatic backend
+# still picks PyTorch on the CPU, so nothing else changes.
+if not __import__("torch").cuda.is_available():
+    os.environ.setdefault("TRITON_INTERPRET", "1")
+
 
 @pytest.fixture(scope="session")
 def tiny_qwen(tmp_path_factory: pytest.TempPathFactory) -> pathlib.Path:
