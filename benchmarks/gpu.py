@@ -15,6 +15,9 @@ theirs, e.g. benchmarks/gpu_model.py's model-side sections):
   every shape, next to its official code where benchmarks/methods.py can run it.
 - launches: kernel launches and host synchronisations per call (torch.profiler; on CUDA the
   cudaLaunchKernel / cuLaunchKernel calls and the *Synchronize calls, on CPU the aten operations).
+- model (benchmarks/gpu_model.py, issue 22): the vision encoder warm (stock attention against ours,
+  calls per block), the next question with and without the prefix, the first request after the
+  warm-up against a warm one; at the 7B's shape in bf16 (--smoke: the tiny model on the CPU).
 - ttft: Qwen2.5-VL-7B's widths at full depth (28 LLM layers, 32 vision blocks), random weights built
   on the GPU in bfloat16 and loaded back through ottvid's loader; vanilla against OTT-Vid at 10%
   (ottvid_cli.profile, as benchmarks/ttft.py). --smoke: the tiny test model, float32.
@@ -459,7 +462,8 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--smoke", action="store_true", help="toy sizes, any device, seconds")
     parser.add_argument("--device", help="cuda, cpu or mps (default: cuda when available)")
-    parser.add_argument("--sections", nargs="+", choices=list(SECTIONS), default=list(SECTIONS))
+    names = [*SECTIONS][:-1] + ["model", "ttft"]  # the model side before the TTFT it explains
+    parser.add_argument("--sections", nargs="+", choices=names, default=names)
     parser.add_argument("--shapes", nargs="+", metavar="TxNxD", help="e.g. 16x256x3584 (default: the issue's three)")
     parser.add_argument("--repeats", type=int, default=10)
     parser.add_argument("--warmup", type=int, default=3)
@@ -470,12 +474,31 @@ def main(argv: list[str] | None = None) -> None:
     s = settings(args)
     for name in ["environment", *(x for x in args.sections if x != "environment")]:
         started = time.perf_counter()
+        if name == "model":
+            for table in model_sections(args, s):
+                console.print(table)
+            console.print(f"[model sections: {time.perf_counter() - started:.1f} s]", markup=False)
+            continue
         try:
             table = SECTIONS[name](s)
         except Exception as error:  # a section that cannot run here must not hide the others
             table = Table(name, ["error"], [[f"{type(error).__name__}: {error}"]])
         table.note = (table.note + " " if table.note else "") + f"[{time.perf_counter() - started:.1f} s]"
         render(table, console)
+
+
+def model_sections(args: argparse.Namespace, s: Settings) -> list:
+    """benchmarks/gpu_model.py's tables but its TTFT (this script's `ttft` section measures that), as
+    rich Tables; one error row if they cannot run here."""
+    import gpu_model
+
+    options = argparse.Namespace(smoke=args.smoke, device=str(s.device), warmup=args.warmup,
+                                 repeats=None if args.smoke else args.repeats,
+                                 only=[name for name in gpu_model.SECTIONS if name != "ttft"])
+    try:
+        return gpu_model.sections(options)
+    except Exception as error:  # as for the other sections: the rest still print
+        return [f"model sections: {type(error).__name__}: {error}"]
 
 
 if __name__ == "__main__":
