@@ -395,28 +395,22 @@ def plan_counts(groups: int, tokens: int, ratio: float = 0.1, gamma: float = 0.3
 # pictures
 
 
-def write_picture(prepared: Prepared, path, max_tiles: int | None = None, name: str | None = None) -> dict[str, Any]:
-    """Draw what compression kept (show.py) and write it as a PNG to `path` (or a binary file object);
-    returns what was written. `name` titles the picture instead of the video's file name."""
-    from . import show
+@dataclass
+class Drawing:
+    """What a picture of the kept tokens is drawn from (`show.write_picture` draws it): the decoded clip,
+    the compression result, the token grid per frame group and the frames per group."""
 
+    clip: Video
+    compressed: Compressed
+    grid: tuple[int, int]
+    frames_per_group: int
+
+
+def drawing(prepared: Prepared) -> Drawing:
+    """What to draw for a prepared run; ValueError with method none (nothing was compressed)."""
     if prepared.compressed is None:
         raise ValueError("a picture of the kept tokens needs a compressing method (method none keeps every token)")
-    extra = {} if max_tiles is None else {"max_tiles": max_tiles}
-    return show.write_picture(prepared.clip, prepared.compressed, prepared.visual.grid,
-                              prepared.backbone.frames_per_group, path, name=name, **extra).to_dict()
-
-
-def picture_png(prepared: Prepared, name: str | None = None,
-                max_tiles: int | None = None) -> tuple[bytes, dict[str, Any]]:
-    """The picture of what compression kept as PNG bytes, and what `write_picture` reports (less the
-    path); `name` titles it instead of the video's file name. ValueError with method none."""
-    import io
-
-    buffer = io.BytesIO()
-    data = write_picture(prepared, buffer, max_tiles, name)
-    data.pop("path", None)
-    return buffer.getvalue(), data
+    return Drawing(prepared.clip, prepared.compressed, prepared.visual.grid, prepared.backbone.frames_per_group)
 
 
 def inspect(backbone, video: str | Path, frames: int | None = None, fps: float | None = None,

@@ -366,6 +366,26 @@ def write_picture(video, compressed, grid: tuple[int, int], frames_per_group: in
                       B_tot=getattr(r, "B_tot", None), method=method)
 
 
+def draw_run(drawing, path, max_tiles: int | None = None, name: str | None = None) -> dict[str, Any]:
+    """Draw what compression kept in one run (`pipeline.drawing(prepared)`) and write it as a PNG to
+    `path` (or a binary file object); returns what was written. `name` titles the picture instead of
+    the video's file name."""
+    extra = {} if max_tiles is None else {"max_tiles": max_tiles}
+    return write_picture(drawing.clip, drawing.compressed, drawing.grid, drawing.frames_per_group, path,
+                         name=name, **extra).to_dict()
+
+
+def picture_png(drawing, name: str | None = None, max_tiles: int | None = None) -> tuple[bytes, dict[str, Any]]:
+    """The picture of what compression kept in one run as PNG bytes, and what `draw_run` reports (less
+    the path); `name` titles it instead of the video's file name."""
+    import io
+
+    buffer = io.BytesIO()
+    data = draw_run(drawing, buffer, max_tiles, name)
+    data.pop("path", None)
+    return buffer.getvalue(), data
+
+
 def show_video(backbone, video, output, ratio: float = 0.1, frames: int | None = None, fps: float | None = None,
                max_frames: int | None = None, max_tiles: int = MAX_TILES, on_step=None) -> ShowResult:
     """Decode, encode and compress a video (no generation) and write the picture to `output`."""

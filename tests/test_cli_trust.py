@@ -437,7 +437,7 @@ def test_a_picture_path_that_cannot_be_created_is_refused_before_the_model_loads
 
 
 def test_the_write_probe_leaves_the_folder_and_an_existing_picture_as_they_were(tmp_path):
-    from ottvid_cli.cli import _unwritable
+    from ottvid_cli.cli.steps import _unwritable
 
     folder = tmp_path / "pictures"
     folder.mkdir()

@@ -30,12 +30,11 @@ from fastapi.sse import EventSourceResponse, format_sse_event
 from starlette.datastructures import Headers
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from .schema import MAX_NEW_TOKENS, ChatCompletion, ChatRequest, ErrorResponse, Message, ModelCard, ModelList, usage_of
+from .schema import DEFAULT_TOKENS, MAX_NEW_TOKENS, ChatCompletion, ChatRequest, ErrorResponse, Message, ModelCard, ModelList, usage_of
 from .security import ApiError, MediaPolicy, require_key
 from .page import add_page
 from .worker import INTERNAL_MESSAGE, Job, ModelWorker, QueueFull
 
-DEFAULT_TOKENS = {"ask": 64, "ground": 48}  # `ottvid ask` / `ground`'s --max-new-tokens
 MAX_PROMPT_CHARS = 16384  # the question and its choices, in characters (about 4k tokens): --max-prompt-chars
 
 

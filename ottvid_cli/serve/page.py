@@ -28,6 +28,7 @@ from fastapi.responses import FileResponse, Response
 from starlette.background import BackgroundTask
 
 from ..settings import METHODS, PRESETS
+from .schema import DEFAULT_TOKENS
 from .security import ApiError, Media, MediaPolicy, require_key
 
 VIDEO_SUFFIXES = (".mp4", ".m4v", ".mov", ".webm", ".mkv", ".avi", ".mpg", ".mpeg", ".ts", ".ogv", ".3gp", ".flv",
@@ -65,8 +66,6 @@ def add_page(app: FastAPI) -> None:
     @app.get("/v1/ottvid/info", dependencies=[Depends(require_key)])
     async def info(request: Request) -> dict[str, Any]:
         """What this server offers, for the page's controls."""
-        from .app import DEFAULT_TOKENS
-
         settings = request.app.state.settings
         backbone = getattr(request.app.state.engine, "backbone", None)
         grounds = backbone is None or bool(getattr(backbone, "grounds", False))

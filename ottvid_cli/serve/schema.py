@@ -12,6 +12,7 @@ from ..settings import DEFAULT_MAX_FRAMES, METHODS, PRESETS, check_choice, check
 
 TASKS = ("ask", "ground")
 MAX_NEW_TOKENS = 4096  # a request asking for more is refused (each token is a forward pass)
+DEFAULT_TOKENS = {"ask": 64, "ground": 48}  # `ottvid ask` / `ground`'s --max-new-tokens
 
 
 # ------------------------------------------------------------------------------------------------

@@ -225,14 +225,15 @@ def picture_of(result: Any, data: dict[str, Any], name: str | None = None) -> di
     Its drawing time is `timings_ms.picture`."""
     import base64
 
-    from ..pipeline import picture_png
+    from ..pipeline import drawing
+    from ..show import picture_png
 
     prepared = getattr(result, "prepared", None)
     if prepared is None or getattr(prepared, "compressed", None) is None:
         return None
     start = time.perf_counter()
     try:
-        png, info = picture_png(prepared, name=name)
+        png, info = picture_png(drawing(prepared), name=name)
     except ValueError as exc:  # nothing to draw: the answer still goes out
         return {"image": None, "error": str(exc)}
     data.setdefault("timings_ms", {})["picture"] = (time.perf_counter() - start) * 1000

@@ -1,6 +1,6 @@
 """`ottvid eval`: run a benchmark (resumable, sharded, several settings per encode) or rescore a run.
 
-Registered in cli.py; it reuses cli.py's shared options, checks and one-line errors. Bad input (the
+Registered in app.py; it reuses the shared options, checks and one-line errors. Bad input (the
 annotation file, the benchmark name, missing videos, a resume with other settings) is refused before
 torch is imported. Under torchrun (RANK / WORLD_SIZE / LOCAL_RANK set) each process runs its own
 shard on its own device and rank 0 merges and scores once all are done (a gloo barrier).
@@ -17,8 +17,10 @@ from pathlib import Path
 
 import typer
 
-from .. import cli
-from ..cli import (
+from ..settings import SAMPLING_RULES as RULES
+from ..settings import check_count
+from .errors import EXIT_RUN, _fail, err, out
+from .options import (
     ATTENTION,
     DECODER,
     DEVICE,
@@ -28,21 +30,16 @@ from ..cli import (
     EVAL_MAX_PIXELS,
     JSON,
     MAX_FRAMES,
-    SIGLIP_HEAD,
     METHOD_LIST,
     MODEL,
     PRESET,
     QUIET,
     RATIOS,
+    SIGLIP_HEAD,
     _checked,
-    _fail,
-    _load,
-    _Progress,
-    _settle,
-    err,
-    out,
 )
-from ..settings import SAMPLING_RULES as RULES, check_count
+from .progress import _Progress
+from .steps import _load, _run, _settle
 
 BARRIER_TIMEOUT = timedelta(days=7)  # shards may finish hours apart
 
@@ -92,8 +89,8 @@ def eval_command(
     siglip_head: str = SIGLIP_HEAD,
 ) -> None:
     """Evaluate on a benchmark with the paper's protocol: one record per sample and setting, resumable."""
-    from . import EvalError
-    from .store import StoreError
+    from ..eval import EvalError
+    from ..eval.store import StoreError
 
     try:
         if table:
@@ -108,7 +105,7 @@ def eval_command(
     except EvalError as exc:
         _fail(str(exc))
     except StoreError as exc:  # a record or the summary could not be written: what was written is kept
-        _fail(str(exc), code=cli.EXIT_RUN)
+        _fail(str(exc), code=EXIT_RUN)
 
 
 # ----------------------------------------------------------------------------- pieces
@@ -135,9 +132,9 @@ def default_out(bench: str, model: str) -> str:
 
 def _vanilla(other: str, benchmark: str) -> dict:
     """The vanilla (method none) result of run folder `other`, a `benchmark` run (EvalError if not)."""
-    from .benchmarks import EvalError
-    from .scoring import VANILLA
-    from .store import score
+    from ..eval.benchmarks import EvalError
+    from ..eval.scoring import VANILLA
+    from ..eval.store import score
 
     if not Path(other).is_dir():
         raise EvalError(f"{other}: run folder to compare with not found")
@@ -152,7 +149,7 @@ def _vanilla(other: str, benchmark: str) -> dict:
 
 def _compare(summary: dict, other: str) -> dict:
     """Add `relative` (% of the other run's vanilla headline score) to each result."""
-    from .scoring import headline, relative
+    from ..eval.scoring import headline, relative
 
     vanilla = _vanilla(other, summary["benchmark"])
     name = headline(vanilla["metrics"])
@@ -167,8 +164,8 @@ def _rescore(run: str, compare: str | None, data: str | None = None, as_json: bo
     """--rescore RUN: refuse records of samples the run's annotation file (config.json's `data`, or
     --data) does not hold, re-judge every stored reply (store.rejudge), say how many verdicts changed
     per setting, then rebuild the summary."""
-    from .benchmarks import EvalError
-    from .store import CONFIG, load_config, load_records, rejudge, rescore, write_summary
+    from ..eval.benchmarks import EvalError
+    from ..eval.store import CONFIG, load_config, load_records, rejudge, rescore, write_summary
 
     if not Path(run).is_dir():
         raise EvalError(f"{run}: run folder not found")
@@ -195,9 +192,9 @@ def _rescore(run: str, compare: str | None, data: str | None = None, as_json: bo
 
 def _check_members(run, records, benchmark: str, data) -> None:
     """Every record is of a sample of the annotation file `data` (EvalError naming the first that is not)."""
-    from . import load_samples
-    from .benchmarks import EvalError
-    from .store import unknown_samples
+    from ..eval import load_samples
+    from ..eval.benchmarks import EvalError
+    from ..eval.store import unknown_samples
 
     if not Path(data).exists():
         raise EvalError(f"{data}: the run's annotation file is not there (config.json's data): give --data FILE "
@@ -218,9 +215,9 @@ def _console():
 def _paper_table(runs: list[str]) -> dict:
     """Table 1 over run folders (their records, scored afresh; nothing is written): one column per
     run, named by its benchmark (and its annotation file's stem where two runs share a benchmark)."""
-    from .benchmarks import EvalError
-    from .scoring import paper_table
-    from .store import score
+    from ..eval.benchmarks import EvalError
+    from ..eval.scoring import paper_table
+    from ..eval.store import score
 
     summaries, configs = [], []
     for run in runs:
@@ -352,9 +349,9 @@ class _Bar:
 def _evaluate(bench, data, videos, model, method, ratio, frames, fps, max_frames, limit, out_dir, shard_arg,
               skip_missing, retry_errors, compare, preset, as_json, quiet, device, dtype, attention, max_pixels,
               decoder, siglip_head=None, prefetch=None, sampling_rule="lmms") -> None:
-    from . import check_benchmark, load_samples, missing_videos, save_config
-    from .runner import FramePlan, kinds, settings
-    from .store import RecordLock
+    from ..eval import check_benchmark, load_samples, missing_videos, save_config
+    from ..eval.runner import FramePlan, kinds, settings
+    from ..eval.store import RecordLock
 
     if bench is None:
         _fail("give a benchmark (see `ottvid eval --help`), or --rescore RUN")
@@ -411,12 +408,12 @@ def _evaluate(bench, data, videos, model, method, ratio, frames, fps, max_frames
             progress = _Progress(quiet or rank > 0 and distributed)
             backbone = _load(model, device, dtype, attention, max_pixels, progress, siglip_head)
             progress.stop()
-            from .runner import run
+            from ..eval.runner import run
 
             label = f"{bench} shard {rank}/{shards}" if shards > 1 else bench
             bar = _Bar(quiet, label)
             try:
-                stats = cli._run(lambda: run(backbone, samples, out_dir, runs, videos, plan, rank=rank, shards=shards,
+                stats = _run(lambda: run(backbone, samples, out_dir, runs, videos, plan, rank=rank, shards=shards,
                                              preset=preset, retry_errors=retry_errors, on_progress=bar,
                                              prefetch=prefetch),
                                  _Progress(True))
@@ -445,7 +442,7 @@ def _evaluate(bench, data, videos, model, method, ratio, frames, fps, max_frames
     if summary is None:
         return
     if compare is not None:
-        from .store import write_summary
+        from ..eval.store import write_summary
 
         summary = _compare(summary, compare)
         write_summary(out_dir, summary)
@@ -457,7 +454,7 @@ def _evaluate(bench, data, videos, model, method, ratio, frames, fps, max_frames
 def _left_to_run(out_dir, samples, runs, rank: int, shards: int, retry_errors: bool) -> int:
     """How many (sample, method, ratio) of this shard OUT holds no record of yet (with
     --retry-errors, error records count as not done): checked before the model loads."""
-    from .store import load_records, record_key, shard
+    from ..eval.store import load_records, record_key, shard
 
     done = {record_key(r["id"], r["method"], r["ratio"]) for r in load_records(out_dir)
             if not (retry_errors and r.get("error") is not None)}
@@ -471,14 +468,14 @@ def _fail_if_nothing_evaluated(summary: dict, out_dir) -> None:
     records = sum(r["count"] for r in results)
     if records and all(r["errors"] == r["count"] for r in results):
         _fail(f"no sample could be evaluated: all {records} records hold an error (kept in {out_dir}; see the "
-              f"`error` field in samples.jsonl)", code=cli.EXIT_RUN)
+              f"`error` field in samples.jsonl)", code=EXIT_RUN)
 
 
 def _finish(out_dir, samples, runs, shards, rank, distributed, quiet) -> dict | None:
     """Merge the shards and score when the whole run is done (rank 0 after the barrier, or whichever
     --shard process finds nothing left); otherwise say what remains."""
-    from .runner import remaining
-    from .store import RunInUse, merge_shards, rescore, sample_files
+    from ..eval.runner import remaining
+    from ..eval.store import RunInUse, merge_shards, rescore, sample_files
 
     left = remaining(out_dir, samples, runs)
     if left and shards > 1 and not distributed:
@@ -500,8 +497,8 @@ def _check_run_folder(out_dir, samples=(), data=None, every=None) -> None:
     line), records come with the config.json that says which run they belong to, they are all of
     samples of the annotation file (`every`: all of its samples, --limit or not), and they were made
     from the questions `samples` are now (not from an edited annotation file or another prompt)."""
-    from .benchmarks import EvalError
-    from .store import CONFIG, changed_samples, load_records, unknown_samples
+    from ..eval.benchmarks import EvalError
+    from ..eval.store import CONFIG, changed_samples, load_records, unknown_samples
 
     records = load_records(out_dir)
     if records and not (Path(out_dir) / CONFIG).exists():
@@ -544,7 +541,7 @@ def _restore_sigterm(previous: object) -> None:
 
 
 def _interrupted(out_dir, what: str = "interrupted") -> str:
-    from .store import load_records
+    from ..eval.store import load_records
 
     try:
         kept = f"{len(load_records(out_dir))} records kept in {out_dir}"
@@ -575,7 +572,7 @@ class _Group:
             self.dist = dist
 
     def first(self, work) -> None:
-        from .benchmarks import EvalError
+        from ..eval.benchmarks import EvalError
 
         if self.dist is None:
             work()

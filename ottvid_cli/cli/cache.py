@@ -1,6 +1,6 @@
 """`ottvid cache ls|clear`: what a --cache-dir folder holds, and emptying it (docs/reuse.md, "On disk").
 
-Registered in cli.py. Only ottvid's own files are listed or deleted (NAME.json, NAME.safetensors and
+Registered in app.py. Only ottvid's own files are listed or deleted (NAME.json, NAME.safetensors and
 their temporary files, NAME a 32-digit hex hash); anything else in the folder is left alone.
 """
 
@@ -12,7 +12,8 @@ import time
 import typer
 from rich.console import Console
 
-from .cli import _cache_path, _fail, out
+from .errors import _fail, out
+from .steps import _cache_path
 
 cache_app = typer.Typer(help="The prepared-video cache on disk (--cache-dir): list it, empty it.",
                         no_args_is_help=True)
@@ -41,7 +42,7 @@ def list_entries(
     """List the cached videos, least recently used first (the first to go when the folder is over --cache-max-gb)."""
     from rich.table import Table
 
-    from .cache import disk_entries
+    from ..cache import disk_entries
 
     folder = _cache_path(cache_dir)
     entries = disk_entries(folder, details=True)
@@ -66,7 +67,7 @@ def list_entries(
 @cache_app.command("clear")
 def clear(cache_dir: str = FOLDER) -> None:
     """Delete every cached video of the folder (ottvid's files only; the folder itself stays)."""
-    from .cache import clear_disk
+    from ..cache import clear_disk
 
     folder = _cache_path(cache_dir)
     try:

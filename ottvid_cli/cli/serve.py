@@ -1,4 +1,4 @@
-"""The body of `ottvid serve`: check the flags, bind the port, load the model once, run uvicorn.
+"""`ottvid serve`: check the flags, bind the port, load the model once, run uvicorn.
 
 The port is bound before the model loads, so a busy port is a one-line error at once. SIGTERM (and
 Ctrl-C) is uvicorn's graceful shutdown: no new connections, the requests in flight finish, then the
@@ -12,12 +12,54 @@ import os
 import signal
 import socket
 
+import typer
 
-def serve(model, host: str, port: int, api_key: str | None, allowed_media_dir: str | None, max_upload_mb: float,
+from ..settings import check_count, check_positive
+from .errors import EXIT_RUN, _fail, err
+from .options import ATTENTION, CACHE_DIR, DECODER, DEVICE, DTYPE, MAX_PIXELS, MODEL, QUIET, SIGLIP_HEAD, _checked
+from .progress import _Progress
+from .steps import _cache_path, _engine, _load, _settle
+
+
+def serve(
+    model: str = MODEL,
+    host: str = typer.Option("127.0.0.1", "--host", help="Address to listen on; 0.0.0.0 exposes the model to your "
+                             "network (then set --api-key)."),
+    port: int = typer.Option(8000, "--port", callback=_checked(check_count, "--port", 0),
+                             help="TCP port (0: any free one; the address is printed)."),
+    api_key: str = typer.Option(None, "--api-key", envvar="OTTVID_API_KEY", show_default="none",
+                                help="Require `Authorization: Bearer KEY` on /v1 requests."),
+    allowed_media_dir: str = typer.Option(None, "--allowed-media-dir", show_default="none",
+                                          help="Serve local videos (file:// or absolute paths) from under this folder "
+                                               "only, symlinks and .. resolved."),
+    max_upload_mb: float = typer.Option(100.0, "--max-upload-mb", callback=_checked(check_positive, "--max-upload-mb"),
+                                        help="Largest video sent as a data: URL (413 beyond)."),
+    max_queue: int = typer.Option(16, "--max-queue", callback=_checked(check_count, "--max-queue", 0),
+                                  help="Requests waiting for the model at most (503 with Retry-After beyond)."),
+    timeout: float = typer.Option(300.0, "--timeout", callback=_checked(check_positive, "--timeout"),
+                                  help="Seconds a request may take, waiting included (504 beyond)."),
+    max_prompt_chars: int = typer.Option(16384, "--max-prompt-chars",
+                                         callback=_checked(check_count, "--max-prompt-chars"),
+                                         help="Longest question (with its choices) in characters (400 beyond)."),
+    cache_dir: str = CACHE_DIR,
+    quiet: bool = QUIET,
+    device: str = DEVICE,
+    dtype: str = DTYPE,
+    attention: str = ATTENTION,
+    max_pixels: int = MAX_PIXELS,
+    siglip_head: str = SIGLIP_HEAD,
+    decoder: str = DECODER,
+) -> None:
+    """Serve an OpenAI-compatible HTTP API (/v1/chat/completions with a video_url part), the model loaded once.
+
+    Needs the serve extra (FastAPI, uvicorn); API, errors and security rules: docs/serve.md."""
+    run_server(model, host, port, api_key, allowed_media_dir, max_upload_mb, max_queue, timeout, _cache_path(cache_dir),
+        device, dtype, attention, max_pixels, decoder, quiet, siglip_head, max_prompt_chars)
+
+
+def run_server(model, host: str, port: int, api_key: str | None, allowed_media_dir: str | None, max_upload_mb: float,
           max_queue: int, timeout: float, cache_dir: str | None, device, dtype, attention, max_pixels, decoder,
           quiet: bool, siglip_head: str | None = None, max_prompt_chars: int | None = None) -> None:
-    from ..cli import EXIT_RUN, _engine, _fail, _load, _Progress, _settle, err
-
     model, device, dtype, _, _ = _settle(model, device, dtype, None, None, None, False)
     if port > 65535:
         _fail(f"--port must be at most 65535, got {port}")
@@ -40,7 +82,7 @@ def serve(model, host: str, port: int, api_key: str | None, allowed_media_dir: s
     backbone = _load(model, device, dtype, attention, max_pixels, progress, siglip_head)
     progress.stop()
 
-    from .app import MAX_PROMPT_CHARS, ServeSettings, create_app
+    from ..serve.app import MAX_PROMPT_CHARS, ServeSettings, create_app
 
     settings = ServeSettings(model_id=model, api_key=api_key or None, allowed_media_dir=allowed_media_dir,
                              max_upload_mb=max_upload_mb, max_queue=max_queue, timeout=timeout,

@@ -1,0 +1,15 @@
+"""The `ottvid` command line: parse, call the library, render (docs/cli.md).
+
+Exit codes: 0 done; 1 the model or the run failed (cannot load, not enough memory); 2 bad
+arguments or input (including every usage error, as one line); 3 `ground` read no time span in the
+reply; 4 the run finished (its answer printed) but the picture could not be written.
+
+Arguments are checked, and missing files refused, before torch or transformers are imported. No
+library module imports this package; the layout: app.py (the Typer app), errors.py (exit codes and
+one-line errors), options.py (shared options), progress.py, steps.py (what every model command
+shares), and one module per command group (ask, profile, methods, eval, serve, convert, cache).
+"""
+
+from .app import app, main
+
+__all__ = ["app", "main"]

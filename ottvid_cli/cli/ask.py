@@ -1,0 +1,255 @@
+"""`ottvid ask`, `ottvid ground` and `ottvid chat`: questions about a video, here or on a server."""
+
+from __future__ import annotations
+
+import sys
+import time
+
+import typer
+
+from ..settings import check_count
+from .errors import _error, _fail, err
+from .options import (
+    ATTENTION,
+    CACHE_DIR,
+    CACHE_MAX_GB,
+    DECODER,
+    DEVICE,
+    DTYPE,
+    FPS,
+    FRAMES,
+    GROUND_FPS,
+    GROUND_FRAMES,
+    JSON,
+    MAX_FRAMES,
+    MAX_PIXELS,
+    METHOD,
+    METHOD_ARGS,
+    MODEL,
+    OUTPUT,
+    PRESET,
+    QUIET,
+    RATIO,
+    SERVER,
+    SIGLIP_HEAD,
+    TOKENS,
+    _checked,
+)
+from .progress import _Progress, _Stream
+from .steps import (
+    _answer,
+    _cache_path,
+    _cache_warnings,
+    _check_video,
+    _engine,
+    _load,
+    _remote,
+    _run,
+    _sampling,
+    _settle,
+    _warm_up,
+)
+
+
+def ask(
+    video: str = typer.Argument(..., help="Video file, or a folder of frame images (read at 3 fps)."),
+    questions: list[str] = typer.Argument(..., help="Question(s) about the video: one preparation and one prefill "
+                                                    "of the video for all, one answer each."),
+    choice: list[str] = typer.Option(None, "--choice", "-c", "--options",
+                                     help="A multiple-choice option, e.g. 'A. a dog'. Repeat for each."),
+    ratio: float = RATIO,
+    frames: int = FRAMES,
+    fps: float = FPS,
+    max_frames: int = MAX_FRAMES,
+    model: str = MODEL,
+    method: str = METHOD,
+    method_args: list[str] = METHOD_ARGS,
+    preset: str = PRESET,
+    output: str = OUTPUT,
+    as_json: bool = JSON,
+    quiet: bool = QUIET,
+    device: str = DEVICE,
+    dtype: str = DTYPE,
+    attention: str = ATTENTION,
+    max_pixels: int = MAX_PIXELS,
+    siglip_head: str = SIGLIP_HEAD,
+    decoder: str = DECODER,
+    max_new_tokens: int = typer.Option(64, "--max-new-tokens", callback=_checked(check_count, "--max-new-tokens"),
+                                       help=TOKENS),
+    cache_dir: str = CACHE_DIR,
+    cache_max_gb: float = CACHE_MAX_GB,
+    server: str = SERVER,
+) -> None:
+    """Answer questions about a video, with OTT-Vid (or --method) compressing the visual tokens (several
+    questions: the video is prepared and prefilled once; --json prints a list)."""
+    if server is not None:  # a running `ottvid serve` answers (ottvid_cli/serve/client.py)
+        if method_args:
+            _fail("--method-arg is for a model run here: a server uses its methods' defaults")
+        return _remote("ask", server, video, questions, choice, ratio, frames, fps, max_frames, model, method, preset,
+                       as_json, quiet, max_new_tokens, device, dtype, attention, max_pixels, decoder, output, cache_dir,
+                       siglip_head=siglip_head, cache_max_gb=cache_max_gb)
+    _answer("ask", video, questions, choice, ratio, frames, fps, max_frames, model, method, preset, as_json, device,
+            dtype, attention, max_pixels, max_new_tokens, output, decoder, quiet, _cache_path(cache_dir, cache_max_gb),
+            method_args, siglip_head=siglip_head, cache_max_gb=cache_max_gb)
+
+
+def ground(
+    video: str = typer.Argument(..., help="Video file, or a folder of frame images (read at 3 fps)."),
+    query: str = typer.Argument(..., help="What happens, e.g. 'person opens the door'."),
+    ratio: float = RATIO,
+    fps: float = GROUND_FPS,
+    max_frames: int = MAX_FRAMES,
+    frames: int = GROUND_FRAMES,
+    model: str = MODEL,
+    method: str = METHOD,
+    method_args: list[str] = METHOD_ARGS,
+    preset: str = PRESET,
+    output: str = OUTPUT,
+    as_json: bool = JSON,
+    quiet: bool = QUIET,
+    device: str = DEVICE,
+    dtype: str = DTYPE,
+    attention: str = ATTENTION,
+    max_pixels: int = MAX_PIXELS,
+    siglip_head: str = SIGLIP_HEAD,
+    decoder: str = DECODER,
+    max_new_tokens: int = typer.Option(48, "--max-new-tokens", callback=_checked(check_count, "--max-new-tokens"),
+                                       help=TOKENS),
+    cache_dir: str = CACHE_DIR,
+    cache_max_gb: float = CACHE_MAX_GB,
+    server: str = SERVER,
+    point: bool = typer.Option(False, "--point", help="The query names a moment, not an event: ask for one time "
+                                                      "(the span starts and ends there); without it a reply "
+                                                      "holding one time is no span (exit 3)."),
+) -> None:
+    """Find when something happens in a video: start and end in seconds (exit 3 if the reply holds no
+    start and end, with the JSON's span_note saying what it held)."""
+    if server is not None:
+        if method_args:
+            _fail("--method-arg is for a model run here: a server uses its methods' defaults")
+        if point:
+            _fail("--point is for a model run here: a server asks for a start and an end")
+        return _remote("ground", server, video, query, None, ratio, frames, fps, max_frames, model, method, preset,
+                       as_json, quiet, max_new_tokens, device, dtype, attention, max_pixels, decoder, output, cache_dir,
+                       siglip_head=siglip_head, cache_max_gb=cache_max_gb)
+    _answer("ground", video, query, None, ratio, frames, fps, max_frames, model, method, preset, as_json, device,
+            dtype, attention, max_pixels, max_new_tokens, output, decoder, quiet, _cache_path(cache_dir, cache_max_gb),
+            method_args, siglip_head=siglip_head, cache_max_gb=cache_max_gb, point=point)
+
+
+def chat(
+    video: str = typer.Argument(..., help="Video file, or a folder of frame images (read at 3 fps)."),
+    history: bool = typer.Option(False, "--history", help="Send the earlier questions and answers with each question."),
+    ratio: float = RATIO,
+    frames: int = FRAMES,
+    fps: float = FPS,
+    max_frames: int = MAX_FRAMES,
+    model: str = MODEL,
+    method: str = METHOD,
+    preset: str = PRESET,
+    quiet: bool = QUIET,
+    device: str = DEVICE,
+    dtype: str = DTYPE,
+    attention: str = ATTENTION,
+    max_pixels: int = MAX_PIXELS,
+    siglip_head: str = SIGLIP_HEAD,
+    decoder: str = DECODER,
+    max_new_tokens: int = typer.Option(64, "--max-new-tokens", callback=_checked(check_count, "--max-new-tokens"),
+                                       help=TOKENS),
+    cache_dir: str = CACHE_DIR,
+    cache_max_gb: float = CACHE_MAX_GB,
+) -> None:
+    """Talk about a video: one question a line, each reply streamed; /ratio 0.25 and the like change
+    settings without encoding again, /help lists the commands. Ctrl-C stops an answer and keeps the
+    session; /quit, Ctrl-D (end of input) or Ctrl-C twice at the prompt leaves."""
+    from ..session import Chat
+
+    model, device, dtype, ratio, frames = _settle(model, device, dtype, ratio, frames, fps)
+    sampling = _sampling(frames, fps, max_frames, max_pixels, decoder)
+    cache_dir = _cache_path(cache_dir, cache_max_gb)
+    _check_video(video, decoder)
+    progress = _Progress(quiet)
+    backbone = _load(model, device, dtype, attention, max_pixels, progress, siglip_head)
+    engine = _engine(backbone, cache_dir, keep_saliency=True, max_gb=cache_max_gb)
+    _warm_up(engine, progress)
+    progress.stop()
+    session = Chat(engine, video, sampling, ratio, method, preset, max_new_tokens, history)
+    interactive = sys.stdin.isatty()
+    if not quiet:
+        leave = "/quit or Ctrl-D leaves" if interactive else "/quit or end of input leaves"
+        err.print(f"{session.settings()}; /help lists the commands, Ctrl-C stops an answer, {leave}",
+                  highlight=False, markup=False, soft_wrap=True)
+    armed = False  # Ctrl-C was pressed at the prompt: a second one leaves
+    while True:
+        try:
+            if interactive:
+                err.print("> ", end="", highlight=False, markup=False)
+            line = sys.stdin.readline()
+        except KeyboardInterrupt:
+            if armed:
+                err.print("", highlight=False, markup=False)
+                break
+            armed = True
+            err.print("\n(Ctrl-C again, Ctrl-D or /quit leaves)", highlight=False, markup=False)
+            continue
+        armed = False
+        if not line:  # end of input (Ctrl-D)
+            break
+        line = line.strip()
+        if not line:
+            continue
+        if line.startswith("/"):
+            try:
+                message = session.command(line)
+            except ValueError as exc:
+                from rich.markup import escape
+
+                _error(escape(str(exc)))
+                continue
+            if message is None:
+                break
+            err.print(message, highlight=False, markup=False, soft_wrap=True)
+            continue
+        _chat_turn(session, line, quiet)
+
+
+def _chat_turn(session, line: str, quiet: bool) -> None:
+    """One question of `chat`: progress while preparing, the reply streamed, then the time the person
+    waited (Enter to the first token) with its stages. Ctrl-C stops it and goes back to the prompt
+    (the loaded model, the caches and the earlier turns are kept; this turn is not)."""
+    asked = time.perf_counter()
+    step = _Progress(quiet)
+    stream = _Stream(step, "")
+    try:
+        result = _run(lambda: session.ask(line, on_token=stream, on_step=step.step), step)
+    except KeyboardInterrupt:
+        step.stop()
+        stream.close()
+        err.print("[answer stopped]", highlight=False, markup=False)
+        return
+    if not stream.started:  # an empty reply
+        stream.first = time.perf_counter()
+        sys.stdout.write(result.answer)
+        stream.started = True
+    stream.close()
+    _cache_warnings(session.engine, quiet)
+    if not quiet:
+        err.print(f"[{_waited(result, (stream.first - asked) * 1e3)}]", highlight=False, markup=False,
+                  soft_wrap=True)
+
+
+def _waited(result, waited_ms: float) -> str:
+    """Enter to the first token, then the stages that time holds, e.g. "first token after 7.6 s
+    (decode 1.2 s, vision 4.1 s, compression 12 ms, prefill 193 ms); cache hit; 412 tokens into the LLM"."""
+
+    def span(ms: float) -> str:
+        return f"{ms / 1e3:.1f} s" if ms >= 1000 else f"{ms:.0f} ms"
+
+    t = result.timings_ms
+    stages = [f"{name} {span(t[name])}" for name in ("decode", "preprocess", "vision", "saliency", "compression",
+                                                     "prefill") if t.get(name)]
+    source = "cache hit: video already encoded" if result.cache_hit else "video prepared"
+    return (f"first token after {span(waited_ms)} ({', '.join(stages)}); {source}; "
+            f"{result.tokens['llm_input']:,} tokens into the LLM")
+
+

@@ -1,0 +1,97 @@
+"""Exit codes, the one-line error style (`error: ...` on stderr) and the group that turns every usage
+error and unexpected exception into one such line."""
+
+from __future__ import annotations
+
+import sys
+
+import typer
+from rich.console import Console
+from typer.core import TyperGroup
+
+try:  # typer >= 0.20 carries its own copy of click, without Abort (typer has its own)
+    from typer._click import exceptions as click
+    from typer.exceptions import Abort as _Abort
+except ImportError:
+    from click import exceptions as click
+
+    _Abort = click.Abort
+
+EXIT_RUN, EXIT_USAGE, EXIT_NO_SPAN, EXIT_WRITE = 1, 2, 3, 4
+
+
+_NO_ARGS = getattr(click, "NoArgsIsHelpError", ())
+
+
+class _OneLineErrors(TyperGroup):
+    """Usage errors (unknown option, bad number, missing argument) as one `error:` line, exit 2."""
+
+    def main(self, args=None, prog_name=None, complete_var=None, standalone_mode=True, **extra):
+        try:
+            code = super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
+        except _NO_ARGS as exc:  # `ottvid` or `ottvid convert` alone: the help
+            exc.show()
+            code = EXIT_USAGE
+        except click.UsageError as exc:
+            if not standalone_mode:
+                raise
+            command = exc.ctx.command_path if exc.ctx is not None else "ottvid"
+            _error(f"{_usage_message(exc)} (see `{command} --help`)")
+            code = EXIT_USAGE
+        except click.ClickException as exc:
+            if not standalone_mode:
+                raise
+            _error(exc.format_message())
+            code = exc.exit_code
+        except _Abort:
+            if not standalone_mode:
+                raise
+            _error("aborted")
+            code = 130
+        except Exception as exc:  # not the user's input: our bug, or a library that changed under us
+            if not standalone_mode:
+                raise
+            _error(_internal(exc))
+            code = EXIT_RUN
+        if not standalone_mode:
+            return code
+        sys.exit(code if isinstance(code, int) else 0)
+
+
+def _internal(exc: BaseException) -> str:
+    """One line for an exception nothing expected: its type and first line, said to be ours."""
+    from rich.markup import escape
+
+    text = " ".join((str(exc).strip().splitlines() or [""])[0].split())[:300]
+    return escape(f"internal error: {type(exc).__name__}: {text} (a bug in ottvid or an incompatible library "
+                  f"version, not a problem with your input; please report it)")
+
+
+def _usage_message(exc: click.UsageError) -> str:
+    if isinstance(exc, click.BadParameter) and exc.param is not None and not isinstance(exc, click.MissingParameter):
+        names = [n for n in getattr(exc.param, "opts", []) if n.startswith("--")] or [exc.param.name.upper()]
+        return f"{names[0]}: {exc.message.rstrip('.')}"
+    return exc.format_message().rstrip(".")
+
+
+
+out = Console()
+err = Console(stderr=True)
+
+
+def _tables() -> Console:
+    """stdout for a report with tables: the terminal, or a console as wide as the tables for a pipe."""
+    from ..report import table_console
+
+    return table_console(out)
+
+
+def _error(message: str) -> None:
+    err.print(f"[bold red]error:[/] {message}", highlight=False, soft_wrap=True, markup=True)
+
+
+def _fail(message: str, code: int = EXIT_USAGE) -> None:
+    from rich.markup import escape
+
+    _error(escape(message))
+    raise typer.Exit(code)

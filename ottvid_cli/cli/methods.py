@@ -1,0 +1,29 @@
+"""`ottvid methods`: the compression methods, their options and defaults."""
+
+from __future__ import annotations
+
+import typer
+
+from ..settings import PRESETS
+from .errors import _tables
+from .options import JSON
+
+
+def list_methods(as_json: bool = JSON) -> None:
+    """The compression methods --method takes: what each does, its options (--method-arg) and defaults."""
+    from ..compression import methods
+    from ..report import render_methods, to_json
+
+    data = []
+    for name in methods.names():
+        method = methods.get(name)
+        entry = {"name": name, "summary": method.summary, "config": method.config.__name__,
+                 "defaults": method.defaults()}
+        if name == "ottvid":
+            entry["presets"] = list(PRESETS)
+        data.append(entry)
+    if as_json:
+        typer.echo(to_json(data))
+        return
+    render_methods(data, _tables())
+

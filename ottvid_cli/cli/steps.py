@@ -1,0 +1,354 @@
+"""The steps every model command shares: settle the defaults, check the inputs before any slow import,
+load the model, run, render, conclude with the exit code."""
+
+from __future__ import annotations
+
+import os
+
+import typer
+
+from ..settings import DEFAULT_MAX_FRAMES, SettingsError
+from .errors import EXIT_NO_SPAN, EXIT_RUN, EXIT_WRITE, _fail, _tables, err, out
+from .progress import _Progress, _quiet_libraries, _Stream
+
+
+def _settle(model, device, dtype, ratio, frames, fps, config_frames: bool = True):
+    """(model, device, dtype, ratio, frames): each flag, else OTTVID_MODEL (model), else the config
+    file, else the built-in default. The config's frames apply when neither --frames nor --fps is given."""
+    from ..settings import load_defaults
+
+    try:
+        d = load_defaults()
+    except SettingsError as exc:
+        _fail(str(exc))
+    if frames is None and fps is None and config_frames:
+        frames = d.frames
+    return d.pick("model", model), d.pick("device", device), d.pick("dtype", dtype), d.pick("ratio", ratio), frames
+
+
+def _check_file(video: str, folders: bool = False) -> None:
+    """A missing file is refused at once, before any import; so is a folder unless `folders` (a
+    folder of frame images, which a local run reads)."""
+    if not os.path.exists(video):
+        _fail(f"video not found: {video}")
+    if os.path.isdir(video) and not folders:
+        _fail(f"expected a video file, got a folder: {video}")
+
+
+def _check_video(video: str, decoder: str = "auto") -> None:
+    """A missing file is refused at once; an unreadable one (or a folder without readable frame
+    images) after opening it (no model loaded yet)."""
+    _check_file(video, folders=True)
+    from ..video import VideoError, check_video
+
+    try:
+        check_video(video, decoder=decoder)
+    except VideoError as exc:
+        _fail(str(exc))
+
+
+def _unwritable(path: str, folder: str) -> str:
+    """Why `path` cannot be written ("" when it can), found by trying: a probe file is created in
+    `folder` and removed, and an existing `path` is opened for appending (nothing written). os.access
+    says yes to root everywhere, even where nothing can be created (/proc, a read-only mount)."""
+    import tempfile
+
+    try:
+        handle, probe = tempfile.mkstemp(prefix=".ottvid-write-probe-", dir=folder)
+        os.close(handle)
+        os.unlink(probe)
+        if os.path.exists(path):
+            os.close(os.open(path, os.O_WRONLY | os.O_APPEND))
+    except OSError as exc:
+        return (exc.strerror or str(exc)).lower()
+    return ""
+
+
+def _check_output(path: str | None, video: str | None, method: str = "ottvid") -> None:
+    """The picture path must be writable and must not be the input video: checked before any work."""
+    if path is None:
+        return
+    if method == "none":
+        _fail("--output draws what compression kept: --method none keeps every token")
+    folder = os.path.dirname(os.path.abspath(path))
+    if not os.path.exists(folder):
+        _fail(f"cannot write {path}: folder {folder} does not exist")
+    if not os.path.isdir(folder):
+        _fail(f"cannot write {path}: {folder} is not a folder")
+    if os.path.isdir(path):
+        _fail(f"cannot write {path}: it is a folder")
+    reason = _unwritable(path, folder)
+    if reason:
+        _fail(f"cannot write {path}: {reason}")
+    if video is not None and os.path.exists(path) and os.path.exists(video) and os.path.samefile(path, video):
+        _fail("the picture would overwrite the input video: choose another path")
+
+
+def _method_options(methods, ratios, preset: str, method_args) -> dict:
+    """--method, --ratio, --preset and --method-arg checked together: {method: its options}. The
+    method names were checked when parsed; the options need the method registry (it imports torch),
+    so this runs after the cheap checks and the video, before the model loads."""
+    if preset != "paper" and "ottvid" not in methods:
+        _fail(f"--preset {preset} is OTT-Vid's (the authors' code): it applies to --method ottvid only")
+    from ..method_args import MethodArgError, check_config, parse_method_args
+
+    try:
+        options = parse_method_args(list(methods), method_args)
+        for method in methods:
+            for ratio in ratios:
+                check_config(method, ratio, options[method], preset if method == "ottvid" else "paper")
+    except MethodArgError as exc:
+        _fail(str(exc))
+    return options
+
+
+def _method_config(backbone, method: str, ratio: float, preset: str, options: dict):
+    """The full config of `method` at `ratio` (None for none) once the model is loaded (the official
+    preset takes the model's overrides)."""
+    from ..pipeline import make_config
+
+    return make_config(ratio, preset if method == "ottvid" else "paper", backbone, method=method, options=options)
+
+
+def _sampling(frames, fps, max_frames, max_pixels, decoder, default_fps=None):
+    """The frames to take: --frames, or --fps capped at --max-frames (768 by default); `default_fps`
+    (ground's 2) applies when neither --frames nor --fps is given."""
+    from ..sampling import Sampling
+
+    if frames is not None and fps is not None:
+        _fail("give --frames or --fps, not both")
+    if frames is None and fps is None:
+        fps = default_fps
+    if max_frames is not None and fps is None:
+        _fail("--max-frames caps --fps sampling: give --fps too, or --frames alone")
+    if fps is not None and max_frames is None:
+        max_frames = DEFAULT_MAX_FRAMES
+    return Sampling(frames=frames, fps=fps, max_frames=max_frames, max_pixels=max_pixels, decoder=decoder)
+
+
+def _load(model: str, device: str, dtype: str, attention: str, max_pixels: int | None, progress: _Progress,
+          siglip_head: str | None = None):
+    """Load the model (and a SigLIP head, LLaVA only; progress on stderr); the time it took is the
+    backbone's `load_ms`."""
+    from ..settings import ModelError, model_source
+
+    progress.step(f"loading {model}")
+    try:
+        model_source(model)  # an unavailable hub model fails here, before torch is imported
+        if siglip_head is not None:
+            model_source(siglip_head)
+        _quiet_libraries(progress.quiet)
+        from ..backbones import load_backbone
+
+        return load_backbone(model, device=device, dtype=dtype, attention=attention, max_pixels=max_pixels,
+                             siglip_head=siglip_head)
+    except ModelError as exc:
+        progress.stop()
+        _fail(str(exc), code=EXIT_RUN)
+
+
+def _warm_up(engine, progress: _Progress) -> None:
+    """One small question through the loaded model (`Engine.warm_up`: the first-call overheads, timed as
+    the backbone's `warmup_ms`), so that the user's first question runs warm."""
+    progress.step("warming up the model")
+    _run(engine.warm_up, _Progress(quiet=True))  # failures as one-line errors; the display goes on
+
+
+def _run(work, progress: _Progress):
+    """Run library work, mapping its failures to one-line errors."""
+    import torch
+
+    from ..backbones import ModelError
+    from ..video import VideoError
+
+    memory = ("not enough memory for this run: use fewer --frames, a smaller --max-pixels or --ratio, "
+              "or a smaller model")
+    try:
+        try:
+            return work()
+        finally:
+            progress.stop()
+    except (VideoError, ValueError) as exc:
+        _fail(str(exc))
+    except (torch.OutOfMemoryError, MemoryError):
+        _fail(memory, code=EXIT_RUN)
+    except ModelError as exc:
+        _fail(str(exc), code=EXIT_RUN)
+    except RuntimeError as exc:
+        if "out of memory" in str(exc).lower():
+            _fail(memory, code=EXIT_RUN)
+        raise
+
+
+def _write_picture(prepared, path: str, max_tiles: int | None = None) -> tuple[dict | None, str]:
+    """Write the picture: (what was written, "") or (None, the error) for the caller to report after
+    printing its result."""
+    from ..pipeline import drawing
+    from ..show import draw_run
+
+    try:
+        return draw_run(drawing(prepared), path, max_tiles), ""
+    except (OSError, ValueError) as exc:
+        reason = (exc.strerror or str(exc)) if isinstance(exc, OSError) else str(exc)
+        return None, f"cannot write the picture {path}: {reason}"
+
+
+def _answer(task: str, video: str, texts, options, ratio, frames, fps, max_frames, model, method, preset,
+            as_json, device, dtype, attention, max_pixels, max_new_tokens, output, decoder, quiet,
+            cache_dir=None, method_args=None, siglip_head=None, cache_max_gb=None, point: bool = False) -> None:
+    """ask and ground: check everything, load, run each question (one preparation and one prefix for
+    all, session.Engine), print each result, then report a failed picture. With --json, one question
+    prints an object, several a list of them in order."""
+    from ..report import render_run
+
+    texts = [texts] if isinstance(texts, str) else list(texts)
+    model, device, dtype, ratio, frames = _settle(model, device, dtype, ratio, frames, fps, task == "ask")
+    if not texts or any(not text.strip() for text in texts):
+        _fail(f"the {'question' if task == 'ask' else 'query'} is empty")
+    sampling = _sampling(frames, fps, max_frames, max_pixels, decoder, 2.0 if task == "ground" else None)
+    _check_output(output, video, method)
+    _check_video(video, decoder)
+    ratio = 1.0 if method == "none" else ratio
+    method_options = _method_options([method], [ratio], preset, method_args)[method]
+    progress = _Progress(quiet)
+    backbone = _load(model, device, dtype, attention, max_pixels, progress, siglip_head)
+    config = _method_config(backbone, method, ratio, preset, method_options)
+    if task == "ground" and not getattr(backbone, "grounds", False):
+        progress.stop()
+        _fail(f"ground needs a Qwen2.5-VL model: {backbone.name} is not trained to give time spans "
+              f"(the paper evaluates grounding on Qwen2.5-VL only)")
+    engine = _engine(backbone, cache_dir, max_gb=cache_max_gb)
+    _warm_up(engine, progress)
+    documents, failure = [], ""
+    for i, text in enumerate(texts):
+        if len(texts) > 1 and not as_json:
+            out.print(f"{'question' if task == 'ask' else 'query'} {i + 1}: {text}", highlight=False, markup=False)
+        stream = _Stream(progress, "answer: " if task == "ask" else "model said: ")
+        run = engine.ask if task == "ask" else engine.ground
+        extra = {"options": options or None} if task == "ask" else {"point": point}
+        result = _run(lambda: run(video, text, sampling=sampling, ratio=ratio, method=method, preset=preset,
+                                  config=config, max_new_tokens=max_new_tokens, on_step=progress.step,
+                                  on_token=None if as_json else stream, **extra), progress)
+        stream.close()
+        _cache_warnings(engine, quiet)
+        data = result.to_dict()
+        if i == 0 and output is not None:
+            picture, failure = _write_picture(result.prepared, output)
+            if picture is not None:
+                data["picture"] = picture
+        documents.append(data)
+        if not as_json:
+            render_run(data, _tables(), streamed=stream.started, choices=bool(options))
+    _conclude(task, documents, as_json, failure)
+
+
+def _conclude(task: str, documents: list[dict], as_json: bool, failure: str = "") -> None:
+    """After every question of ask / ground (local or --server): the JSON (one object, or a list for
+    several questions), then a picture that could not be written (exit 4), then no span (exit 3)."""
+    from ..report import to_json
+
+    if as_json:
+        typer.echo(to_json(documents[0] if len(documents) == 1 else documents))
+    if failure:
+        _fail(failure, code=EXIT_WRITE)
+    missed = [data for data in documents if task == "ground" and data.get("span") is None]
+    if missed:
+        note = missed[0].get("span_note") or "none could be read from the reply"
+        which = f"{len(missed)} of {len(documents)} queries: " if len(documents) > 1 else ""
+        _fail(f"no time span in the model's reply ({which}{note})", code=EXIT_NO_SPAN)
+
+
+
+def _cache_path(value: str | None, max_gb: float | None = None) -> str | None:
+    """--cache-dir: None (memory only), 'default' ($XDG_CACHE_HOME/ottvid) or a folder (refused if it
+    is a file); --cache-max-gb (`max_gb`) needs one."""
+    if value is None:
+        if max_gb is not None:
+            _fail("--cache-max-gb bounds the --cache-dir folder: give --cache-dir too")
+        return None
+    if value == "default":
+        from ..cache import default_cache_dir
+
+        return str(default_cache_dir())
+    path = os.path.expanduser(value)
+    if os.path.exists(path) and not os.path.isdir(path):
+        _fail(f"--cache-dir must be a folder: {value} is a file")
+    return path
+
+
+def _remote(task, server, video, texts, options, ratio, frames, fps, max_frames, model, method, preset, as_json, quiet,
+            max_new_tokens, device, dtype, attention, max_pixels, decoder, output, cache_dir,
+            siglip_head=None, cache_max_gb=None) -> None:
+    """ask / ground --server: the same checks as a local run (the flags only a local run uses are
+    refused), then one request per question to a running `ottvid serve`; prints as a local run
+    prints. Exit codes as a local run's (1: the server failed or cannot be reached)."""
+    from ..report import render_run
+    from ..serve.client import URL_SCHEMES, Client, ServerError, request_body, video_url
+
+    local = {"--device": device, "--dtype": dtype, "--attention": attention, "--max-pixels": max_pixels,
+             "--decoder": decoder, "--output": output, "--cache-dir": cache_dir, "--siglip-head": siglip_head,
+             "--cache-max-gb": cache_max_gb}
+    for flag, value in local.items():
+        if value not in (None, "auto"):
+            _fail(f"{flag} does not apply with --server: the server runs the model with its own settings")
+    _, _, _, ratio, frames = _settle(model, None, None, ratio, frames, fps, task == "ask")
+    texts = [texts] if isinstance(texts, str) else list(texts)
+    if not texts or any(not t.strip() for t in texts):
+        _fail(f"the {'question' if task == 'ask' else 'query'} is empty")
+    sampling = _sampling(frames, fps, max_frames, None, "auto", 2.0 if task == "ground" else None)
+    if not video.startswith(URL_SCHEMES):
+        _check_file(video)
+    settings = {"ratio": ratio, "method": method, "preset": preset, "frames": sampling.frames, "fps": sampling.fps,
+                "max_frames": sampling.max_frames, "choices": list(options) if options else None}
+    client = Client(server, os.environ.get("OTTVID_API_KEY") or None)
+    documents = []
+    progress = _Progress(quiet)
+    try:
+        progress.step(f"asking {client.base}")
+        model = model or client.model()
+        url = video_url(video)
+        for i, text in enumerate(texts):
+            if len(texts) > 1 and not as_json:
+                progress.stop()
+                out.print(f"{'question' if task == 'ask' else 'query'} {i + 1}: {text}", highlight=False, markup=False)
+            stream = _Stream(progress, "answer: " if task == "ask" else "model said: ")
+
+            def send(url: str) -> dict:
+                body = request_body(model, task, url, text, settings, max_new_tokens)
+                return client.run(body, on_token=None if as_json else stream)
+
+            try:
+                data = send(url)
+            except ServerError as exc:
+                if exc.code != "media_not_allowed" or video.startswith(URL_SCHEMES):
+                    raise
+                url = video_url(video, upload=True)  # the server may not read our path: send the file
+                data = send(url)
+            stream.close()
+            documents.append(data)
+            if not as_json:
+                render_run(data, _tables(), streamed=stream.started, choices=bool(options))
+    except ServerError as exc:
+        _fail(str(exc), code=exc.exit_code)
+    finally:
+        progress.stop()
+        client.close()
+    _conclude(task, documents, as_json)
+
+
+def _engine(backbone, cache_dir: str | None, keep_saliency: bool = False, max_gb: float | None = None):
+    """The reuse engine over a loaded backbone: prepared videos in memory, and on disk in `cache_dir`
+    (at most `max_gb` GiB of them, else the cache's default bound)."""
+    from ..cache import DEFAULT_DISK_BYTES
+    from ..session import Engine
+
+    disk_bytes = DEFAULT_DISK_BYTES if max_gb is None else int(max_gb * (1 << 30))
+    return Engine(backbone, cache_dir=cache_dir, keep_saliency=keep_saliency, disk_bytes=disk_bytes)
+
+
+def _cache_warnings(engine, quiet: bool) -> None:
+    """The cache's warnings (a damaged entry rebuilt, a folder that cannot be written): one line each."""
+    for line in engine.cache.take_warnings():
+        if not quiet:
+            err.print(f"warning: {line}", highlight=False, markup=False, soft_wrap=True)
+
