@@ -6,8 +6,9 @@
 A value becomes the field's type: bool (true/false, yes/no, on/off, 1/0), int, float, str; a field
 that takes several (OTT-Vid's `alpha`: a name or a number) tries them in that order, str last.
 `none`/`null` is None where the field allows it. The config's own checks (ranges, choices) run in
-`build_configs`. The registry imports torch, so the command line calls this after its cheap checks
-and before loading the model.
+`check_config`. `method_options` is the one entry point (parse, type, check every method at every
+ratio); `build_config` builds the config once the model is loaded. The registry imports torch, so
+the command line calls `method_options` after its cheap checks and before loading the model.
 """
 
 from __future__ import annotations
@@ -125,3 +126,26 @@ def check_config(method: str, ratio: float, options: dict[str, Any], preset: str
     except (ValueError, TypeError) as exc:
         known = [k for k in option_types(method) if k != "ratio"]
         raise MethodArgError(f"--method {method}: {exc} ({_options_line(method, known)})") from None
+
+
+def method_options(methods: Sequence[str], ratios: Sequence[float], preset: str,
+                   items: Sequence[str] | None) -> dict[str, dict[str, Any]]:
+    """The one place a run's method options are read: `items` ("key=value" or "method.key=value" text,
+    as `--method-arg` gives them) parsed, typed and checked for each of `methods` at each of `ratios`
+    with `preset` (OTT-Vid's only). Returns {method: its options}; MethodArgError (one line). Needs no
+    model: call it before loading one, then `build_config` once it is loaded."""
+    if preset != "paper" and "ottvid" not in methods:
+        raise MethodArgError(f"--preset {preset} is OTT-Vid's (the authors' code): it applies to --method ottvid only")
+    options = parse_method_args(list(methods), items)
+    for method in methods:
+        for ratio in ratios:
+            check_config(method, ratio, options[method], preset if method == "ottvid" else "paper")
+    return options
+
+
+def build_config(backbone: Any, method: str, ratio: float, preset: str, options: dict[str, Any]) -> Any:
+    """The full config of `method` at `ratio` with the options `method_options` returned (None for
+    none), once the model is loaded (the official preset takes the model's overrides)."""
+    from .pipeline import make_config
+
+    return make_config(ratio, preset if method == "ottvid" else "paper", backbone, method=method, options=options)

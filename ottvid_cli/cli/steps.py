@@ -85,29 +85,24 @@ def _check_output(path: str | None, video: str | None, method: str = "ottvid") -
 
 
 def _method_options(methods, ratios, preset: str, method_args) -> dict:
-    """--method, --ratio, --preset and --method-arg checked together: {method: its options}. The
-    method names were checked when parsed; the options need the method registry (it imports torch),
-    so this runs after the cheap checks and the video, before the model loads."""
-    if preset != "paper" and "ottvid" not in methods:
-        _fail(f"--preset {preset} is OTT-Vid's (the authors' code): it applies to --method ottvid only")
-    from ..method_args import MethodArgError, check_config, parse_method_args
+    """--method, --ratio, --preset and --method-arg checked together by the library
+    (`method_args.method_options`): {method: its options}. The method names were checked when parsed;
+    the options need the method registry (it imports torch), so this runs after the cheap checks and
+    the video, before the model loads."""
+    from ..method_args import MethodArgError, method_options
 
     try:
-        options = parse_method_args(list(methods), method_args)
-        for method in methods:
-            for ratio in ratios:
-                check_config(method, ratio, options[method], preset if method == "ottvid" else "paper")
+        return method_options(list(methods), ratios, preset, method_args)
     except MethodArgError as exc:
         _fail(str(exc))
-    return options
 
 
 def _method_config(backbone, method: str, ratio: float, preset: str, options: dict):
     """The full config of `method` at `ratio` (None for none) once the model is loaded (the official
-    preset takes the model's overrides)."""
-    from ..pipeline import make_config
+    preset takes the model's overrides): `method_args.build_config`."""
+    from ..method_args import build_config
 
-    return make_config(ratio, preset if method == "ottvid" else "paper", backbone, method=method, options=options)
+    return build_config(backbone, method, ratio, preset, options)
 
 
 def _sampling(frames, fps, max_frames, max_pixels, decoder, default_fps=None):
