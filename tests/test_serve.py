@@ -167,6 +167,14 @@ def test_vllms_pruning_methods_are_served(client, media, method):
     assert reply.usage.prompt_tokens == tokens["llm_input"]
 
 
+def test_method_args_in_the_body_reach_the_config(client, media):
+    reply = ask(client, (media[0] / "bikes.mp4").as_uri(),
+                extra_body={"ottvid": {"frames": 4, "method": "fastvid", "ratio": 0.25,
+                                       "method_args": ["d=0.3", "exact=false"]}})
+    config = reply.model_extra["ottvid"]["compression"]["config"]
+    assert config["d"] == 0.3 and config["exact"] is False and config["ratio"] == 0.25
+
+
 def test_second_request_on_a_video_is_a_cache_hit(client, media):
     url = str(media[0] / "fire2.mp4")  # an absolute path works as well as file://
     first = ask(client, url, "What burns?").model_extra["ottvid"]
@@ -244,6 +252,8 @@ BAD = {
     "ratio 1.5": ({"ottvid": {"ratio": 1.5}}, 400, "invalid_value"),
     "frames and fps": ({"ottvid": {"frames": 4, "fps": 1.0}}, 400, None),
     "unknown ottvid field": ({"ottvid": {"ratios": 0.1}}, 400, "invalid_value"),
+    "unknown method option": ({"ottvid": {"method": "fastvid", "method_args": ["bogus=1"]}}, 400, "invalid_value"),
+    "bad method option value": ({"ottvid": {"method": "fastvid", "method_args": ["d=abc"]}}, 400, "invalid_value"),
     "unreadable video": ({"video": "broken.mp4"}, 400, "invalid_video"),
     "missing video": ({"video": "nothere.mp4"}, 400, "invalid_video"),
     "http URL": ({"url": "https://example.com/v.mp4"}, 400, "url_not_allowed"),

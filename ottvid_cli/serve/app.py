@@ -144,6 +144,18 @@ def create_app(engine: Any, settings: ServeSettings) -> FastAPI:
 # a request into a job
 
 
+def _method_config(options: Any, ratio: float, backbone: Any) -> Any:
+    """`ottvid.method_args` read by the library's one reader (`method_args.method_options`, as
+    `--method-arg`), built into the method's config for this model; a bad one is a 400."""
+    from ..method_args import MethodArgError, build_config, method_options
+
+    try:
+        chosen = method_options([options.method], [ratio], options.preset, options.method_args)[options.method]
+    except MethodArgError as exc:
+        raise ApiError(400, str(exc), code="invalid_value", param="ottvid.method_args") from None
+    return build_config(backbone, options.method, ratio, options.preset, chosen)
+
+
 async def _job(body: ChatRequest, request: Request) -> Job:
     settings: ServeSettings = request.app.state.settings
     if body.model != settings.model_id:
@@ -174,6 +186,8 @@ async def _job(body: ChatRequest, request: Request) -> Job:
     run = {"sampling": sampling, "method": options.method, "ratio": options.ratio if options.ratio is not None else 0.1,
            "preset": options.preset,
            "max_new_tokens": body.max_completion_tokens or body.max_tokens or DEFAULT_TOKENS[task]}
+    if options.method_args:
+        run["config"] = _method_config(options, run["ratio"], getattr(request.app.state.engine, "backbone", None))
     if task == "ask":
         run["options"] = options.choices or None
     media = await run_in_threadpool(request.app.state.media.resolve, url)  # an upload is decoded and written

@@ -51,6 +51,8 @@ class OttvidOptions(BaseModel):
     fps: float | None = None
     max_frames: int | None = None
     choices: list[str] | None = Field(default=None, description="Multiple-choice options ('A. a dog'), ask only.")
+    method_args: list[str] | None = Field(default=None, description="The method's options as `--method-arg` takes "
+                                                                    "them: ['d=0.3', 'exact=false'].")
     picture: bool = Field(default=False, description="Also return the `show` picture of what compression kept "
                                                      "(`ottvid.picture.image`, a PNG data: URL).")
 
