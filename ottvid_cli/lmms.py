@@ -11,7 +11,9 @@ task's `until` strings. Consecutive requests about the same video reuse its enco
 model_args: pretrained (Hugging Face id or folder; default Qwen/Qwen2.5-VL-7B-Instruct), method,
 ratio, frames, fps, max_frames, preset (paper | official), device, dtype, attention, max_pixels,
 decoder, max_new_tokens (when the task gives none; default 128), siglip_head (LLaVA-OneVision /
-LLaVA-Video: a SigLIP checkpoint with its attention-pooling head, as `--siglip-head`).
+LLaVA-Video: a SigLIP checkpoint with its attention-pooling head, as `--siglip-head`). Any other key
+is an option of `method`, read as `--method-arg key=value` is (`method_args.method_options`): e.g.
+`method=fastvid,d=0.3,exact=false`.
 
 A failure while answering (`generate_until`: a video that cannot be read, a model error, a bug)
 ends the process with exit status 1 and one line naming it (`PluginFailure`): lmms-eval 0.7.3 itself
@@ -52,6 +54,17 @@ def _number(value: Any, kind: type) -> Any:
     return None if value is None or value == "" else kind(value)
 
 
+def _option_names(methods: Any, method: str) -> set[str]:
+    """The option names `method` takes (none for an unknown method: `methods.get` names the known ones)."""
+    from .method_args import option_types
+
+    try:
+        methods.get(method)
+    except ValueError:
+        return set()
+    return set(option_types(method))
+
+
 class OTTVidLMM(lmms):
     """lmms-eval's model interface over `ottvid_cli.eval.runner.VideoRuns` (one encode per video)."""
 
@@ -65,18 +78,25 @@ class OTTVidLMM(lmms):
                  max_batch_size: Any = None,
                  **unknown: Any) -> None:
         super().__init__()
-        if unknown:
-            raise ValueError(f"unknown model_args for ottvid: {', '.join(sorted(unknown))} (known: pretrained, "
-                             "method, ratio, frames, fps, max_frames, preset, device, dtype, attention, max_pixels, "
-                             "decoder, max_new_tokens, siglip_head, prefetch)")
-        from .backbones import load_backbone
         from .compression import methods
+
+        # any other key is one of the method's options (as `--method-arg` takes them)
+        stray = sorted(k for k in unknown if k == "ratio" or k not in _option_names(methods, method))
+        if stray:
+            raise ValueError(f"unknown model_args for ottvid: {', '.join(stray)} (known: pretrained, "
+                             "method, ratio, frames, fps, max_frames, preset, device, dtype, attention, max_pixels, "
+                             "decoder, max_new_tokens, siglip_head, prefetch, and the method's options)")
+        from .backbones import load_backbone
         from .eval.runner import FramePlan
+        from .method_args import method_options
 
         methods.get(method)  # ValueError naming the known methods
         self.method = method
         self.ratio = 1.0 if method == "none" else float(ratio)
         self.preset = preset
+        # the library's one reader of method options (MethodArgError, a ValueError, for a bad one)
+        self.options = method_options([method], [self.ratio], preset, [f"{k}={v}" for k, v in unknown.items()]) \
+            if unknown else {}
         self.max_new_tokens = int(max_new_tokens)
         self.prefetch = _number(prefetch, int)  # None: prefetch.default_depth
         self.plan = FramePlan(frames=_number(frames, int), fps=_number(fps, float),
@@ -104,7 +124,7 @@ class OTTVidLMM(lmms):
         if self._video is None or self._video[0] != key:
             self._video = None  # free the previous video first
             runs = VideoRuns(self.backbone, VideoRef(path), self._sampling(), "", self.method != "none", self.preset,
-                             loaded=loaded)
+                             loaded=loaded, options=self.options)
             self._video = (key, runs)
         return self._video[1]
 

@@ -93,6 +93,27 @@ print("ok")
     assert done.returncode == 0 and done.stdout.strip().endswith("ok"), done.stderr[-3000:]
 
 
+def test_model_args_take_the_method_s_options_as_method_arg_does(tiny_qwen, lmms_env, tmp_path):
+    check = f"""
+from ottvid_cli.lmms import OTTVidLMM
+from ottvid_cli.eval.runner import _config
+model = OTTVidLMM(pretrained={str(tiny_qwen)!r}, method="fastvid", ratio=0.25, frames=4, d=0.3, exact=False)
+assert model.options == {{"fastvid": {{"d": 0.3, "exact": False}}}}, model.options
+config = _config(model.backbone, "fastvid", 0.25, "paper", model.options["fastvid"])
+assert config.d == 0.3 and config.exact is False and config.ratio == 0.25, config
+for bad, words in (({{"bogus": 1}}, "unknown model_args for ottvid: bogus"), ({{"d": "abc"}}, "option d takes")):
+    try:
+        OTTVidLMM(pretrained={str(tiny_qwen)!r}, method="fastvid", **bad)
+    except ValueError as exc:
+        assert words in str(exc), exc
+    else:
+        raise AssertionError(bad)
+print("ok")
+"""
+    done = _run(lmms_env, "-c", check, cwd=tmp_path)
+    assert done.returncode == 0 and done.stdout.strip().endswith("ok"), done.stderr[-3000:]
+
+
 def _local_task(tmp_path, videos: dict | None = None) -> tuple[Path, list]:
     """tests/data/lmms copied to tmp_path/task with absolute paths; `videos` replaces docs' videos by index."""
     task = tmp_path / "task"

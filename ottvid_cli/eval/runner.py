@@ -130,10 +130,10 @@ def _failure(exc: Exception, path: Any = None) -> str:
     return text
 
 
-def _config(backbone: Any, method: str, ratio: float, preset: str) -> Any:
+def _config(backbone: Any, method: str, ratio: float, preset: str, options: dict[str, Any] | None = None) -> Any:
     from ..pipeline import make_config
 
-    return make_config(ratio, preset, backbone, method=method)
+    return make_config(ratio, preset, backbone, method=method, options=options)
 
 
 class VideoRuns:
@@ -145,13 +145,15 @@ class VideoRuns:
     (`_text`); the encoder output, saliency and processor inputs are the video's."""
 
     def __init__(self, backbone: Any, ref: VideoRef, sampling: Sampling, prompt: str, compress: bool,
-                 preset: str = "paper", loaded: Any = None, waited_ms: float = 0.0):
+                 preset: str = "paper", loaded: Any = None, waited_ms: float = 0.0,
+                 options: dict[str, dict[str, Any]] | None = None):
         """`loaded`: the video already decoded and preprocessed with `prompt` (`load_video`, perhaps in
-        the background; else it is loaded here); `waited_ms`: how long the runner waited for it."""
+        the background; else it is loaded here); `waited_ms`: how long the runner waited for it;
+        `options`: {method: its options} as `method_args.method_options` returns them (else defaults)."""
         from ..pipeline import prepare
 
         started = time.perf_counter()
-        self.backbone, self.preset = backbone, preset
+        self.backbone, self.preset, self.options = backbone, preset, dict(options or {})
         loaded = loaded if loaded is not None else load_video(backbone, ref, sampling, prompt)
         self.base = prepare(backbone, loaded, method=VANILLA, saliency=compress)
         self.prepared: dict[Setting, Any] = {}
@@ -166,7 +168,8 @@ class VideoRuns:
         key = (method, ratio)
         if key not in self.prepared:
             self.prepared[key] = self.base if method == VANILLA else \
-                self.base.recompress(_config(self.backbone, method, ratio, self.preset), method)
+                self.base.recompress(_config(self.backbone, method, ratio, self.preset,
+                                              self.options.get(method)), method)
         return self.prepared[key]
 
     def _text(self, prompt: str) -> Any:
