@@ -1,5 +1,5 @@
-"""Exit codes, the one-line error style (`error: ...` on stderr) and the group that turns every usage
-error and unexpected exception into one such line."""
+"""Exit codes, the consoles (`out`, `err`), the one-line error style (`error: ...` on stderr) and the
+group that turns every usage error and unexpected exception into one such line."""
 
 from __future__ import annotations
 
@@ -72,7 +72,6 @@ def _usage_message(exc: click.UsageError) -> str:
         names = [n for n in getattr(exc.param, "opts", []) if n.startswith("--")] or [exc.param.name.upper()]
         return f"{names[0]}: {exc.message.rstrip('.')}"
     return exc.format_message().rstrip(".")
-
 
 
 out = Console()
