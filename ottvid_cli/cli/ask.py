@@ -186,11 +186,14 @@ def chat(
                 err.print("> ", end="", highlight=False, markup=False)
             line = sys.stdin.readline()
         except KeyboardInterrupt:
-            if armed:
-                err.print("", highlight=False, markup=False)
+            try:
+                if armed:
+                    err.print("", highlight=False, markup=False)
+                    break
+                armed = True
+                err.print("\n(Ctrl-C again, Ctrl-D or /quit leaves)", highlight=False, markup=False)
+            except KeyboardInterrupt:  # the second Ctrl-C came while the first was being answered
                 break
-            armed = True
-            err.print("\n(Ctrl-C again, Ctrl-D or /quit leaves)", highlight=False, markup=False)
             continue
         armed = False
         if not line:  # end of input (Ctrl-D)
