@@ -354,3 +354,45 @@ def test_retry_after_counts_the_time_the_work_ahead_takes(start, folders):
     # one job queued behind one that has taken >= 3 s already: not the 2 s of a 1 s guess per job
     assert int(refused.headers["retry-after"]) >= 3
     assert results["queued"].status_code == 200
+
+
+# ------------------------------------------------------------------------------------------------
+# the disk cache behind a server: its warnings reach the server's log; its bound is a serve flag
+
+
+def test_a_damaged_cache_entry_behind_the_server_is_logged_and_rebuilt(engine, folders, tmp_path, caplog):
+    from test_cache import _overwrite_tensor
+
+    from ottvid_cli.session import Engine
+
+    cache = tmp_path / "cache"
+    video = str(folders[0] / "realshort.mp4")
+    first = ThreadServer(create_app(Engine(engine.backbone, cache_dir=cache),
+                                    ServeSettings(model_id=MODEL, allowed_media_dir=str(folders[0]))))
+    try:
+        assert post(first, body(video, model=MODEL)).status_code == 200
+    finally:
+        first.stop()
+    _overwrite_tensor(next(cache.glob("*.safetensors")), "visual.features")
+    second = ThreadServer(create_app(Engine(engine.backbone, cache_dir=cache),  # a new server: nothing in memory
+                                     ServeSettings(model_id=MODEL, allowed_media_dir=str(folders[0]))))
+    try:
+        with caplog.at_level(logging.WARNING, logger="ottvid.serve"):
+            response = post(second, body(video, model=MODEL))
+    finally:
+        second.stop()
+    assert response.status_code == 200 and response.json()["ottvid"]["cache_hit"] is False, response.text
+    logged = [r.getMessage() for r in caplog.records if r.name == "ottvid.serve" and r.levelno == logging.WARNING]
+    assert len(logged) == 1 and logged[0].startswith("cache: damaged cache entry") and "digest" in logged[0], logged
+
+
+def test_serve_bounds_its_disk_cache_only_with_a_cache_folder(tiny_qwen):
+    from typer.testing import CliRunner
+
+    from ottvid_cli.cli import app
+
+    result = CliRunner().invoke(app, ["serve", "--cache-max-gb", "1", "--model", str(tiny_qwen), "--port", "0"])
+    assert result.exit_code == 2, result.output
+    assert "--cache-max-gb bounds the --cache-dir folder: give --cache-dir too" in result.output
+    bad = CliRunner().invoke(app, ["serve", "--cache-max-gb", "0", "--cache-dir", "default", "--model", str(tiny_qwen)])
+    assert bad.exit_code == 2 and "--cache-max-gb" in bad.output, bad.output

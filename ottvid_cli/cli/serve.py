@@ -16,7 +16,7 @@ import typer
 
 from ..settings import check_count, check_positive
 from .errors import EXIT_RUN, _fail, err
-from .options import ATTENTION, CACHE_DIR, DECODER, DEVICE, DTYPE, MAX_PIXELS, MODEL, QUIET, SIGLIP_HEAD, _checked
+from .options import ATTENTION, CACHE_DIR, CACHE_MAX_GB, DECODER, DEVICE, DTYPE, MAX_PIXELS, MODEL, QUIET, SIGLIP_HEAD, _checked
 from .progress import _Progress
 from .steps import _cache_path, _engine, _load, _settle
 
@@ -42,6 +42,7 @@ def serve(
                                          callback=_checked(check_count, "--max-prompt-chars"),
                                          help="Longest question (with its choices) in characters (400 beyond)."),
     cache_dir: str = CACHE_DIR,
+    cache_max_gb: float = CACHE_MAX_GB,
     quiet: bool = QUIET,
     device: str = DEVICE,
     dtype: str = DTYPE,
@@ -53,13 +54,15 @@ def serve(
     """Serve an OpenAI-compatible HTTP API (/v1/chat/completions with a video_url part), the model loaded once.
 
     Needs the serve extra (FastAPI, uvicorn); API, errors and security rules: docs/serve.md."""
-    run_server(model, host, port, api_key, allowed_media_dir, max_upload_mb, max_queue, timeout, _cache_path(cache_dir),
-        device, dtype, attention, max_pixels, decoder, quiet, siglip_head, max_prompt_chars)
+    run_server(model, host, port, api_key, allowed_media_dir, max_upload_mb, max_queue, timeout,
+               _cache_path(cache_dir, cache_max_gb), device, dtype, attention, max_pixels, decoder, quiet, siglip_head,
+               max_prompt_chars, cache_max_gb)
 
 
 def run_server(model, host: str, port: int, api_key: str | None, allowed_media_dir: str | None, max_upload_mb: float,
           max_queue: int, timeout: float, cache_dir: str | None, device, dtype, attention, max_pixels, decoder,
-          quiet: bool, siglip_head: str | None = None, max_prompt_chars: int | None = None) -> None:
+          quiet: bool, siglip_head: str | None = None, max_prompt_chars: int | None = None,
+          cache_max_gb: float | None = None) -> None:
     model, device, dtype, _, _ = _settle(model, device, dtype, None, None, None, False)
     if port > 65535:
         _fail(f"--port must be at most 65535, got {port}")
@@ -88,7 +91,7 @@ def run_server(model, host: str, port: int, api_key: str | None, allowed_media_d
                              max_upload_mb=max_upload_mb, max_queue=max_queue, timeout=timeout,
                              max_pixels=max_pixels, decoder=decoder,
                              max_prompt_chars=max_prompt_chars or MAX_PROMPT_CHARS)
-    app = create_app(_engine(backbone, cache_dir), settings)
+    app = create_app(_engine(backbone, cache_dir, max_gb=cache_max_gb), settings)
     bound_host, bound_port = sock.getsockname()[:2]
     shown = f"[{bound_host}]" if ":" in bound_host else bound_host
     err.print(f"ottvid serve: {model} on http://{shown}:{bound_port}/v1 ("

@@ -216,7 +216,17 @@ class ModelWorker:
             error = error_for(exc)
             error.message = error.message.replace(job.media.path, job.media.name)
             job.emit("error", error)
+        finally:
+            _log_cache_warnings(self.engine)
         return True
+
+
+def _log_cache_warnings(engine: Any) -> None:
+    """The disk cache's warnings (a damaged entry rebuilt, a folder that cannot be written) into the
+    server's log, one line each: the CLI prints them, a server has no terminal to print them on."""
+    take = getattr(getattr(engine, "cache", None), "take_warnings", None)
+    for line in take() if take is not None else ():
+        log.warning("cache: %s", line)
 
 
 def picture_of(result: Any, data: dict[str, Any], name: str | None = None) -> dict[str, Any] | None:
