@@ -433,8 +433,16 @@ class SlowEngine:
             on_step("generate")
             if self.gate.wait(0.05):
                 break
-        on_token(question)
+        on_token(self.reply(question))
         self.finished.append(question)
+        return self.result(question)
+
+    def reply(self, question):
+        """The text streamed for `question`."""
+        return question
+
+    def result(self, question):
+        """The run result returned for `question`."""
         return _Result(question)
 
 

@@ -17,7 +17,7 @@ import time
 
 import httpx
 import pytest
-from test_serve import DATA, KEY, ThreadServer
+from test_serve import DATA, KEY, SlowEngine, ThreadServer
 
 from ottvid_cli.serve.app import ServeSettings, create_app
 
@@ -522,26 +522,15 @@ def test_ground_span_is_drawn_on_the_timeline_and_click_seeks(browser, folder, t
         server.stop()
 
 
-class _Slow:
-    """A stand-in engine that works until `gate` is set (10 s at most), calling on_step as it goes,
-    so that a request can be seen running and cancelled."""
+class _Slow(SlowEngine):
+    """test_serve's stand-in engine that works until `gate` is set, answering "done." as the page expects."""
 
     backbone = None
 
-    def __init__(self):
-        import threading
+    def reply(self, question):
+        return "done."
 
-        self.gate = threading.Event()
-        self.started, self.finished = [], []
-
-    def ask(self, video, question, on_token=None, on_step=None, **kwargs):
-        self.started.append(question)
-        for _ in range(200):
-            on_step("generate")
-            if self.gate.wait(0.05):
-                break
-        on_token("done.")
-        self.finished.append(question)
+    def result(self, question):
         return _Spans.Result("ask", "done.", None)
 
 
