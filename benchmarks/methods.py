@@ -94,7 +94,12 @@ LLAVA_STUBS = {"llava": {},
 
 
 def checkout_file(folder: str, commit: str, path: str) -> str | None:
-    """`path` at `commit` of the checkout MIRROR/folder, or None if it is not here."""
+    """`path` at `commit` of the checkout MIRROR/folder, or None if it is not here. A plain export of
+    the file at MIRROR/folder/files/commit/path (benchmarks/device_kit.py writes those, for a machine
+    without the git checkouts) is read first."""
+    exported = MIRROR / folder / "files" / commit / path
+    if exported.is_file():
+        return exported.read_text()
     repo = MIRROR / folder / "repo"
     if not repo.exists():
         return None

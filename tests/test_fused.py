@@ -18,7 +18,7 @@ import ot
 import pytest
 
 from ottvid_cli.compression import OTTVidConfig, compress
-from ottvid_cli.compression.backend import ENV, choose, interpreting, triton_importable
+from ottvid_cli.compression.backend import ENV, choose, interpreter_problem, interpreting, triton_importable
 from ottvid_cli.compression.spatial import _greedy_coverage, gram_cosine, normalize_saliency
 from ottvid_cli.compression.transport import _sinkhorn_log, solve_transport, transport_difficulty
 
@@ -35,6 +35,8 @@ def interpret():
     """Triton kernels on CPU tensors, through the interpreter."""
     if not interpreting():
         pytest.skip("triton was imported before TRITON_INTERPRET=1 was set (run this file on its own)")
+    if interpreter_problem():
+        pytest.skip(interpreter_problem())
 
 
 @pytest.fixture
@@ -56,7 +58,13 @@ def test_backend_choice(monkeypatch):
     assert choose("mps") == "torch"
     monkeypatch.setenv(ENV, "torch")
     assert choose("cuda") == "torch"
-    assert choose("cpu", "triton") == "triton" if interpreting() else True
+    assert choose("cpu", "triton") == "triton" if interpreting() and not interpreter_problem() else True
+    # an interpreter that cannot run the kernels (Triton 3.6 with NumPy 2.4) is refused with its reason
+    monkeypatch.setattr("ottvid_cli.compression.backend.interpreting", lambda: True)
+    monkeypatch.setattr("ottvid_cli.compression.backend.interpreter_problem", lambda: "Triton 3.6.0's interpreter ...")
+    with pytest.raises(ValueError, match="Triton 3.6.0's interpreter"):
+        choose("cpu", "triton")
+    assert choose("cpu") == "torch"  # the automatic choice on the CPU never asks the interpreter
     monkeypatch.setattr("ottvid_cli.compression.backend.interpreting", lambda: False)
     with pytest.raises(ValueError, match="TRITON_INTERPRET"):
         choose("cpu", "triton")

@@ -41,6 +41,32 @@ def interpreting() -> bool:
     return type(tl.max).__name__ == "InterpretedFunction"
 
 
+@functools.cache
+def interpreter_problem() -> str | None:
+    """Why Triton's interpreter cannot run ottvid's kernels here, or None (also None when not interpreting).
+
+    Triton 3.6's interpreter turns a run-time loop bound into an int through a one-element NumPy
+    array, which NumPy 2.4 refuses ("only 0-dimensional arrays can be converted to Python scalars");
+    newer Triton releases convert it themselves. Probed once, with a one-launch kernel of that shape."""
+    if not interpreting():
+        return None
+    import numpy
+    import triton
+    from triton.runtime.errors import InterpreterError
+
+    from .kernels import probe
+
+    try:
+        probe()
+    except InterpreterError as error:
+        cause = error.__cause__
+        if not (isinstance(cause, TypeError) and "0-dimensional" in str(cause)):
+            raise  # anything else is not this known incompatibility
+        return (f"Triton {triton.__version__}'s interpreter cannot run the kernels with NumPy {numpy.__version__} "
+                f"({cause}); a newer Triton or NumPy < 2.4 can")
+    return None
+
+
 def choose(device: torch.device | str, backend: str | None = None) -> str:
     """The backend a call on `device` uses: "triton" or "torch".
 
@@ -60,6 +86,8 @@ def choose(device: torch.device | str, backend: str | None = None) -> str:
         if kind == "cpu" and not interpreting():
             raise ValueError("the triton compression backend runs on CPU tensors only in Triton's interpreter "
                              "(TRITON_INTERPRET=1 set before triton is imported)")
+        if kind == "cpu" and interpreter_problem():
+            raise ValueError(interpreter_problem())
         if kind not in ("cuda", "cpu"):
             raise ValueError(f"the triton compression backend does not run on {kind} tensors")
     return requested

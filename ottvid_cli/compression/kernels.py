@@ -286,3 +286,15 @@ def greedy_coverage(sim: torch.Tensor, w: torch.Tensor, k: int, candidate_weight
     with _quiet():
         _launch(kernel, (t,), sim, w, gap, order, n, k, BN=bn, BI=bi, SCOPE=candidate_weighted, num_warps=4)
     return order
+
+
+def _loop_bound(out_ptr, n):
+    """A loop bounded by a run-time argument, as each kernel here has (backend.interpreter_problem)."""
+    for i in range(0, n, 2):
+        tl.store(out_ptr + i // 2, 1.0)
+
+
+def probe() -> None:
+    """One launch of a kernel whose loop bound is a run-time argument, on a CPU tensor (interpreter; not
+    counted in LAUNCHES)."""
+    _kernel("loop_bound", _loop_bound)[(1,)](torch.zeros(2), 3)

@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# benchmarks/gpu.py on a lent GPU machine (the device tool), in one call. Prepare the kit here first:
+#     python benchmarks/device_kit.py
+# then run, with the device tool:  command="bash benchmarks/device_run.sh"  carry=[".device"]  timeout_s=540
+# Arguments go to benchmarks/gpu.py (default: every section, the issues' targets first, the peers last).
+# Output: the tables on stdout and in $OUT/gpu.txt; versions and nvidia-smi in $OUT/machine.txt.
+# Each section prints when done, so a run stopped at its limit still returns what finished.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+out=${OUT:-/tmp/ottvid-device}
+mkdir -p "$out"
+[ -d .device/whl ] || { echo "no .device/whl: run python benchmarks/device_kit.py here and carry .device" >&2; exit 2; }
+# the machine's own torch, triton, numpy, tokenizers...; transformers, av, qwen-vl-utils from the kit
+python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/ottvid-site \
+    .device/whl/*.whl || exit 1
+export PYTHONPATH=/tmp/ottvid-site:$PWD OTTVID_MIRROR=$PWD/.device/mirror HF_HUB_OFFLINE=1 PYTHONUNBUFFERED=1
+{
+    nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv
+    python3 -c 'import sys, torch, triton, transformers, av, numpy; print(sys.version.split()[0], "torch", torch.__version__,
+"triton", triton.__version__, "transformers", transformers.__version__, "av", av.__version__, "numpy", numpy.__version__)'
+} 2>&1 | tee "$out/machine.txt"
+if [ $# -eq 0 ]; then
+    set -- --sections launches stages model ttft methods
+fi
+python3 benchmarks/gpu.py "$@" 2>&1 | tee "$out/gpu.txt"
