@@ -156,8 +156,8 @@ def chat(
     cache_max_gb: float = CACHE_MAX_GB,
 ) -> None:
     """Talk about a video: one question a line, each reply streamed; /ratio 0.25 and the like change
-    settings without encoding again, /help lists the commands. Ctrl-C stops an answer and keeps the
-    session; /quit, Ctrl-D (end of input) or Ctrl-C twice at the prompt leaves."""
+    settings without encoding again, /help lists the commands. Ctrl-C stops an answer or a /command
+    and keeps the session; /quit, Ctrl-D (end of input) or Ctrl-C twice at the prompt leaves."""
     from ..session import Chat
 
     model, device, dtype, ratio, frames = _settle(model, device, dtype, ratio, frames, fps)
@@ -198,18 +198,30 @@ def chat(
         if not line:
             continue
         if line.startswith("/"):
-            try:
-                message = session.command(line)
-            except ValueError as exc:
-                from rich.markup import escape
-
-                _error(escape(str(exc)))
-                continue
-            if message is None:
+            if not _chat_command(session, line):
                 break
-            err.print(message, highlight=False, markup=False, soft_wrap=True)
             continue
         _chat_turn(session, line, quiet)
+
+
+def _chat_command(session, line: str) -> bool:
+    """One `/command` of `chat` and what it says; False for /quit. Ctrl-C stops it and goes back to
+    the prompt, as during an answer (the model, the caches and the earlier turns are kept; a setting
+    it was changing stays as it was, `Chat.command`)."""
+    try:
+        try:
+            message = session.command(line)
+        except ValueError as exc:
+            from rich.markup import escape
+
+            _error(escape(str(exc)))
+            return True
+        if message is None:
+            return False
+        err.print(message, highlight=False, markup=False, soft_wrap=True)
+    except KeyboardInterrupt:
+        err.print("\n[command stopped; /settings shows the settings]", highlight=False, markup=False)
+    return True
 
 
 def _chat_turn(session, line: str, quiet: bool) -> None:
