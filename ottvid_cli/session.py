@@ -182,7 +182,16 @@ class Chat:
 
     def command(self, line: str) -> str | None:
         """Apply one `/command [value]`; returns what to tell the user, or None for /quit. Raises
-        ValueError (one line) for an unknown command or a bad value; the settings are then unchanged."""
+        ValueError (one line) for an unknown command or a bad value; the settings are then unchanged,
+        as they are when KeyboardInterrupt (Ctrl-C) stops the command."""
+        saved = (self.ratio, self.method, self.preset, self.sampling, self.max_new_tokens, self.history)
+        try:
+            return self._command(line)
+        except KeyboardInterrupt:
+            self.ratio, self.method, self.preset, self.sampling, self.max_new_tokens, self.history = saved
+            raise
+
+    def _command(self, line: str) -> str | None:
         from dataclasses import replace
 
         from .settings import (DEFAULT_MAX_FRAMES, METHODS, PRESETS, SettingsError, check_choice, check_count,

@@ -198,6 +198,59 @@ def test_ctrl_c_stops_an_answer_and_keeps_the_session_then_twice_at_the_prompt_l
     assert term.exit_code() == 0, term.seen
 
 
+WRITE = {"x86_64": 1, "amd64": 1, "aarch64": 64, "arm64": 64}  # write(2)'s number, as /proc/PID/syscall shows it
+
+
+def _writing(pid: int) -> int | None:
+    """How many bytes process `pid` is blocked writing to its stderr (None: it is not; Linux's
+    /proc/PID/syscall: the call's number, then its arguments fd, buffer, count)."""
+    import platform
+
+    with open(f"/proc/{pid}/syscall") as f:
+        fields = f.read().split()
+    if fields and fields[0] == str(WRITE[platform.machine().lower()]) and int(fields[1], 16) == 2:
+        return int(fields[3], 16)
+    return None
+
+
+def test_ctrl_c_stops_a_command_and_keeps_the_session(tiny_qwen):
+    """Ctrl-C while a /command runs: the command stops and chat goes back to the prompt, the model and
+    the prepared video kept (it left with exit 130). The command is made to take time for real: its
+    output fills the terminal's buffer (the test reads nothing), so chat is blocked writing /help's
+    list when the Ctrl-C comes."""
+    import os
+    import platform
+
+    if platform.machine().lower() not in WRITE or not os.path.exists(f"/proc/{os.getpid()}/syscall"):
+        pytest.skip("needs Linux's /proc/PID/syscall to see chat blocked in a write")
+    term = Terminal("chat", DATA / "bikes.mp4", "--model", tiny_qwen, "--frames", "8", "--max-new-tokens", "2")
+    term.expect("Ctrl-D leaves")
+    term.expect("> ")
+    term.send("What happens?\n")
+    term.expect("tokens into the LLM]")  # the video is prepared
+    term.expect("> ")
+    term.send("/help\n" * 300)  # about 270 kB of output: the terminal's buffer holds far less
+    import time
+
+    end = time.monotonic() + 60
+    while True:  # until chat is blocked writing a command's reply (not the 2-byte prompt)
+        left = _writing(term.pid)
+        if left is not None and left > 2:
+            break
+        assert time.monotonic() < end, f"chat never blocked writing /help's list: {term.seen[-3000:]}"
+        if left is not None:  # blocked on the prompt: let it go on to the next command
+            term.seen += os.read(term.fd, 4096).decode("utf-8", "replace")
+        time.sleep(0.05)
+    term.send("\x03")  # Ctrl-C: the terminal sends SIGINT (and discards the /help lines not read yet)
+    term.expect("[command stopped; /settings shows the settings]")
+    term.expect("> ")
+    term.send("Who rides?\n")
+    waited = term.expect("tokens into the LLM]")
+    assert "cache hit: video already encoded" in waited  # the same session: no decoding or encoding again
+    term.send("/quit\n")
+    assert term.exit_code() == 0, term.seen
+
+
 def test_ctrl_d_at_the_prompt_leaves(tiny_qwen):
     term = Terminal("chat", DATA / "bikes.mp4", "--model", tiny_qwen, "--frames", "8", "-q")
     term.expect("> ")

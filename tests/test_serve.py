@@ -399,6 +399,51 @@ def test_ask_server_errors(served, media, args, code, text):
     assert result.exit_code == code and text in result.output.replace("\n", " "), result.output
 
 
+def test_method_args_are_sent_with_server(served, media):
+    """ask / ground --server --method-arg: the options reach the server's run (its config, and the
+    tokens it kept: EVS with exact=false keeps vLLM's count, the first frame group whole)."""
+    common = ["ask", str(media[0] / "bikes.mp4"), "What?", "--server", served.url, "--json", "--frames", "4",
+              "--max-new-tokens", "2", "--method", "evs", "--ratio", "0.25"]
+    runs = []
+    for extra in ([], ["--method-arg", "exact=false"]):
+        result = runner.invoke(cli_app, [*common, *extra], env={"OTTVID_API_KEY": KEY})
+        assert result.exit_code == 0, result.output
+        runs.append(json.loads(result.stdout))
+    exact, loose = runs
+    assert exact["compression"]["config"]["exact"] is True and loose["compression"]["config"]["exact"] is False
+    total = exact["tokens"]["visual_before"]
+    assert exact["tokens"]["visual_after"] == round(0.25 * total)
+    assert loose["tokens"]["visual_after"] == total // 2 != exact["tokens"]["visual_after"]
+    result = runner.invoke(cli_app, ["ground", str(media[0] / "bikes.mp4"), "riding", "--server", served.url, "--json",
+                                     "--frames", "4", "--max-new-tokens", "2", "--method", "fastvid", "--method-arg",
+                                     "d=0.3", "--method-arg", "p=2"], env={"OTTVID_API_KEY": KEY})
+    assert result.exit_code in (0, 3), result.output
+    config = json.loads(result.stdout)["compression"]["config"]
+    assert json.loads(result.stdout)["task"] == "ground" and config["d"] == 0.3 and config["p"] == 2
+
+
+@pytest.mark.parametrize("task", ["ask", "ground"])
+@pytest.mark.parametrize("args, text", [
+    (["--method", "fastvid", "--method-arg", "d"], "--method-arg must look like key=value"),
+    (["--method", "fastvid", "--method-arg", "nope=1"], "--method-arg nope=1: unknown option 'nope' (fastvid options:"),
+    (["--method", "fastvid", "--method-arg", "p=x"], "option p takes an integer"),
+    (["--method", "fastvid", "--method-arg", "p=0"], "--method fastvid: p must be"),
+    (["--method-arg", "ratio=0.5"], "give the share kept with --ratio"),
+    (["--method", "topk", "--preset", "official", "--method-arg", "exact=false"], "ottvid only"),
+])
+def test_bad_method_args_are_refused_before_any_request(task, args, text):
+    """Checked here as for a local run: one line, exit 2, and no request (the port listens to nothing:
+    a request would be exit 1, cannot reach)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    result = runner.invoke(cli_app, [task, str(DATA / "bikes.mp4"), "What?", "--server", f"http://127.0.0.1:{port}",
+                                     *args])
+    lines = [line for line in result.output.splitlines() if line.strip()]
+    assert result.exit_code == 2 and text in result.output.replace("\n", " "), result.output
+    assert len(lines) == 1 and "Traceback" not in result.output and "cannot reach" not in result.output
+
+
 def test_ask_server_unreachable():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

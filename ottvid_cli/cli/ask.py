@@ -7,33 +7,32 @@ import time
 
 import typer
 
-from ..settings import check_count
 from .errors import _error, _fail, err
 from .options import (
-    ATTENTION,
-    CACHE_DIR,
-    CACHE_MAX_GB,
-    DECODER,
-    DEVICE,
-    DTYPE,
-    FPS,
-    FRAMES,
-    GROUND_FPS,
-    GROUND_FRAMES,
-    JSON,
-    MAX_FRAMES,
-    MAX_PIXELS,
-    METHOD,
-    METHOD_ARGS,
-    MODEL,
-    OUTPUT,
-    PRESET,
-    QUIET,
-    RATIO,
-    SERVER,
-    SIGLIP_HEAD,
-    TOKENS,
-    _checked,
+    Attention,
+    CacheDir,
+    CacheMaxGb,
+    Decoder,
+    Device,
+    Dtype,
+    Fps,
+    Frames,
+    GroundFps,
+    GroundFrames,
+    Json,
+    MaxFrames,
+    MaxNewTokens,
+    MaxPixels,
+    Method,
+    MethodArgs,
+    Model,
+    Picture,
+    Preset,
+    Quiet,
+    Ratio,
+    Server,
+    SiglipHead,
+    Video,
 )
 from .progress import _Progress, _Stream
 from .steps import (
@@ -52,72 +51,68 @@ from .steps import (
 
 
 def ask(
-    video: str = typer.Argument(..., help="Video file, or a folder of frame images (read at 3 fps)."),
+    video: Video,
     questions: list[str] = typer.Argument(..., help="Question(s) about the video: one preparation and one prefill "
                                                     "of the video for all, one answer each."),
     choice: list[str] = typer.Option(None, "--choice", "-c", "--options",
                                      help="A multiple-choice option, e.g. 'A. a dog'. Repeat for each."),
-    ratio: float = RATIO,
-    frames: int = FRAMES,
-    fps: float = FPS,
-    max_frames: int = MAX_FRAMES,
-    model: str = MODEL,
-    method: str = METHOD,
-    method_args: list[str] = METHOD_ARGS,
-    preset: str = PRESET,
-    output: str = OUTPUT,
-    as_json: bool = JSON,
-    quiet: bool = QUIET,
-    device: str = DEVICE,
-    dtype: str = DTYPE,
-    attention: str = ATTENTION,
-    max_pixels: int = MAX_PIXELS,
-    siglip_head: str = SIGLIP_HEAD,
-    decoder: str = DECODER,
-    max_new_tokens: int = typer.Option(64, "--max-new-tokens", callback=_checked(check_count, "--max-new-tokens"),
-                                       help=TOKENS),
-    cache_dir: str = CACHE_DIR,
-    cache_max_gb: float = CACHE_MAX_GB,
-    server: str = SERVER,
+    ratio: Ratio = None,
+    frames: Frames = None,
+    fps: Fps = None,
+    max_frames: MaxFrames = None,
+    model: Model = None,
+    method: Method = "ottvid",
+    method_args: MethodArgs = None,
+    preset: Preset = "paper",
+    output: Picture = None,
+    as_json: Json = False,
+    quiet: Quiet = False,
+    device: Device = None,
+    dtype: Dtype = None,
+    attention: Attention = "auto",
+    max_pixels: MaxPixels = None,
+    siglip_head: SiglipHead = None,
+    decoder: Decoder = "auto",
+    max_new_tokens: MaxNewTokens = 64,
+    cache_dir: CacheDir = None,
+    cache_max_gb: CacheMaxGb = None,
+    server: Server = None,
 ) -> None:
     """Answer questions about a video, with OTT-Vid (or --method) compressing the visual tokens (several
     questions: the video is prepared and prefilled once; --json prints a list)."""
     if server is not None:  # a running `ottvid serve` answers (ottvid_cli/serve/client.py)
-        if method_args:
-            _fail("--method-arg is for a model run here: a server uses its methods' defaults")
         return _remote("ask", server, video, questions, choice, ratio, frames, fps, max_frames, model, method, preset,
                        as_json, quiet, max_new_tokens, device, dtype, attention, max_pixels, decoder, output, cache_dir,
-                       siglip_head=siglip_head, cache_max_gb=cache_max_gb)
+                       siglip_head=siglip_head, cache_max_gb=cache_max_gb, method_args=method_args)
     _answer("ask", video, questions, choice, ratio, frames, fps, max_frames, model, method, preset, as_json, device,
             dtype, attention, max_pixels, max_new_tokens, output, decoder, quiet, _cache_path(cache_dir, cache_max_gb),
             method_args, siglip_head=siglip_head, cache_max_gb=cache_max_gb)
 
 
 def ground(
-    video: str = typer.Argument(..., help="Video file, or a folder of frame images (read at 3 fps)."),
+    video: Video,
     query: str = typer.Argument(..., help="What happens, e.g. 'person opens the door'."),
-    ratio: float = RATIO,
-    fps: float = GROUND_FPS,
-    max_frames: int = MAX_FRAMES,
-    frames: int = GROUND_FRAMES,
-    model: str = MODEL,
-    method: str = METHOD,
-    method_args: list[str] = METHOD_ARGS,
-    preset: str = PRESET,
-    output: str = OUTPUT,
-    as_json: bool = JSON,
-    quiet: bool = QUIET,
-    device: str = DEVICE,
-    dtype: str = DTYPE,
-    attention: str = ATTENTION,
-    max_pixels: int = MAX_PIXELS,
-    siglip_head: str = SIGLIP_HEAD,
-    decoder: str = DECODER,
-    max_new_tokens: int = typer.Option(48, "--max-new-tokens", callback=_checked(check_count, "--max-new-tokens"),
-                                       help=TOKENS),
-    cache_dir: str = CACHE_DIR,
-    cache_max_gb: float = CACHE_MAX_GB,
-    server: str = SERVER,
+    ratio: Ratio = None,
+    fps: GroundFps = None,
+    max_frames: MaxFrames = None,
+    frames: GroundFrames = None,
+    model: Model = None,
+    method: Method = "ottvid",
+    method_args: MethodArgs = None,
+    preset: Preset = "paper",
+    output: Picture = None,
+    as_json: Json = False,
+    quiet: Quiet = False,
+    device: Device = None,
+    dtype: Dtype = None,
+    attention: Attention = "auto",
+    max_pixels: MaxPixels = None,
+    siglip_head: SiglipHead = None,
+    decoder: Decoder = "auto",
+    max_new_tokens: MaxNewTokens = 48,
+    cache_dir: CacheDir = None,
+    cache_max_gb: CacheMaxGb = None,
+    server: Server = None,
     point: bool = typer.Option(False, "--point", help="The query names a moment, not an event: ask for one time "
                                                       "(the span starts and ends there); without it a reply "
                                                       "holding one time is no span (exit 3)."),
@@ -125,43 +120,40 @@ def ground(
     """Find when something happens in a video: start and end in seconds (exit 3 if the reply holds no
     start and end, with the JSON's span_note saying what it held)."""
     if server is not None:
-        if method_args:
-            _fail("--method-arg is for a model run here: a server uses its methods' defaults")
         if point:
             _fail("--point is for a model run here: a server asks for a start and an end")
         return _remote("ground", server, video, query, None, ratio, frames, fps, max_frames, model, method, preset,
                        as_json, quiet, max_new_tokens, device, dtype, attention, max_pixels, decoder, output, cache_dir,
-                       siglip_head=siglip_head, cache_max_gb=cache_max_gb)
+                       siglip_head=siglip_head, cache_max_gb=cache_max_gb, method_args=method_args)
     _answer("ground", video, query, None, ratio, frames, fps, max_frames, model, method, preset, as_json, device,
             dtype, attention, max_pixels, max_new_tokens, output, decoder, quiet, _cache_path(cache_dir, cache_max_gb),
             method_args, siglip_head=siglip_head, cache_max_gb=cache_max_gb, point=point)
 
 
 def chat(
-    video: str = typer.Argument(..., help="Video file, or a folder of frame images (read at 3 fps)."),
+    video: Video,
     history: bool = typer.Option(False, "--history", help="Send the earlier questions and answers with each question."),
-    ratio: float = RATIO,
-    frames: int = FRAMES,
-    fps: float = FPS,
-    max_frames: int = MAX_FRAMES,
-    model: str = MODEL,
-    method: str = METHOD,
-    preset: str = PRESET,
-    quiet: bool = QUIET,
-    device: str = DEVICE,
-    dtype: str = DTYPE,
-    attention: str = ATTENTION,
-    max_pixels: int = MAX_PIXELS,
-    siglip_head: str = SIGLIP_HEAD,
-    decoder: str = DECODER,
-    max_new_tokens: int = typer.Option(64, "--max-new-tokens", callback=_checked(check_count, "--max-new-tokens"),
-                                       help=TOKENS),
-    cache_dir: str = CACHE_DIR,
-    cache_max_gb: float = CACHE_MAX_GB,
+    ratio: Ratio = None,
+    frames: Frames = None,
+    fps: Fps = None,
+    max_frames: MaxFrames = None,
+    model: Model = None,
+    method: Method = "ottvid",
+    preset: Preset = "paper",
+    quiet: Quiet = False,
+    device: Device = None,
+    dtype: Dtype = None,
+    attention: Attention = "auto",
+    max_pixels: MaxPixels = None,
+    siglip_head: SiglipHead = None,
+    decoder: Decoder = "auto",
+    max_new_tokens: MaxNewTokens = 64,
+    cache_dir: CacheDir = None,
+    cache_max_gb: CacheMaxGb = None,
 ) -> None:
     """Talk about a video: one question a line, each reply streamed; /ratio 0.25 and the like change
-    settings without encoding again, /help lists the commands. Ctrl-C stops an answer and keeps the
-    session; /quit, Ctrl-D (end of input) or Ctrl-C twice at the prompt leaves."""
+    settings without encoding again, /help lists the commands. Ctrl-C stops an answer or a /command
+    and keeps the session; /quit, Ctrl-D (end of input) or Ctrl-C twice at the prompt leaves."""
     from ..session import Chat
 
     model, device, dtype, ratio, frames = _settle(model, device, dtype, ratio, frames, fps)
@@ -202,18 +194,30 @@ def chat(
         if not line:
             continue
         if line.startswith("/"):
-            try:
-                message = session.command(line)
-            except ValueError as exc:
-                from rich.markup import escape
-
-                _error(escape(str(exc)))
-                continue
-            if message is None:
+            if not _chat_command(session, line):
                 break
-            err.print(message, highlight=False, markup=False, soft_wrap=True)
             continue
         _chat_turn(session, line, quiet)
+
+
+def _chat_command(session, line: str) -> bool:
+    """One `/command` of `chat` and what it says; False for /quit. Ctrl-C stops it and goes back to
+    the prompt, as during an answer (the model, the caches and the earlier turns are kept; a setting
+    it was changing stays as it was, `Chat.command`)."""
+    try:
+        try:
+            message = session.command(line)
+        except ValueError as exc:
+            from rich.markup import escape
+
+            _error(escape(str(exc)))
+            return True
+        if message is None:
+            return False
+        err.print(message, highlight=False, markup=False, soft_wrap=True)
+    except KeyboardInterrupt:
+        err.print("\n[command stopped; /settings shows the settings]", highlight=False, markup=False)
+    return True
 
 
 def _chat_turn(session, line: str, quiet: bool) -> None:

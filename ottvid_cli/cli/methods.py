@@ -6,10 +6,10 @@ import typer
 
 from ..settings import PRESETS
 from .errors import _tables
-from .options import JSON
+from .options import Json
 
 
-def list_methods(as_json: bool = JSON) -> None:
+def list_methods(as_json: Json = False) -> None:
     """The compression methods --method takes: what each does, its options (--method-arg) and defaults."""
     from ..compression import methods
     from ..report import render_methods, to_json

@@ -16,13 +16,25 @@ import typer
 
 from ..settings import check_count, check_positive
 from .errors import EXIT_RUN, _fail, err
-from .options import ATTENTION, CACHE_DIR, CACHE_MAX_GB, DECODER, DEVICE, DTYPE, MAX_PIXELS, MODEL, QUIET, SIGLIP_HEAD, _checked
+from .options import (
+    Attention,
+    CacheDir,
+    CacheMaxGb,
+    Decoder,
+    Device,
+    Dtype,
+    MaxPixels,
+    Model,
+    Quiet,
+    SiglipHead,
+    _checked,
+)
 from .progress import _Progress
 from .steps import _cache_path, _engine, _load, _settle
 
 
 def serve(
-    model: str = MODEL,
+    model: Model = None,
     host: str = typer.Option("127.0.0.1", "--host", help="Address to listen on; 0.0.0.0 exposes the model to your "
                              "network (then set --api-key)."),
     port: int = typer.Option(8000, "--port", callback=_checked(check_count, "--port", 0),
@@ -41,15 +53,15 @@ def serve(
     max_prompt_chars: int = typer.Option(16384, "--max-prompt-chars",
                                          callback=_checked(check_count, "--max-prompt-chars"),
                                          help="Longest question (with its choices) in characters (400 beyond)."),
-    cache_dir: str = CACHE_DIR,
-    cache_max_gb: float = CACHE_MAX_GB,
-    quiet: bool = QUIET,
-    device: str = DEVICE,
-    dtype: str = DTYPE,
-    attention: str = ATTENTION,
-    max_pixels: int = MAX_PIXELS,
-    siglip_head: str = SIGLIP_HEAD,
-    decoder: str = DECODER,
+    cache_dir: CacheDir = None,
+    cache_max_gb: CacheMaxGb = None,
+    quiet: Quiet = False,
+    device: Device = None,
+    dtype: Dtype = None,
+    attention: Attention = "auto",
+    max_pixels: MaxPixels = None,
+    siglip_head: SiglipHead = None,
+    decoder: Decoder = "auto",
 ) -> None:
     """Serve an OpenAI-compatible HTTP API (/v1/chat/completions with a video_url part), the model loaded once.
 
