@@ -127,11 +127,9 @@ def ground(
     if server is not None:
         if method_args:
             _fail("--method-arg is for a model run here: a server uses its methods' defaults")
-        if point:
-            _fail("--point is for a model run here: a server asks for a start and an end")
         return _remote("ground", server, video, query, None, ratio, frames, fps, max_frames, model, method, preset,
                        as_json, quiet, max_new_tokens, device, dtype, attention, max_pixels, decoder, output, cache_dir,
-                       siglip_head=siglip_head, cache_max_gb=cache_max_gb)
+                       siglip_head=siglip_head, cache_max_gb=cache_max_gb, point=point)
     _answer("ground", video, query, None, ratio, frames, fps, max_frames, model, method, preset, as_json, device,
             dtype, attention, max_pixels, max_new_tokens, output, decoder, quiet, _cache_path(cache_dir, cache_max_gb),
             method_args, siglip_head=siglip_head, cache_max_gb=cache_max_gb, point=point)

@@ -273,10 +273,11 @@ def _cache_path(value: str | None, max_gb: float | None = None) -> str | None:
 
 def _remote(task, server, video, texts, options, ratio, frames, fps, max_frames, model, method, preset, as_json, quiet,
             max_new_tokens, device, dtype, attention, max_pixels, decoder, output, cache_dir,
-            siglip_head=None, cache_max_gb=None) -> None:
+            siglip_head=None, cache_max_gb=None, point: bool = False) -> None:
     """ask / ground --server: the same checks as a local run (the flags only a local run uses are
     refused), then one request per question to a running `ottvid serve`; prints as a local run
-    prints. Exit codes as a local run's (1: the server failed or cannot be reached)."""
+    prints. Exit codes as a local run's (1: the server failed or cannot be reached). `point`:
+    ground --point, sent as `ottvid.point`."""
     from ..report import render_run
     from ..serve.client import URL_SCHEMES, Client, ServerError, request_body, video_url
 
@@ -294,7 +295,8 @@ def _remote(task, server, video, texts, options, ratio, frames, fps, max_frames,
     if not video.startswith(URL_SCHEMES):
         _check_file(video)
     settings = {"ratio": ratio, "method": method, "preset": preset, "frames": sampling.frames, "fps": sampling.fps,
-                "max_frames": sampling.max_frames, "choices": list(options) if options else None}
+                "max_frames": sampling.max_frames, "choices": list(options) if options else None,
+                "point": point or None}
     client = Client(server, os.environ.get("OTTVID_API_KEY") or None)
     documents = []
     progress = _Progress(quiet)
