@@ -474,9 +474,13 @@ def test_with_an_api_key_the_page_asks_for_it(browser, keyed_server, tiny_qwen, 
 
 class _Spans:
     """A stand-in engine for the one thing the tiny random model cannot be made to do: name a span.
-    It answers `ground` with the span 2.5-5 s of a 10 s video (and `ask` with a fixed answer)."""
+    It answers `ground` with the span 2.5-5 s of a 10 s video, or with `point` (ottvid.point) the
+    moment 4 s as [4, 4], noting each `point` it got (and `ask` with a fixed answer)."""
 
     backbone = None
+
+    def __init__(self):
+        self.points = []
 
     class Result:
         def __init__(self, task, text, span):
@@ -487,7 +491,11 @@ class _Spans:
                     "ratio": 0.1, "tokens": {"visual_before": 100, "visual_after": 10, "llm_input": 30, "generated": 5},
                     "frames": {"count": 4, "duration": 10.0}, "timings_ms": {"generate": 1.0}}
 
-    def ground(self, video, query, on_token=None, on_step=None, **kwargs):
+    def ground(self, video, query, on_token=None, on_step=None, point=False, **kwargs):
+        self.points.append(point)
+        if point:
+            on_token("At 4.0 seconds.")
+            return self.Result("ground", "At 4.0 seconds.", [4.0, 4.0])
         on_token("From 2.5 to 5.0 seconds.")
         return self.Result("ground", "From 2.5 to 5.0 seconds.", [2.5, 5.0])
 
@@ -516,6 +524,38 @@ def test_ground_span_is_drawn_on_the_timeline_and_click_seeks(browser, folder, t
         assert page["picture"].is_hidden()  # the stand-in has no picture
         page.ask("what is it?", task="ask")  # an ask answer clears the span
         assert span.is_hidden()
+        assert page.unexpected_console() == []
+    finally:
+        page.close()
+        server.stop()
+
+
+def test_ground_a_moment_sends_point_and_draws_one_time(browser, folder):
+    engine = _Spans()
+    server = ThreadServer(create_app(engine, ServeSettings(model_id="spans", allowed_media_dir=str(folder[0]))))
+    page = Page(browser, server.url)
+    try:
+        _wait_for_model(page, "spans")
+        page["media-list"].select_option("bikes.mp4")
+        page.tab.wait_for_function("() => document.getElementById('player').readyState >= 1")
+        assert page["point"].is_hidden()  # ask has no moments
+        page["task"].select_option("ground")
+        assert page["point"].is_visible() and not page["point"].is_checked()
+        page["point"].check()
+        page.ask("the bike passes the tree")
+        span = page["span"]
+        assert span.get_attribute("data-state") == "span" and span.inner_text() == "4.0 s"
+        assert span.get_attribute("data-start") == span.get_attribute("data-end") == "4"
+        timeline, bar = page.tab.locator("#timeline").bounding_box(), span.bounding_box()
+        assert (bar["x"] - timeline["x"]) / timeline["width"] == pytest.approx(0.4, abs=0.02)
+        span.click()
+        page.tab.wait_for_function("() => Math.abs(document.getElementById('player').currentTime - 4) < 0.05")
+        page["point"].uncheck()
+        page.ask("someone rides a bike")
+        assert span.inner_text() == "2.5–5.0 s"
+        assert engine.points == [True, False]  # ottvid.point reached the engine only when checked
+        page["task"].select_option("ask")
+        assert page["point"].is_hidden()
         assert page.unexpected_console() == []
     finally:
         page.close()
