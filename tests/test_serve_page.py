@@ -504,11 +504,22 @@ class _Spans:
         return self.Result("ask", "A bike.", None)
 
 
-def test_ground_span_is_drawn_on_the_timeline_and_click_seeks(browser, folder, tmp_path):
-    server = ThreadServer(create_app(_Spans(), ServeSettings(model_id="spans", allowed_media_dir=str(folder[0]))))
+def _stand_in_page(browser, engine, model: str, folder) -> tuple[ThreadServer, Page]:
+    """A real server on a stand-in `engine` (served as `model`) and a tab on its page, connected."""
+    server = ThreadServer(create_app(engine, ServeSettings(model_id=model, allowed_media_dir=str(folder))))
     page = Page(browser, server.url)
     try:
-        _wait_for_model(page, "spans")
+        _wait_for_model(page, model)
+    except BaseException:
+        page.close()
+        server.stop()
+        raise
+    return server, page
+
+
+def test_ground_span_is_drawn_on_the_timeline_and_click_seeks(browser, folder, tmp_path):
+    server, page = _stand_in_page(browser, _Spans(), "spans", folder[0])
+    try:
         page["media-list"].select_option("bikes.mp4")
         page.tab.wait_for_function("() => document.getElementById('player').readyState >= 1")
         page.ask("someone rides a bike", task="ground")
@@ -532,10 +543,8 @@ def test_ground_span_is_drawn_on_the_timeline_and_click_seeks(browser, folder, t
 
 def test_ground_a_moment_sends_point_and_draws_one_time(browser, folder):
     engine = _Spans()
-    server = ThreadServer(create_app(engine, ServeSettings(model_id="spans", allowed_media_dir=str(folder[0]))))
-    page = Page(browser, server.url)
+    server, page = _stand_in_page(browser, engine, "spans", folder[0])
     try:
-        _wait_for_model(page, "spans")
         page["media-list"].select_option("bikes.mp4")
         page.tab.wait_for_function("() => document.getElementById('player').readyState >= 1")
         assert page["point"].is_hidden()  # ask has no moments
@@ -576,10 +585,8 @@ class _Slow(SlowEngine):
 
 def test_stop_cancels_the_question_on_the_server(browser, folder):
     engine = _Slow()
-    server = ThreadServer(create_app(engine, ServeSettings(model_id="slow", allowed_media_dir=str(folder[0]))))
-    page = Page(browser, server.url)
+    server, page = _stand_in_page(browser, engine, "slow", folder[0])
     try:
-        _wait_for_model(page, "slow")
         page["video-file"].set_input_files(str(DATA / "realshort.mp4"))
         page.tab.wait_for_function("() => document.getElementById('player').readyState >= 1")
         page["question"].fill("first")
