@@ -91,7 +91,7 @@ def test_page_and_assets_are_served_from_the_package(open_server):
     assert "script-src 'self'" in policy and "connect-src 'self'" in policy
     assert 'data-api-key="none"' in page.text
     testids = set(re.findall(r'data-testid="([a-z-]+)"', page.text))
-    assert testids == {"video-file", "media-list", "question", "task", "method", "ratio", "frames", "submit",
+    assert testids == {"video-file", "media-list", "question", "task", "method", "ratio", "frames", "point", "submit",
                        "answer", "span", "picture", "tokens", "timings", "cache", "error", "api-key"}
     # nothing from elsewhere: every src and href is this server's own (or the empty data: icon)
     for ref in re.findall(r'(?:src|href)="([^"]*)"', page.text):
