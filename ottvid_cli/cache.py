@@ -353,7 +353,7 @@ class PreparedCache:
             "key": key, "prompt": prepared.prompt, "frames": prepared.frames, "timings_ms": prepared.timings_ms,
             "grid": list(visual.grid), "deepstack": len(deepstack), "stubs": stubs, "others": others,
             "signals": {k: v for k, v in signals.items() if not torch.is_tensor(v)},
-            "clip": {"path": str(clip.path), "timestamps": [float(t) for t in clip.timestamps],
+            "clip": {"path": recorded_path(clip.path), "timestamps": [float(t) for t in clip.timestamps],
                      "indices": [int(i) for i in clip.indices], "duration": float(clip.duration),
                      "total_frames": int(clip.total_frames), "average_fps": float(clip.average_fps),
                      "decoder": clip.decoder},
@@ -437,6 +437,20 @@ _TEMP_FILE = re.compile(r"^\.([0-9a-f]{32})\..*\.tmp$")
 STALE_TEMP_SECONDS = 3600  # a temporary file this old belongs to no write in progress
 
 
+_FD_NAME = re.compile(r"^/(proc/(self|\d+)|dev)/fd/\d+$")
+
+
+def recorded_path(path: Any) -> str | None:
+    """The video's path as an entry records and reports it: as given ("" for a video that came
+    from no file, an upload to `ottvid serve`), but None (unknown) for a name that only the process
+    that prepared it could open (/proc/self/fd/N, /dev/fd/N: what a server decodes, and what entries
+    written by `ottvid serve` before it recorded the real path hold)."""
+    if path is None:
+        return None
+    path = str(path)
+    return None if _FD_NAME.match(path) else path
+
+
 def _entry_paths(directory: Path, name: str) -> tuple[Path, Path]:
     return directory / f"{name}.json", directory / f"{name}.safetensors"
 
@@ -445,7 +459,8 @@ def _entry_paths(directory: Path, name: str) -> tuple[Path, Path]:
 class DiskEntry:
     """One entry of a cache folder: its name, its files' bytes, when it was last used (written or
     loaded; the JSON's mtime, or the newest file's) and, read from its JSON where it reads, the
-    video's path when it was prepared, the model, the frames and the sampling."""
+    video's path when it was prepared (`recorded_path`: "" for an upload to a server, None when
+    unknown), the model, the frames and the sampling."""
 
     name: str
     bytes: int
@@ -492,7 +507,7 @@ def disk_entries(directory: str | Path, details: bool = False) -> list[DiskEntry
         if details and entry.complete:
             try:
                 doc = json.loads(meta.read_text())
-                entry.video = doc["clip"]["path"]
+                entry.video = recorded_path(doc["clip"]["path"])
                 entry.model = doc["key"]["model"]
                 entry.frames = len(doc["clip"]["indices"])
             except (OSError, ValueError, KeyError, TypeError):
@@ -553,7 +568,7 @@ def _restore(meta: dict[str, Any], payload: bytes, backbone: Any) -> Any:
     tensors = {k: v.to(device) for k, v in tensors.items()}
     if frames.shape[0] != len(c["indices"]):
         raise ValueError("frames and indices disagree")
-    clip = Video(path=c["path"], frames=frames, timestamps=c["timestamps"], indices=c["indices"],
+    clip = Video(path=recorded_path(c["path"]) or "", frames=frames, timestamps=c["timestamps"], indices=c["indices"],
                  duration=c["duration"], total_frames=c["total_frames"], average_fps=c["average_fps"],
                  decoder=c["decoder"])
     inputs = BatchFeature({k.removeprefix("inputs."): v for k, v in tensors.items() if k.startswith("inputs.")})

@@ -16,6 +16,7 @@ output (no decoding or encoding); its prefix is built by its first question.
 
 from __future__ import annotations
 
+import os
 import threading
 from pathlib import Path
 from typing import Callable, Sequence
@@ -54,38 +55,49 @@ class Engine:
     def ask(self, video, question: str, options: list[str] | None = None, sampling: Sampling | None = None,
             method: str = "ottvid", ratio: float = 0.1, config=None, preset: str = "paper",
             max_new_tokens: int = 64, on_token=None, on_step=None,
-            history: Sequence[tuple[str, str]] = (), cancel=None) -> RunResult:
+            history: Sequence[tuple[str, str]] = (), cancel=None, video_name: str | None = None) -> RunResult:
         """`pipeline.ask` with reuse; `history`: earlier (question, answer) turns, sent before this one;
         `cancel` (a threading.Event, or a callable returning True): stops hashing the video for the
-        cache key (cache.HashCancelled) as soon as it is set."""
+        cache key (cache.HashCancelled) as soon as it is set; `video_name`: see `prepared`."""
         if not question.strip():
             raise ValueError("the question is empty")
         return self._run("ask", video, qa.build_prompt(question, options), sampling or Sampling(), method,
                          make_config(ratio, preset, self.backbone, config, method), max_new_tokens, on_token, on_step,
-                         options=options, history=history, cancel=cancel)
+                         options=options, history=history, cancel=cancel, video_name=video_name)
 
     def ground(self, video, query: str, sampling: Sampling | None = None, method: str = "ottvid",
                ratio: float = 0.1, config=None, preset: str = "paper", max_new_tokens: int = 48,
-               on_token=None, on_step=None, point: bool = False, cancel=None) -> RunResult:
-        """`pipeline.ground` with reuse (`point`: the query names a moment; `cancel` as for `ask`)."""
+               on_token=None, on_step=None, point: bool = False, cancel=None,
+               video_name: str | None = None) -> RunResult:
+        """`pipeline.ground` with reuse (`point`: the query names a moment; `cancel` as for `ask`;
+        `video_name`: see `prepared`)."""
         if not query.strip():
             raise ValueError("the query is empty")
         return self._run("ground", video, grounding.build_prompt(query, point), sampling or Sampling.grounding(),
                          method, make_config(ratio, preset, self.backbone, config, method), max_new_tokens, on_token,
-                         on_step, point=point, cancel=cancel)
+                         on_step, point=point, cancel=cancel, video_name=video_name)
 
     def prepared(self, video, sampling: Sampling, method: str, config, prompt: str,
-                 on_step: Callable[[str], None] | None = None, cancel=None) -> tuple[Prepared, Entry, dict, bool]:
+                 on_step: Callable[[str], None] | None = None, cancel=None,
+                 video_name: str | None = None) -> tuple[Prepared, Entry, dict, bool]:
         """(the prepared video for this prompt, its cache entry, the entry's key, whether it was a
         cache hit). A hit builds only the prompt's text inputs and, for a new method or config,
-        recompresses the cached encoder output. `cancel`: see `ask`."""
+        recompresses the cached encoder output. `cancel`: see `ask`.
+
+        The returned clip's path (what results report) is the video this call named, also on a hit
+        on an entry prepared from another file of the same content; a new entry records it too.
+        `video_name` replaces it where `video` is a name only this caller can open: `ottvid serve`
+        gives the real path of the file it decodes as /proc/self/fd/N, and "" (no file) for an
+        upload's temporary file. None: `video` itself (a path; a decoded Video keeps its own)."""
+        if video_name is None and isinstance(video, (str, Path)):
+            video_name = os.fspath(video)
         key = video_key(self.backbone, video, sampling, cancel)
         ckey = compression_key(method, config)
         entry = self.cache.get(key, self.backbone)
         needs_saliency = method != "none"
         if entry is None or (needs_saliency and entry.base.visual.saliency is None):
-            p = prepare(self.backbone, video, sampling, method, config, prompt=prompt,
-                        saliency=True if self.keep_saliency else None, on_step=on_step)
+            p = _named(prepare(self.backbone, video, sampling, method, config, prompt=prompt,
+                               saliency=True if self.keep_saliency else None, on_step=on_step), video_name)
             entry = Entry(base=p, compressions={ckey: p})
             self.cache.put(key, entry)
             return p, entry, key, False
@@ -98,12 +110,14 @@ class Engine:
             self.cache.resize(key)
         else:
             p = _served(p, "compression")
-        return _served(p).reprompt(prompt), entry, key, True
+        return _named(_served(p).reprompt(prompt), video_name), entry, key, True
 
     def _run(self, task: str, video, prompt: str, sampling: Sampling, method: str, config, max_new_tokens: int,
-             on_token, on_step, options=None, history=(), point: bool = False, cancel=None) -> RunResult:
+             on_token, on_step, options=None, history=(), point: bool = False, cancel=None,
+             video_name: str | None = None) -> RunResult:
         with self._lock:
-            prepared, entry, key, hit = self.prepared(video, sampling, method, config, prompt, on_step, cancel)
+            prepared, entry, key, hit = self.prepared(video, sampling, method, config, prompt, on_step, cancel,
+                                                      video_name)
             if history:
                 prepared = prepared.reprompt(prompt, history)
             ckey = compression_key(method, config)
@@ -114,6 +128,15 @@ class Engine:
                 entry.prefixes[ckey] = result.prefix
                 self.cache.resize(key)
             return result
+
+
+def _named(prepared: Prepared, name: str | None) -> Prepared:
+    """The prepared video with its clip's path `name` (unchanged for None, or when it is that already)."""
+    from dataclasses import replace
+
+    if name is None or prepared.clip.path == name:
+        return prepared
+    return replace(prepared, clip=replace(prepared.clip, path=name))
 
 
 def _served(prepared: Prepared, stages: Sequence[str] | str = SERVED) -> Prepared:

@@ -162,6 +162,31 @@ def _overwrite_tensor(path: Path, name: str, seed: int = 0) -> None:
     path.write_bytes(bytes(raw))
 
 
+def test_an_entry_naming_a_proc_fd_is_read_as_an_unknown_file(backbone, tmp_path):
+    """Entries written by `ottvid serve` before it recorded the real file name /proc/self/fd/N, which
+    means nothing to anyone else: listed as unknown, and a hit reports the video its caller named."""
+    from ottvid_cli.cache import _entry_digest, disk_entries
+
+    video = DATA / "bikes.mp4"
+    Engine(backbone, cache_dir=tmp_path).ask(video, "What?", sampling=Sampling(frames=4), max_new_tokens=1)
+    meta_path = next(tmp_path.glob("*.json"))
+    meta = json.loads(meta_path.read_text())
+    assert meta["clip"]["path"] == str(video)
+    meta["clip"]["path"] = "/proc/self/fd/12"  # as the old server wrote it, with a valid digest
+    meta.pop("digest")
+    meta["digest"] = _entry_digest(meta, next(tmp_path.glob("*.safetensors")).read_bytes())
+    meta_path.write_text(json.dumps(meta))
+    [entry] = disk_entries(tmp_path, details=True)
+    assert entry.complete and entry.video is None and entry.model is not None
+    copy = tmp_path / "copy.mp4"
+    shutil.copy(video, copy)
+    engine = Engine(backbone, cache_dir=tmp_path)
+    hit = engine.ask(copy, "Who?", sampling=Sampling(frames=4), max_new_tokens=1)
+    assert hit.cache_hit and hit.to_dict()["video"] == str(copy) and engine.cache.take_warnings() == []
+    key = next(iter(engine.cache.entries))
+    assert "/proc/" not in str(engine.cache.entries[key].base.clip.path)
+
+
 def test_a_corrupted_entry_is_a_miss_rewritten_with_one_warning(backbone, tmp_path):
     """Issue 28.1: feature bytes overwritten with random float32 of the same size were used as good
     (cache_hit true, another answer, no warning, every run)."""

@@ -214,6 +214,27 @@ def test_ground(http, media, tiny_qwen):
     assert run["frames"]["fps"] == 1
 
 
+def test_ground_point_asks_for_one_moment(http, media, tiny_qwen):
+    from ottvid_cli.tasks import grounding
+
+    url = (media[0] / "bikes.mp4").as_uri()
+    runs = {}
+    for point in (True, False):
+        response = http.post("/v1/chat/completions", json=body(url, "the bike passes", model=str(tiny_qwen),
+                                                               ottvid={"task": "ground", "fps": 1, "point": point}))
+        assert response.status_code == 200, response.text
+        runs[point] = response.json()["ottvid"]
+    assert runs[True]["prompt"] == grounding.build_prompt("the bike passes", point=True)
+    assert runs[False]["prompt"] == grounding.build_prompt("the bike passes")
+    span = runs[True]["span"]  # read as the CLI's --point reads it: one time is [t, t]
+    assert span is not None or runs[True]["span_note"] == "the reply holds no time", runs[True]
+    refused = http.post("/v1/chat/completions", json=body(url, "the bike passes", model=str(tiny_qwen),
+                                                          ottvid={"task": "ground", "point": "yes"}))
+    error = refused.json()["error"]
+    assert refused.status_code == 400 and error["param"] == "ottvid.point", refused.text
+    assert error["message"] == 'point must be true or false, got "yes"'
+
+
 def test_eight_concurrent_clients_are_all_answered(served, media):
     urls = [(media[0] / name).as_uri() for name in ("bikes.mp4", "yoga.mp4")]
     answers, errors = [], []
@@ -268,6 +289,10 @@ BAD = {
                       400, "unsupported_content"),
     "empty question": ({"text": "  "}, 400, "empty_text"),
     "max_tokens 0": ({"max_tokens": 0}, 400, "invalid_value"),
+    "point not a boolean": ({"ottvid": {"task": "ground", "point": 1}}, 400, "invalid_value"),
+    "point as a string": ({"ottvid": {"task": "ground", "point": "true"}}, 400, "invalid_value"),
+    "point for ask": ({"ottvid": {"point": True}}, 400, "invalid_value"),
+    "picture not a boolean": ({"ottvid": {"picture": "yes"}}, 400, "invalid_value"),
 }
 
 
@@ -385,6 +410,17 @@ def test_ground_server(served, media):
                                      "--json", "--fps", "1"], env={"OTTVID_API_KEY": KEY})
     assert result.exit_code in (0, 3), result.output
     assert json.loads(result.stdout)["task"] == "ground"
+
+
+def test_ground_server_point(served, media):
+    from ottvid_cli.tasks import grounding
+
+    result = runner.invoke(cli_app, ["ground", str(media[0] / "bikes.mp4"), "the bike passes", "--server", served.url,
+                                     "--json", "--fps", "1", "--point"], env={"OTTVID_API_KEY": KEY})
+    assert result.exit_code in (0, 3), result.output
+    run = json.loads(result.stdout)
+    assert run["prompt"] == grounding.build_prompt("the bike passes", point=True)
+    assert result.exit_code == 3 or run["span"] is not None
 
 
 @pytest.mark.parametrize("args, code, text", [

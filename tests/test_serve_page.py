@@ -91,7 +91,7 @@ def test_page_and_assets_are_served_from_the_package(open_server):
     assert "script-src 'self'" in policy and "connect-src 'self'" in policy
     assert 'data-api-key="none"' in page.text
     testids = set(re.findall(r'data-testid="([a-z-]+)"', page.text))
-    assert testids == {"video-file", "media-list", "question", "task", "method", "ratio", "frames", "submit",
+    assert testids == {"video-file", "media-list", "question", "task", "method", "ratio", "frames", "point", "submit",
                        "answer", "span", "picture", "tokens", "timings", "cache", "error", "api-key"}
     # nothing from elsewhere: every src and href is this server's own (or the empty data: icon)
     for ref in re.findall(r'(?:src|href)="([^"]*)"', page.text):
@@ -474,9 +474,13 @@ def test_with_an_api_key_the_page_asks_for_it(browser, keyed_server, tiny_qwen, 
 
 class _Spans:
     """A stand-in engine for the one thing the tiny random model cannot be made to do: name a span.
-    It answers `ground` with the span 2.5-5 s of a 10 s video (and `ask` with a fixed answer)."""
+    It answers `ground` with the span 2.5-5 s of a 10 s video, or with `point` (ottvid.point) the
+    moment 4 s as [4, 4], noting each `point` it got (and `ask` with a fixed answer)."""
 
     backbone = None
+
+    def __init__(self):
+        self.points = []
 
     class Result:
         def __init__(self, task, text, span):
@@ -487,7 +491,11 @@ class _Spans:
                     "ratio": 0.1, "tokens": {"visual_before": 100, "visual_after": 10, "llm_input": 30, "generated": 5},
                     "frames": {"count": 4, "duration": 10.0}, "timings_ms": {"generate": 1.0}}
 
-    def ground(self, video, query, on_token=None, on_step=None, **kwargs):
+    def ground(self, video, query, on_token=None, on_step=None, point=False, **kwargs):
+        self.points.append(point)
+        if point:
+            on_token("At 4.0 seconds.")
+            return self.Result("ground", "At 4.0 seconds.", [4.0, 4.0])
         on_token("From 2.5 to 5.0 seconds.")
         return self.Result("ground", "From 2.5 to 5.0 seconds.", [2.5, 5.0])
 
@@ -496,11 +504,22 @@ class _Spans:
         return self.Result("ask", "A bike.", None)
 
 
-def test_ground_span_is_drawn_on_the_timeline_and_click_seeks(browser, folder, tmp_path):
-    server = ThreadServer(create_app(_Spans(), ServeSettings(model_id="spans", allowed_media_dir=str(folder[0]))))
+def _stand_in_page(browser, engine, model: str, folder) -> tuple[ThreadServer, Page]:
+    """A real server on a stand-in `engine` (served as `model`) and a tab on its page, connected."""
+    server = ThreadServer(create_app(engine, ServeSettings(model_id=model, allowed_media_dir=str(folder))))
     page = Page(browser, server.url)
     try:
-        _wait_for_model(page, "spans")
+        _wait_for_model(page, model)
+    except BaseException:
+        page.close()
+        server.stop()
+        raise
+    return server, page
+
+
+def test_ground_span_is_drawn_on_the_timeline_and_click_seeks(browser, folder, tmp_path):
+    server, page = _stand_in_page(browser, _Spans(), "spans", folder[0])
+    try:
         page["media-list"].select_option("bikes.mp4")
         page.tab.wait_for_function("() => document.getElementById('player').readyState >= 1")
         page.ask("someone rides a bike", task="ground")
@@ -522,6 +541,36 @@ def test_ground_span_is_drawn_on_the_timeline_and_click_seeks(browser, folder, t
         server.stop()
 
 
+def test_ground_a_moment_sends_point_and_draws_one_time(browser, folder):
+    engine = _Spans()
+    server, page = _stand_in_page(browser, engine, "spans", folder[0])
+    try:
+        page["media-list"].select_option("bikes.mp4")
+        page.tab.wait_for_function("() => document.getElementById('player').readyState >= 1")
+        assert page["point"].is_hidden()  # ask has no moments
+        page["task"].select_option("ground")
+        assert page["point"].is_visible() and not page["point"].is_checked()
+        page["point"].check()
+        page.ask("the bike passes the tree")
+        span = page["span"]
+        assert span.get_attribute("data-state") == "span" and span.inner_text() == "4.0 s"
+        assert span.get_attribute("data-start") == span.get_attribute("data-end") == "4"
+        timeline, bar = page.tab.locator("#timeline").bounding_box(), span.bounding_box()
+        assert (bar["x"] - timeline["x"]) / timeline["width"] == pytest.approx(0.4, abs=0.02)
+        span.click()
+        page.tab.wait_for_function("() => Math.abs(document.getElementById('player').currentTime - 4) < 0.05")
+        page["point"].uncheck()
+        page.ask("someone rides a bike")
+        assert span.inner_text() == "2.5–5.0 s"
+        assert engine.points == [True, False]  # ottvid.point reached the engine only when checked
+        page["task"].select_option("ask")
+        assert page["point"].is_hidden()
+        assert page.unexpected_console() == []
+    finally:
+        page.close()
+        server.stop()
+
+
 class _Slow(SlowEngine):
     """test_serve's stand-in engine that works until `gate` is set, answering "done." as the page expects."""
 
@@ -536,10 +585,8 @@ class _Slow(SlowEngine):
 
 def test_stop_cancels_the_question_on_the_server(browser, folder):
     engine = _Slow()
-    server = ThreadServer(create_app(engine, ServeSettings(model_id="slow", allowed_media_dir=str(folder[0]))))
-    page = Page(browser, server.url)
+    server, page = _stand_in_page(browser, engine, "slow", folder[0])
     try:
-        _wait_for_model(page, "slow")
         page["video-file"].set_input_files(str(DATA / "realshort.mp4"))
         page.tab.wait_for_function("() => document.getElementById('player').readyState >= 1")
         page["question"].fill("first")

@@ -6,6 +6,7 @@ the tiny Qwen2.5-VL; the worker is kept busy deterministically by a gate in fron
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import shutil
@@ -396,3 +397,50 @@ def test_serve_bounds_its_disk_cache_only_with_a_cache_folder(tiny_qwen):
     assert "--cache-max-gb bounds the --cache-dir folder: give --cache-dir too" in result.output
     bad = CliRunner().invoke(app, ["serve", "--cache-max-gb", "0", "--cache-dir", "default", "--model", str(tiny_qwen)])
     assert bad.exit_code == 2 and "--cache-max-gb" in bad.output, bad.output
+
+
+def test_the_server_s_disk_cache_entries_name_the_real_file_never_proc(engine, folders, tmp_path, tiny_qwen):
+    """Entries the server writes record the real file it decoded as /proc/self/fd/N (the resolved path
+    inside the folder), and no file for an upload; `cache ls` and a CLI run that hits them never show
+    /proc. The CLI's report names the file it was given, not the one the entry was prepared from."""
+    from typer.testing import CliRunner
+
+    from ottvid_cli.cli import app
+    from ottvid_cli.session import Engine
+
+    cache = tmp_path / "cache"
+    (folders[0] / "sub").mkdir()
+    (folders[0] / "sub" / "link.mp4").symlink_to(folders[0] / "bikes.mp4")  # named through a link
+    server = ThreadServer(create_app(Engine(engine.backbone, cache_dir=cache),
+                                     ServeSettings(model_id=MODEL, allowed_media_dir=str(folders[0]))))
+    try:
+        named = post(server, body((folders[0] / "sub" / "link.mp4").as_uri(), model=MODEL))
+        uploaded = post(server, body(data_url(DATA / "realshort.mp4"), model=MODEL))
+    finally:
+        server.stop()
+    for response in (named, uploaded):
+        assert response.status_code == 200 and "/proc/" not in response.text, response.text
+    assert named.json()["ottvid"]["video"] == str(folders[0] / "sub" / "link.mp4")
+
+    cli = CliRunner()
+    listed = cli.invoke(app, ["cache", "ls", "--cache-dir", str(cache), "--json"])
+    assert listed.exit_code == 0, listed.output
+    videos = sorted(entry["video"] for entry in json.loads(listed.stdout)["entries"])
+    assert videos == ["", os.path.realpath(folders[0] / "bikes.mp4")]  # the upload: no file
+    table = cli.invoke(app, ["cache", "ls", "--cache-dir", str(cache)])
+    assert table.exit_code == 0 and "/proc/" not in table.stdout, table.stdout
+    assert "bikes.mp4" in table.stdout and "(no file: uploaded to a server)" in table.stdout
+
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    for name in ("bikes", "realshort"):  # copies elsewhere: the same content, the server's entries
+        shutil.copy(DATA / f"{name}.mp4", mine / f"{name}.mp4")
+        ask = ["ask", str(mine / f"{name}.mp4"), "What?", "--model", str(tiny_qwen), "--frames", "4",
+               "--max-new-tokens", "1", "--cache-dir", str(cache)]
+        as_json = cli.invoke(app, [*ask, "--json"])
+        assert as_json.exit_code == 0, as_json.output
+        run = json.loads(as_json.stdout)
+        assert run["cache_hit"] is True and run["video"] == str(mine / f"{name}.mp4"), run
+        report = cli.invoke(app, ask)
+        assert report.exit_code == 0 and "/proc/" not in report.stdout and f"{name}.mp4" in report.stdout, \
+            report.output

@@ -120,11 +120,9 @@ def ground(
     """Find when something happens in a video: start and end in seconds (exit 3 if the reply holds no
     start and end, with the JSON's span_note saying what it held)."""
     if server is not None:
-        if point:
-            _fail("--point is for a model run here: a server asks for a start and an end")
         return _remote("ground", server, video, query, None, ratio, frames, fps, max_frames, model, method, preset,
                        as_json, quiet, max_new_tokens, device, dtype, attention, max_pixels, decoder, output, cache_dir,
-                       siglip_head=siglip_head, cache_max_gb=cache_max_gb, method_args=method_args)
+                       siglip_head=siglip_head, cache_max_gb=cache_max_gb, method_args=method_args, point=point)
     _answer("ground", video, query, None, ratio, frames, fps, max_frames, model, method, preset, as_json, device,
             dtype, attention, max_pixels, max_new_tokens, output, decoder, quiet, _cache_path(cache_dir, cache_max_gb),
             method_args, siglip_head=siglip_head, cache_max_gb=cache_max_gb, point=point)

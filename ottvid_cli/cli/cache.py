@@ -60,6 +60,8 @@ def list_entries(
     for e in entries:
         when = time.strftime("%Y-%m-%d %H:%M", time.localtime(e.last_used))
         video = e.video if e.complete else "(incomplete: a write in progress, or damaged)"
+        if video == "":  # prepared by `ottvid serve` from an upload: there is no file to name
+            video = "(no file: uploaded to a server)"
         table.add_row(when, _size(e.bytes), "-" if e.frames is None else str(e.frames), e.model or "-", video or "-")
     (out if out.is_terminal else Console(width=max(out.width, 200))).print(table)  # a file: no column cut
 

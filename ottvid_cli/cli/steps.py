@@ -273,11 +273,12 @@ def _cache_path(value: str | None, max_gb: float | None = None) -> str | None:
 
 def _remote(task, server, video, texts, options, ratio, frames, fps, max_frames, model, method, preset, as_json, quiet,
             max_new_tokens, device, dtype, attention, max_pixels, decoder, output, cache_dir,
-            siglip_head=None, cache_max_gb=None, method_args=None) -> None:
+            siglip_head=None, cache_max_gb=None, method_args=None, point: bool = False) -> None:
     """ask / ground --server: the same checks as a local run (the flags only a local run uses are
     refused; --method-arg is read and checked here as for a local run, then sent as
     `ottvid.method_args`), then one request per question to a running `ottvid serve`; prints as a
-    local run prints. Exit codes as a local run's (1: the server failed or cannot be reached)."""
+    local run prints. Exit codes as a local run's (1: the server failed or cannot be reached).
+    `point`: ground --point, sent as `ottvid.point`."""
     from ..report import render_run
     from ..serve.client import URL_SCHEMES, Client, ServerError, request_body, video_url
 
@@ -298,7 +299,7 @@ def _remote(task, server, video, texts, options, ratio, frames, fps, max_frames,
         _method_options([method], [1.0 if method == "none" else ratio], preset, method_args)
     settings = {"ratio": ratio, "method": method, "preset": preset, "frames": sampling.frames, "fps": sampling.fps,
                 "max_frames": sampling.max_frames, "choices": list(options) if options else None,
-                "method_args": list(method_args) if method_args else None}
+                "method_args": list(method_args) if method_args else None, "point": point or None}
     client = Client(server, os.environ.get("OTTVID_API_KEY") or None)
     documents = []
     progress = _Progress(quiet)

@@ -179,6 +179,8 @@ async def _job(body: ChatRequest, request: Request) -> Job:
         if backbone is not None and not getattr(backbone, "grounds", False):
             raise ApiError(400, f"task ground needs a Qwen2.5-VL model: {backbone.name} is not trained to give "
                                 f"time spans", param="ottvid.task")
+    elif options.point:
+        raise ApiError(400, "point is for task ground, not ask", code="invalid_value", param="ottvid.point")
     try:
         sampling = options.sampling(settings.max_pixels, settings.decoder)
     except ValueError as exc:
@@ -190,6 +192,8 @@ async def _job(body: ChatRequest, request: Request) -> Job:
         run["config"] = _method_config(options, run["ratio"], getattr(request.app.state.engine, "backbone", None))
     if task == "ask":
         run["options"] = options.choices or None
+    else:
+        run["point"] = options.point
     media = await run_in_threadpool(request.app.state.media.resolve, url)  # an upload is decoded and written
     return Job(task=task, media=media, text=text, run=run, stream=body.stream, picture=options.picture)
 

@@ -4,6 +4,7 @@ ratio reads the same from the server as from `ottvid ask`."""
 
 from __future__ import annotations
 
+import json
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, field_validator
@@ -55,6 +56,8 @@ class OttvidOptions(BaseModel):
                                                                     "them: ['d=0.3', 'exact=false'].")
     picture: bool = Field(default=False, description="Also return the `show` picture of what compression kept "
                                                      "(`ottvid.picture.image`, a PNG data: URL).")
+    point: bool = Field(default=False, description="ground only: the query names a moment, so one time is asked "
+                                                   "for and `span` is [t, t] (`ottvid ground --point`).")
 
     # the numbers are checked as sent (mode "before"): `true` is not 1, "0.5" is not 0.5
     @field_validator("ratio", mode="before")
@@ -81,6 +84,13 @@ class OttvidOptions(BaseModel):
     @classmethod
     def _fps(cls, v):
         return v if v is None else check_positive(v, "fps")
+
+    @field_validator("picture", "point", mode="before")
+    @classmethod
+    def _boolean(cls, v, info):  # a JSON boolean only: not 1, "true" or "yes"
+        if not isinstance(v, bool):
+            raise ValueError(f"{info.field_name} must be true or false, got {json.dumps(v)[:40]}")
+        return v
 
     def sampling(self, max_pixels: int | None = None, decoder: str = "auto"):
         """The frames to take, as the command line picks them: `frames`, or `fps` capped at

@@ -200,7 +200,10 @@ class ModelWorker:
 
         call = self.engine.ask if job.task == "ask" else self.engine.ground
         try:
-            result = call(job.media.path, job.text, on_token=token, on_step=step, cancel=job.cancelled, **job.run)
+            # the decoder reads media.path (/proc/self/fd/N, an upload's temporary file); the result and
+            # a disk-cache entry written now name the real file, or no file for an upload
+            result = call(job.media.path, job.text, on_token=token, on_step=step, cancel=job.cancelled,
+                          video_name=job.media.real, **job.run)
             data = result.to_dict()
             data["cache_hit"] = bool(data.get("cache_hit", getattr(result, "cache_hit", False)))
             # what this request named: never the file the decoder read (an upload's temporary file,

@@ -295,7 +295,9 @@
     bar.dataset.state = "span";
     bar.dataset.start = String(span[0]);
     bar.dataset.end = String(span[1]);
-    bar.textContent = span[0].toFixed(1) + "–" + span[1].toFixed(1) + " s";
+    // a moment (ottvid.point) is the span [t, t]: one time
+    bar.textContent = span[0] === span[1] ? span[0].toFixed(1) + " s"
+      : span[0].toFixed(1) + "–" + span[1].toFixed(1) + " s";
     bar.title = "Click to play from " + span[0].toFixed(2) + " s";
     bar.style.left = 100 * left + "%";
     bar.style.width = "max(" + 100 * (right - left) + "%, 4px)";
@@ -309,6 +311,7 @@
     const task = $("task").value;
     if (info && info.max_tokens) $("max-tokens").placeholder = "default (" + info.max_tokens[task] + ")";
     $("choices-box").hidden = task !== "ask";
+    $("point-box").hidden = task !== "ground";
     $("answer-label").textContent = task === "ask" ? "Answer" : "The model said";
   }
   $("task").addEventListener("change", updateTokenHint);
@@ -337,6 +340,7 @@
     ottvid.picture = !state.shown || state.shown.key !== pictureKey(ottvid);
     const choices = $("choices").value.split("\n").map((s) => s.trim()).filter((s) => s);
     if (task === "ask" && choices.length) ottvid.choices = choices;
+    if (task === "ground" && $("point").checked) ottvid.point = true; // ground --point: one moment
     const body = {
       model: state.info.model,
       stream: true,
