@@ -7,7 +7,7 @@ import time
 
 import typer
 
-from .errors import _error, _fail, err
+from .errors import _error, err
 from .options import (
     Attention,
     CacheDir,
