@@ -89,11 +89,24 @@ def test_health_is_503_until_the_warm_up_ran(backbone):
         server.stop()
 
 
-def test_ask_reports_the_warm_up_time(tiny_qwen):
+def test_ask_reports_the_warm_up_time_and_skips_it_on_the_cpu_unless_asked(tiny_qwen):
     import json
 
-    result = CliRunner().invoke(cli_app, ["ask", str(DATA / "bikes.mp4"), "What happens?", "--model", str(tiny_qwen),
-                                          "--frames", "4", "--max-new-tokens", "2", "--device", "cpu", "--json"])
+    command = ["ask", str(DATA / "bikes.mp4"), "What happens?", "--model", str(tiny_qwen), "--frames", "4",
+               "--max-new-tokens", "2", "--device", "cpu", "--json"]
+    result = CliRunner().invoke(cli_app, [*command, "--warm-up"])
     assert result.exit_code == 0, result.output
     timings = json.loads(result.stdout)["timings_ms"]
     assert timings["warmup"] > 0 and timings["load"] > 0
+    result = CliRunner().invoke(cli_app, command)  # the default on the CPU: no warm-up (it only adds time there)
+    assert result.exit_code == 0, result.output
+    timings = json.loads(result.stdout)["timings_ms"]
+    assert "warmup" not in timings and timings["load"] > 0
+
+
+@pytest.mark.parametrize("flag", ["--warm-up", "--no-warm-up"])
+def test_warm_up_flags_do_not_apply_with_a_server(flag):
+    # refused before any request: nothing listens on the port, a request would give exit 1 "cannot reach"
+    result = CliRunner().invoke(cli_app, ["ask", str(DATA / "bikes.mp4"), "What happens?", "--server",
+                                          "http://127.0.0.1:9", flag])
+    assert result.exit_code == 2 and "--warm-up/--no-warm-up does not apply with --server" in result.output

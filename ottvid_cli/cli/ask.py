@@ -33,6 +33,7 @@ from .options import (
     Server,
     SiglipHead,
     Video,
+    WarmUp,
 )
 from .progress import _Progress, _Stream
 from .steps import (
@@ -76,6 +77,7 @@ def ask(
     max_new_tokens: MaxNewTokens = 64,
     cache_dir: CacheDir = None,
     cache_max_gb: CacheMaxGb = None,
+    warm_up: WarmUp = None,
     server: Server = None,
 ) -> None:
     """Answer questions about a video, with OTT-Vid (or --method) compressing the visual tokens (several
@@ -83,10 +85,10 @@ def ask(
     if server is not None:  # a running `ottvid serve` answers (ottvid_cli/serve/client.py)
         return _remote("ask", server, video, questions, choice, ratio, frames, fps, max_frames, model, method, preset,
                        as_json, quiet, max_new_tokens, device, dtype, attention, max_pixels, decoder, output, cache_dir,
-                       siglip_head=siglip_head, cache_max_gb=cache_max_gb, method_args=method_args)
+                       siglip_head=siglip_head, cache_max_gb=cache_max_gb, warm_up=warm_up, method_args=method_args)
     _answer("ask", video, questions, choice, ratio, frames, fps, max_frames, model, method, preset, as_json, device,
             dtype, attention, max_pixels, max_new_tokens, output, decoder, quiet, _cache_path(cache_dir, cache_max_gb),
-            method_args, siglip_head=siglip_head, cache_max_gb=cache_max_gb)
+            method_args, siglip_head=siglip_head, cache_max_gb=cache_max_gb, warm_up=warm_up)
 
 
 def ground(
@@ -112,6 +114,7 @@ def ground(
     max_new_tokens: MaxNewTokens = 48,
     cache_dir: CacheDir = None,
     cache_max_gb: CacheMaxGb = None,
+    warm_up: WarmUp = None,
     server: Server = None,
     point: bool = typer.Option(False, "--point", help="The query names a moment, not an event: ask for one time "
                                                       "(the span starts and ends there); without it a reply "
@@ -122,10 +125,10 @@ def ground(
     if server is not None:
         return _remote("ground", server, video, query, None, ratio, frames, fps, max_frames, model, method, preset,
                        as_json, quiet, max_new_tokens, device, dtype, attention, max_pixels, decoder, output, cache_dir,
-                       siglip_head=siglip_head, cache_max_gb=cache_max_gb, method_args=method_args, point=point)
+                       siglip_head=siglip_head, cache_max_gb=cache_max_gb, warm_up=warm_up, method_args=method_args, point=point)
     _answer("ground", video, query, None, ratio, frames, fps, max_frames, model, method, preset, as_json, device,
             dtype, attention, max_pixels, max_new_tokens, output, decoder, quiet, _cache_path(cache_dir, cache_max_gb),
-            method_args, siglip_head=siglip_head, cache_max_gb=cache_max_gb, point=point)
+            method_args, siglip_head=siglip_head, cache_max_gb=cache_max_gb, warm_up=warm_up, point=point)
 
 
 def chat(

@@ -5,7 +5,7 @@ meaning differs (ground's and eval's sampling, eval's --max-pixels, show's --out
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Optional
 
 import typer
 
@@ -140,6 +140,11 @@ Quiet = Annotated[bool, typer.Option("--quiet", "-q", help="No progress and no l
                                                            "still print).")]
 MaxNewTokens = Annotated[int, typer.Option("--max-new-tokens", callback=_checked(check_count, "--max-new-tokens"),
                                            help="Longest reply, in tokens.")]
+WarmUp = Annotated[Optional[bool], typer.Option(
+    "--warm-up/--no-warm-up", show_default="on a GPU",
+    help="First run one small question through the model, so that its first-call overheads (CUDA context, "
+         "kernels built on first use) are paid and reported apart (timings: warmup) and the question's stages "
+         "are timed warm. On the CPU it only adds time, so it is off there unless asked for.")]
 Server = Annotated[str, typer.Option("--server", help="URL of a running `ottvid serve`: send the request there "
                                                       "instead of loading the model here (docs/serve.md).")]
 

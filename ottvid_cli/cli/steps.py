@@ -190,7 +190,8 @@ def _write_picture(prepared, path: str, max_tiles: int | None = None) -> tuple[d
 
 def _answer(task: str, video: str, texts, options, ratio, frames, fps, max_frames, model, method, preset,
             as_json, device, dtype, attention, max_pixels, max_new_tokens, output, decoder, quiet,
-            cache_dir=None, method_args=None, siglip_head=None, cache_max_gb=None, point: bool = False) -> None:
+            cache_dir=None, method_args=None, siglip_head=None, cache_max_gb=None, point: bool = False,
+            warm_up: bool | None = None) -> None:
     """ask and ground: check everything, load, run each question (one preparation and one prefix for
     all, session.Engine), print each result, then report a failed picture. With --json, one question
     prints an object, several a list of them in order."""
@@ -213,7 +214,8 @@ def _answer(task: str, video: str, texts, options, ratio, frames, fps, max_frame
         _fail(f"ground needs a Qwen2.5-VL model: {backbone.name} is not trained to give time spans "
               f"(the paper evaluates grounding on Qwen2.5-VL only)")
     engine = _engine(backbone, cache_dir, max_gb=cache_max_gb)
-    _warm_up(engine, progress)
+    if warm_up or (warm_up is None and backbone.device.type != "cpu"):  # --warm-up; by default on accelerators
+        _warm_up(engine, progress)
     documents, failure = [], ""
     for i, text in enumerate(texts):
         if len(texts) > 1 and not as_json:
@@ -273,7 +275,8 @@ def _cache_path(value: str | None, max_gb: float | None = None) -> str | None:
 
 def _remote(task, server, video, texts, options, ratio, frames, fps, max_frames, model, method, preset, as_json, quiet,
             max_new_tokens, device, dtype, attention, max_pixels, decoder, output, cache_dir,
-            siglip_head=None, cache_max_gb=None, method_args=None, point: bool = False) -> None:
+            siglip_head=None, cache_max_gb=None, method_args=None, point: bool = False,
+            warm_up: bool | None = None) -> None:
     """ask / ground --server: the same checks as a local run (the flags only a local run uses are
     refused; --method-arg is read and checked here as for a local run, then sent as
     `ottvid.method_args`), then one request per question to a running `ottvid serve`; prints as a
@@ -284,7 +287,7 @@ def _remote(task, server, video, texts, options, ratio, frames, fps, max_frames,
 
     local = {"--device": device, "--dtype": dtype, "--attention": attention, "--max-pixels": max_pixels,
              "--decoder": decoder, "--output": output, "--cache-dir": cache_dir, "--siglip-head": siglip_head,
-             "--cache-max-gb": cache_max_gb}
+             "--cache-max-gb": cache_max_gb, "--warm-up/--no-warm-up": warm_up}
     for flag, value in local.items():
         if value not in (None, "auto"):
             _fail(f"{flag} does not apply with --server: the server runs the model with its own settings")
