@@ -353,7 +353,7 @@ class PreparedCache:
             "key": key, "prompt": prepared.prompt, "frames": prepared.frames, "timings_ms": prepared.timings_ms,
             "grid": list(visual.grid), "deepstack": len(deepstack), "stubs": stubs, "others": others,
             "signals": {k: v for k, v in signals.items() if not torch.is_tensor(v)},
-            "clip": {"path": recorded_path(clip.path), "timestamps": [float(t) for t in clip.timestamps],
+            "clip": {"path": recorded_path(clip.path, absolute=True), "timestamps": [float(t) for t in clip.timestamps],
                      "indices": [int(i) for i in clip.indices], "duration": float(clip.duration),
                      "total_frames": int(clip.total_frames), "average_fps": float(clip.average_fps),
                      "decoder": clip.decoder},
@@ -440,15 +440,20 @@ STALE_TEMP_SECONDS = 3600  # a temporary file this old belongs to no write in pr
 _FD_NAME = re.compile(r"^/(proc/(self|\d+)|dev)/fd/\d+$")
 
 
-def recorded_path(path: Any) -> str | None:
+def recorded_path(path: Any, absolute: bool = False) -> str | None:
     """The video's path as an entry records and reports it: as given ("" for a video that came
     from no file, an upload to `ottvid serve`), but None (unknown) for a name that only the process
     that prepared it could open (/proc/self/fd/N, /dev/fd/N: what a server decodes, and what entries
-    written by `ottvid serve` before it recorded the real path hold)."""
+    written by `ottvid serve` before it recorded the real path hold). `absolute` (when an entry is
+    written): a relative file name made absolute, so that it means the same from any folder."""
     if path is None:
         return None
     path = str(path)
-    return None if _FD_NAME.match(path) else path
+    if _FD_NAME.match(path):
+        return None
+    if absolute and path and "://" not in path:
+        return os.path.abspath(path)
+    return path
 
 
 def _entry_paths(directory: Path, name: str) -> tuple[Path, Path]:

@@ -187,6 +187,18 @@ def test_an_entry_naming_a_proc_fd_is_read_as_an_unknown_file(backbone, tmp_path
     assert "/proc/" not in str(engine.cache.entries[key].base.clip.path)
 
 
+def test_an_entry_records_a_relative_name_as_an_absolute_path(backbone, tmp_path, monkeypatch):
+    """`ottvid ask bikes.mp4 ... --cache-dir D` from one folder, `ottvid cache ls` from another: the entry
+    names the file, not a name relative to wherever it was prepared."""
+    from ottvid_cli.cache import disk_entries
+
+    monkeypatch.chdir(DATA)
+    Engine(backbone, cache_dir=tmp_path).ask("bikes.mp4", "What?", sampling=Sampling(frames=4), max_new_tokens=1)
+    monkeypatch.chdir(tmp_path)
+    [entry] = disk_entries(tmp_path, details=True)
+    assert entry.video == os.path.abspath(DATA / "bikes.mp4")
+
+
 def test_a_corrupted_entry_is_a_miss_rewritten_with_one_warning(backbone, tmp_path):
     """Issue 28.1: feature bytes overwritten with random float32 of the same size were used as good
     (cache_hit true, another answer, no warning, every run)."""

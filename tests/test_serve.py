@@ -293,6 +293,7 @@ BAD = {
     "point as a string": ({"ottvid": {"task": "ground", "point": "true"}}, 400, "invalid_value"),
     "point for ask": ({"ottvid": {"point": True}}, 400, "invalid_value"),
     "picture not a boolean": ({"ottvid": {"picture": "yes"}}, 400, "invalid_value"),
+    "choices for ground": ({"ottvid": {"task": "ground", "choices": ["A. x", "B. y"]}}, 400, "invalid_value"),
 }
 
 

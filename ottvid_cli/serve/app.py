@@ -174,11 +174,11 @@ async def _job(body: ChatRequest, request: Request) -> Job:
                             f"(--max-prompt-chars)", code="prompt_too_long", param="messages")
     if task == "ground":
         if options.choices:
-            raise ApiError(400, "choices are for task ask, not ground", param="ottvid.choices")
+            raise ApiError(400, "choices are for task ask, not ground", code="invalid_value", param="ottvid.choices")
         backbone = getattr(request.app.state.engine, "backbone", None)
         if backbone is not None and not getattr(backbone, "grounds", False):
             raise ApiError(400, f"task ground needs a Qwen2.5-VL model: {backbone.name} is not trained to give "
-                                f"time spans", param="ottvid.task")
+                                f"time spans", code="invalid_value", param="ottvid.task")
     elif options.point:
         raise ApiError(400, "point is for task ground, not ask", code="invalid_value", param="ottvid.point")
     try:
