@@ -8,8 +8,9 @@ older than ottvid needs (5.17 when last listed; ottvid needs 5.18). This writes 
 (ignored through .git/info/exclude):
 - `whl/`: wheels for CPython 3.12 on manylinux x86-64 of the packages the benchmark imports that the
   machine lacks or has too old, at the versions installed in this environment (the ones the tests
-  ran on): transformers, av (PyAV), qwen-vl-utils. Nothing else: torch, numpy, tokenizers, rich and
-  the rest are the machine's own.
+  ran on): transformers, av (PyAV), qwen-vl-utils, and POT 0.9.6 for the tests' references (0.9.7's
+  wheel is 33 MB). Nothing else: torch, numpy, scipy, tokenizers, rich, pytest, hypothesis and the
+  rest are the machine's own.
 - `mirror/`: plain files of the peers' official code at the commits benchmarks/methods.py names (the
   whole folder of each file, which holds the siblings some of them import) and the authors' `ottvid`
   package (benchmarks/gpu.py's `authors_code`), read from the git checkouts under $OTTVID_MIRROR
@@ -33,18 +34,21 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 from gpu import AUTHORS  # noqa: E402
 from methods import MIRROR, OFFICIAL_SOURCES  # noqa: E402
 
-WHEELS = ("transformers", "av", "qwen-vl-utils")
+# name: version (None: the one installed here). POT only for the tests' references (test_fused.py imports
+# test_compress, which imports it); 0.9.6, since 0.9.7's wheel is 33 MB, half of what the tool carries
+WHEELS = {"transformers": None, "av": None, "qwen-vl-utils": None, "pot": "0.9.6"}
 # pip's platform tags for the machine (the device tool's README): manylinux x86-64, CPython 3.12
-PLATFORMS = ("manylinux_2_28_x86_64", "manylinux_2_27_x86_64", "manylinux_2_17_x86_64", "manylinux2014_x86_64",
-             "manylinux1_x86_64")
+PLATFORMS = ("manylinux_2_28_x86_64", "manylinux_2_27_x86_64", "manylinux_2_24_x86_64", "manylinux_2_17_x86_64",
+             "manylinux2014_x86_64", "manylinux1_x86_64")
 LIMIT_MB = 64
 
 
-def download_wheels(target: pathlib.Path, names: tuple[str, ...] = WHEELS) -> list[pathlib.Path]:
-    """Each of `names` at this environment's installed version, as a CPython 3.12 manylinux wheel."""
+def download_wheels(target: pathlib.Path, wanted: dict[str, str | None] = WHEELS) -> list[pathlib.Path]:
+    """Each of `wanted` at its version (None: this environment's installed one), as a CPython 3.12
+    manylinux wheel."""
     target.mkdir(parents=True, exist_ok=True)
-    for name in names:
-        spec = f"{name}=={md.version(name)}"
+    for name, version in wanted.items():
+        spec = f"{name}=={version or md.version(name)}"
         command = [sys.executable, "-m", "pip", "download", "-q", "--no-deps", "--only-binary=:all:",
                    "--python-version", "3.12", "--implementation", "cp", "-d", str(target), spec]
         for platform in PLATFORMS:

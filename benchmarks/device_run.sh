@@ -3,7 +3,8 @@
 #     python benchmarks/device_kit.py
 # then run, with the device tool:  command="bash benchmarks/device_run.sh"  carry=[".device"]  timeout_s=540
 # Arguments go to benchmarks/gpu.py (default: every section, the issues' targets first, the peers last).
-# Output: the tables on stdout and in $OUT/gpu.txt; versions and nvidia-smi in $OUT/machine.txt.
+# Output: the tables on stdout and in $OUT/gpu.txt; the GPU tests in $OUT/tests.txt; versions and nvidia-smi
+# in $OUT/machine.txt.
 # Each section prints when done, so a run stopped at its limit still returns what finished.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -19,6 +20,13 @@ export PYTHONPATH=/tmp/ottvid-site:$PWD OTTVID_MIRROR=$PWD/.device/mirror HF_HUB
     python3 -c 'import sys, torch, triton, transformers, av, numpy; print(sys.version.split()[0], "torch", torch.__version__,
 "triton", triton.__version__, "transformers", transformers.__version__, "av", av.__version__, "numpy", numpy.__version__)'
 } 2>&1 | tee "$out/machine.txt"
+# The tests that need the GPU first (the compiled kernels' decisions against the PyTorch path, the
+# launch and sync counts, the varlen attention): tests/test_fused.py and tests/test_attention.py on
+# CUDA; OTTVID_DEVICE_TESTS=0 skips them.
+if [ "${OTTVID_DEVICE_TESTS:-1}" != 0 ]; then
+    timeout 300 python3 -m pytest -q -p no:cacheprovider -rs tests/test_fused.py tests/test_attention.py 2>&1 |
+        tee "$out/tests.txt"
+fi
 if [ $# -eq 0 ]; then
     set -- --sections launches stages model ttft methods
 fi

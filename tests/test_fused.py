@@ -14,7 +14,6 @@ if not torch.cuda.is_available():  # the kernels run in Triton's interpreter, se
     os.environ.setdefault("TRITON_INTERPRET", "1")
 
 import numpy as np
-import ot
 import pytest
 
 from ottvid_cli.compression import OTTVidConfig, compress
@@ -37,6 +36,19 @@ def interpret():
         pytest.skip("triton was imported before TRITON_INTERPRET=1 was set (run this file on its own)")
     if interpreter_problem():
         pytest.skip(interpreter_problem())
+
+
+@pytest.fixture
+def kdev():
+    """Where the kernels run: compiled on the GPU when there is one (the decisions must hold there too),
+    else on CPU tensors through the interpreter."""
+    if torch.cuda.is_available():
+        return torch.device("cuda")
+    if not interpreting():
+        pytest.skip("triton was imported before TRITON_INTERPRET=1 was set (run this file on its own)")
+    if interpreter_problem():
+        pytest.skip(interpreter_problem())
+    return torch.device("cpu")
 
 
 @pytest.fixture
@@ -85,8 +97,8 @@ def test_backend_choice(monkeypatch):
         (5, 3, 9, 0.5, 1e-4, 200, False),
     ],
 )
-def test_sinkhorn_matches_the_pytorch_path(interpret, seed, p, k, eps, tol, max_iter, early):
-    a, b, c = problem(seed, p, k)
+def test_sinkhorn_matches_the_pytorch_path(kdev, seed, p, k, eps, tol, max_iter, early):
+    a, b, c = (t.to(kdev) for t in problem(seed, p, k))
     plan, n, err, w = solve_transport(a, b, c, eps, max_iter, tol, early_stop=early, backend="triton")
     want, want_n, want_err = _sinkhorn_log(a, b, c, eps, max_iter, tol, early_stop=early)
     assert int(n) == int(want_n)
@@ -97,10 +109,10 @@ def test_sinkhorn_matches_the_pytorch_path(interpret, seed, p, k, eps, tol, max_
 
 
 @pytest.mark.parametrize("chunk", [3, 64])
-def test_sinkhorn_stop_does_not_depend_on_the_chunk(interpret, chunk):
+def test_sinkhorn_stop_does_not_depend_on_the_chunk(kdev, chunk):
     from ottvid_cli.compression import kernels
 
-    a, b, c = problem(3, p=3, k=10)
+    a, b, c = (t.to(kdev) for t in problem(3, p=3, k=10))
     tol = 1e-4
     _, n, err, _ = kernels.sinkhorn(a, b, c, 0.2, 500, tol, chunk=chunk)
     _, want_n, _ = _sinkhorn_log(a, b, c, 0.2, 500, tol)
@@ -109,9 +121,12 @@ def test_sinkhorn_stop_does_not_depend_on_the_chunk(interpret, chunk):
     assert float(kernels.sinkhorn(a, b, c, 0.2, int(n) - 1, tol, chunk=chunk)[2].max()) >= tol
 
 
-def test_sinkhorn_plan_matches_pot(interpret):
+def test_sinkhorn_plan_matches_pot(kdev):
+    ot = pytest.importorskip("ot")
     a, b, c = problem(11, p=2, k=8)
-    plan, n, _, _ = solve_transport(a, b, c, eps=0.1, max_iter=2000, tol=1e-6, backend="triton")
+    plan, n, _, _ = solve_transport(a.to(kdev), b.to(kdev), c.to(kdev), eps=0.1, max_iter=2000, tol=1e-6,
+                                    backend="triton")
+    plan = plan.cpu()
     assert int(n) < 2000
     for i in range(2):
         want = ot.sinkhorn(a[i].double().numpy(), b[i].double().numpy(), c[i].double().numpy(), 0.1,
@@ -121,13 +136,13 @@ def test_sinkhorn_plan_matches_pot(interpret):
 
 @pytest.mark.parametrize("t, n, d, k", [(3, 16, 8, 5), (4, 50, 12, 13), (2, 64, 6, 20), (2, 7, 3, 7), (1, 40, 5, 1)])
 @pytest.mark.parametrize("scope", [False, True])
-def test_greedy_selection_is_identical(interpret, t, n, d, k, scope):
+def test_greedy_selection_is_identical(kdev, t, n, d, k, scope):
     from ottvid_cli.compression import kernels
 
     g = torch.Generator().manual_seed(n + k)
     x = torch.randn(1, n, d, generator=g) + 0.4 * torch.randn(t, n, d, generator=g)
-    sim, _ = gram_cosine(x)
-    w = normalize_saliency(torch.rand(t, n, generator=g))
+    sim, _ = gram_cosine(x.to(kdev))
+    w = normalize_saliency(torch.rand(t, n, generator=g).to(kdev))
     assert torch.equal(kernels.greedy_coverage(sim, w, k, scope), _greedy_coverage(sim, w, k, scope))
 
 
@@ -141,8 +156,9 @@ CONFIGS = [
 
 @pytest.mark.slow
 @pytest.mark.parametrize("cfg", CONFIGS, ids=lambda c: f"{c.ratio}-{c.spatial}-{c.sinkhorn_stop}-{c.budget}")
-def test_compress_decisions_are_identical(interpret, cfg):
+def test_compress_decisions_are_identical(kdev, cfg):
     x, s, grid = base.video(t=4, h=6, w=6, d=16, seed=2)
+    x, s = x.to(kdev), s.to(kdev)
     fused_out = compress(x, s, grid, cfg, backend="triton")
     plain = compress(x, s, grid, cfg, backend="torch")
     for name in ("index", "assignment", "selected"):
