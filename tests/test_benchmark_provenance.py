@@ -14,7 +14,8 @@ import transformers
 BENCHMARKS = Path(__file__).resolve().parent.parent / "benchmarks"
 sys.path.insert(0, str(BENCHMARKS))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-HELPERS = {"provenance.py", "synthetic.py", "gpu.py", "gpu_model.py"}  # not benchmarks, or others' (gpu*)
+# not benchmarks (device_kit.py prepares gpu.py's run on a lent GPU), or others' (gpu*)
+HELPERS = {"provenance.py", "synthetic.py", "gpu.py", "gpu_model.py", "device_kit.py"}
 
 
 @pytest.fixture(scope="module")

@@ -36,9 +36,9 @@ def interpreting() -> bool:
     imported (Triton builds its own language functions for one mode or the other at import)."""
     if not triton_importable():
         return False
-    import triton.language as tl
+    from .kernels import interpreting as kernels_interpreting
 
-    return type(tl.max).__name__ == "InterpretedFunction"
+    return kernels_interpreting()
 
 
 @functools.cache

@@ -18,7 +18,12 @@ import torch
 import triton
 import triton.language as tl
 
-from .backend import interpreting
+
+def interpreting() -> bool:
+    """Whether Triton runs kernels in its interpreter: TRITON_INTERPRET=1 was set before `triton` was
+    imported (Triton builds its own language functions for one mode or the other at import)."""
+    return type(tl.max).__name__ == "InterpretedFunction"
+
 
 # exp() arguments below this are clamped, as in transport.py (no effect on a float32 sum).
 _EXP_FLOOR = tl.constexpr(-80.0)
