@@ -49,7 +49,7 @@ sys.path.insert(0, str(ROOT / "tests"))
 import torch  # noqa: E402
 
 FULL_SHAPES = [(16, 256, 3584), (120, 256, 3584), (240, 256, 3584)]
-SMOKE_SHAPES = [(3, 16, 32), (5, 16, 32)]
+SMOKE_SHAPES = [(3, 16, 32)]  # one: the Triton rows run in its interpreter on the CPU (seconds a call)
 RATIO = 0.1
 STAGES = ("similarity", "selection", "mass", "cost", "sinkhorn", "budget", "merge")
 MIRROR = pathlib.Path(os.environ.get("OTTVID_MIRROR", "/work/.mirror"))
