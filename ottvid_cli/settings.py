@@ -84,7 +84,8 @@ def looks_local(model: str) -> bool:
 
 
 def check_model(model: str) -> str:
-    """A path-like model string must be an existing folder; a hub id is checked when loading."""
+    """A path-like model string must be an existing folder holding a config.json; a hub id is checked
+    when loading."""
     if not model.strip():
         raise SettingsError("--model is empty")
     if looks_local(model) or os.path.exists(model):
@@ -93,6 +94,9 @@ def check_model(model: str) -> str:
             raise SettingsError(f"model folder not found: {model}")
         if not os.path.isdir(path):
             raise SettingsError(f"--model must be a folder (or a Hugging Face id), got the file {model}")
+        if not os.path.isfile(os.path.join(path, "config.json")):
+            raise SettingsError(f"{model} is not a model checkpoint folder: it has no config.json (give the folder "
+                                f"that holds config.json and the weights)")
     return model
 
 

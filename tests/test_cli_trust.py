@@ -105,6 +105,7 @@ def test_device_without_gpu_is_refused_before_reading_the_model(tmp_path):
 
     if torch.cuda.is_available():
         pytest.skip("this machine has a GPU")
+    (tmp_path / "config.json").write_text("{}")  # a folder that passes the cheap checks, never read
     result = invoke("ask", VIDEO, "q", "--model", tmp_path, "--device", "cuda")
     assert result.exit_code == 1 and "no CUDA GPU" in result.stderr
 

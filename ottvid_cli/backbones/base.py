@@ -264,6 +264,21 @@ def attention_implementation(requested: str = "auto") -> str:
     raise ModelError(f"unknown attention implementation {requested!r}: use auto, sdpa, eager or flash")
 
 
+def load_processor(model_id: str, video_token_id: int) -> Any:
+    """The checkpoint's processor, loaded before its weights so that a missing or broken one is refused
+    before the slow part (OSError from transformers when its files are missing). ModelError when its
+    tokenizer does not map the processor's video token to the model's `video_token_id` (a folder
+    without tokenizer.json gets an empty tokenizer from transformers, which fails only mid-run)."""
+    from transformers import AutoProcessor
+
+    processor = AutoProcessor.from_pretrained(model_id)
+    token = getattr(processor, "video_token", None)
+    if token is not None and processor.tokenizer.convert_tokens_to_ids(token) != video_token_id:
+        raise ModelError(f"the tokenizer of {model_id} does not hold the model's video token {token} "
+                         f"(tokenizer.json missing, or from another model)")
+    return processor
+
+
 def is_local(model_id: str) -> bool:
     return os.path.isdir(os.path.expanduser(model_id))
 
