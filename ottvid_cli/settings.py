@@ -100,6 +100,13 @@ def check_model(model: str) -> str:
     return model
 
 
+def model_key(model: str) -> str:
+    """How a run records `model`: a local folder as its absolute, resolved path (so ./m, m/ and
+    /abs/m name one model when a run is resumed), a hub id as given."""
+    path = os.path.expanduser(model)
+    return str(Path(path).resolve()) if os.path.isdir(path) else model
+
+
 # ------------------------------------------------------------------------------------------------
 # where a model comes from (huggingface_hub only: no torch, no transformers)
 
