@@ -60,6 +60,8 @@ def _bad_inputs(tmp_path):
         (["ask", VIDEO, "q", "--preset", "fast"], "--preset must be one of", {}),
         (["ask", VIDEO, "q", "--frames", "8", "--fps", "2"], "not both", {}),
         (["ask", VIDEO, "   "], "the question is empty", {}),
+        (["ask", VIDEO, "q", "--cache-dir", ""], "--cache-dir is empty", {}),  # was the current folder
+        (["ask", VIDEO, "q", "--model", tmp_path], "has no config.json", {}),
         (["ask", VIDEO, "q"], f"config file {bad_config}: ratio must be in (0, 1]", {"OTTVID_CONFIG": str(bad_config)}),
     ]
 
@@ -328,6 +330,90 @@ def test_preset_official(tiny_qwen):
     assert result.exit_code == 0, result.output
     config = json.loads(result.stdout)["compression"]["config"]
     assert config.get("k_rounding", "floor") == "floor"
+
+
+# ------------------------------------------------------------------------------------------------
+# a checkpoint folder that is damaged: the user's file named, never an internal error; the processor
+# and the weights' headers read before the weights
+
+
+def _broken_copy(tiny_qwen, tmp_path, damage) -> Path:
+    import shutil
+
+    folder = tmp_path / "model"
+    shutil.copytree(tiny_qwen, folder)
+    damage(folder)
+    return folder
+
+
+def _truncate(folder):
+    weights = folder / "model.safetensors"
+    os.truncate(weights, weights.stat().st_size // 2)
+
+
+def _other_shapes(folder):
+    config = json.loads((folder / "config.json").read_text())
+    config["text_config"]["intermediate_size"] *= 2
+    (folder / "config.json").write_text(json.dumps(config))
+
+
+def _no_tokenizer(folder):
+    for name in ("tokenizer.json", "tokenizer_config.json"):
+        (folder / name).unlink()
+
+
+@pytest.mark.parametrize("damage, message", [
+    (_truncate, "model.safetensors is damaged or incomplete (a truncated download?)"),
+    (_other_shapes, "its weights do not have the shapes its config.json gives"),
+    (_no_tokenizer, "does not hold the model's video token <|video_pad|>"),
+    (lambda folder: (folder / "processor_config.json").unlink(), "Can't load image processor"),
+], ids=["truncated", "other shapes", "no tokenizer", "no processor"])
+def test_a_damaged_checkpoint_is_named_not_an_internal_error(tiny_qwen, tmp_path, damage, message):
+    """Were: internal error (SafetensorError, transformers' RuntimeError), and for a missing tokenizer a
+    mid-run "Mismatch in video token count" blamed on the input (exit 2)."""
+    folder = _broken_copy(tiny_qwen, tmp_path, damage)
+    result = invoke("ask", VIDEO, "q", "--model", folder, "--frames", "4", "--max-new-tokens", "1", "--quiet")
+    assert result.exit_code == 1, result.output
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and message in lines[0] and "internal error" not in lines[0], result.stderr
+
+
+@pytest.mark.parametrize("damage", [_truncate, _no_tokenizer, lambda f: (f / "processor_config.json").unlink()],
+                         ids=["truncated", "no tokenizer", "no processor"])
+def test_a_damaged_checkpoint_is_refused_before_its_weights_load(tiny_qwen, tmp_path, damage, monkeypatch):
+    from ottvid_cli.backbones import ModelError, load_backbone
+    from ottvid_cli.backbones.qwen2_5_vl import Qwen25VL
+
+    class Never:
+        @classmethod
+        def from_pretrained(cls, *args, **kwargs):
+            raise AssertionError("the weights were loaded")
+
+    monkeypatch.setattr(Qwen25VL, "model_class", classmethod(lambda cls, model_id: Never))
+    with pytest.raises(ModelError):
+        load_backbone(str(_broken_copy(tiny_qwen, tmp_path, damage)), device="cpu")
+
+
+def _started_with_closed(stream: str, *args) -> subprocess.CompletedProcess:
+    """The command line run in a fresh Python whose `stream` is None, as Python sets it when the
+    process starts with that descriptor closed (`>&-`, `<&-`)."""
+    code = f"import sys\nsys.{stream} = None\nfrom ottvid_cli.cli import app\napp({[str(a) for a in args]!r})\n"
+    env = {**os.environ, "HF_HUB_OFFLINE": "1"}
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, env=env)
+
+
+def test_a_closed_stdout_drops_the_answer_and_is_no_internal_error(tiny_qwen):
+    """Started with stdout closed the streamed answer was an internal error once the run was done; now
+    what would go there is dropped, as into a pipe nobody reads."""
+    proc = _started_with_closed("stdout", "ask", VIDEO, "q", "--model", tiny_qwen, "--frames", "2",
+                                "--max-new-tokens", "1", "--quiet")
+    assert proc.returncode == 0 and proc.stderr == "", proc.stderr
+
+
+def test_chat_with_a_closed_stdin_is_refused_before_loading():
+    proc = _started_with_closed("stdin", "chat", VIDEO)  # the default model: a hub id, never looked up
+    assert proc.returncode == 2 and "internal error" not in proc.stderr, proc.stderr
+    assert proc.stderr == "error: chat reads its questions from standard input, which is closed\n"
 
 
 # ------------------------------------------------------------------------------------------------
