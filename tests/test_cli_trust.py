@@ -112,6 +112,20 @@ def test_device_without_gpu_is_refused_before_reading_the_model(tmp_path):
     assert result.exit_code == 1 and "no CUDA GPU" in result.stderr
 
 
+def test_a_gpu_index_beyond_the_machine_s_is_refused_before_reading_the_model():
+    import torch
+
+    from ottvid_cli.backbones import ModelError
+    from ottvid_cli.backbones.base import resolve_device
+
+    if not torch.cuda.is_available():
+        pytest.skip("needs a CUDA GPU (without one every cuda device is refused: the test above)")
+    count = torch.cuda.device_count()
+    assert resolve_device(f"cuda:{count - 1}").index == count - 1
+    with pytest.raises(ModelError, match=f"cuda:{count} was asked for but this machine has {count} CUDA GPU"):
+        resolve_device(f"cuda:{count}")
+
+
 # ------------------------------------------------------------------------------------------------
 # never lose a finished answer
 

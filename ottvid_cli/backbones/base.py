@@ -233,6 +233,10 @@ def resolve_device(device: str = "auto") -> torch.device:
         raise ModelError(f"unknown device {device!r}: use auto, cpu, cuda, cuda:N or mps") from None
     if dev.type == "cuda" and not torch.cuda.is_available():
         raise ModelError("device cuda was asked for but no CUDA GPU is available (try --device cpu)")
+    if dev.type == "cuda" and dev.index is not None and dev.index >= torch.cuda.device_count():
+        count = torch.cuda.device_count()  # else "invalid device ordinal" once the weights are moved
+        raise ModelError(f"device {device} was asked for but this machine has {count} CUDA GPU"
+                         f"{'' if count == 1 else 's'} (cuda:0 to cuda:{count - 1})")
     if dev.type == "mps" and not (getattr(torch.backends, "mps", None) and torch.backends.mps.is_available()):
         raise ModelError("device mps was asked for but is not available (try --device cpu)")
     return dev
