@@ -62,6 +62,7 @@ def _bad_inputs(tmp_path):
         (["ask", VIDEO, "   "], "the question is empty", {}),
         (["ask", VIDEO, "q", "--cache-dir", ""], "--cache-dir is empty", {}),  # was the current folder
         (["ask", VIDEO, "q", "--model", tmp_path], "has no config.json", {}),
+        (["ask", VIDEO, "q", "--model", "my models/qwen"], "is neither an existing folder nor a Hugging Face id", {}),
         (["ask", VIDEO, "q"], f"config file {bad_config}: ratio must be in (0, 1]", {"OTTVID_CONFIG": str(bad_config)}),
     ]
 
