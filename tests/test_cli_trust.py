@@ -516,10 +516,12 @@ def test_tables_never_cut_a_number_piped_or_on_a_narrow_terminal(tiny_qwen):
     for name in ("load", "decode", "preprocess", "vision", "saliency", "compression", "prefill", "generate"):
         assert name in piped.stdout
     data["timings_ms"] = {k: 2525.25 + n for n, k in enumerate(data["timings_ms"])}  # four digits everywhere
+    data["video"] = "/" + "a-long-folder-name/" * 4 + "bikes.mp4"  # was cut: a worktree's longer path failed here
     narrow = Console(file=io.StringIO(), width=50, force_terminal=True, color_system=None)
     render_run(data, narrow)
     shown = narrow.file.getvalue()
     assert "…" not in shown and max(len(line) for line in shown.splitlines()) <= 50
+    assert "".join(shown.split()).count("a-long-folder-name") == 4
     assert shown.count("2,5") >= len(data["timings_ms"])  # each time's start is shown, then the rest below it
 
 
