@@ -64,6 +64,8 @@ def render_run(result: dict[str, Any], console: Console, streamed: bool = False,
 
     frames = result["frames"]
     sampled = Table(title="video", show_header=False, box=None, pad_edge=False)
+    sampled.add_column(overflow="fold")
+    sampled.add_column(overflow="fold")  # a long path folds too
     sampled.add_row("file", result["video"])
     sampled.add_row("duration", f"{frames['duration']:.2f} s")
     sampled.add_row("frames", f"{frames['count']} ({frames['frames_per_group']} per temporal group)")

@@ -84,7 +84,8 @@ def looks_local(model: str) -> bool:
 
 
 def check_model(model: str) -> str:
-    """A path-like model string must be an existing folder; a hub id is checked when loading."""
+    """A path-like model string must be an existing folder holding a config.json; anything else must be
+    spelled as a Hugging Face id (whether the hub has it is checked when loading)."""
     if not model.strip():
         raise SettingsError("--model is empty")
     if looks_local(model) or os.path.exists(model):
@@ -93,7 +94,26 @@ def check_model(model: str) -> str:
             raise SettingsError(f"model folder not found: {model}")
         if not os.path.isdir(path):
             raise SettingsError(f"--model must be a folder (or a Hugging Face id), got the file {model}")
+        if not os.path.isfile(os.path.join(path, "config.json")):
+            raise SettingsError(f"{model} is not a model checkpoint folder: it has no config.json (give the folder "
+                                f"that holds config.json and the weights)")
+        return model
+    from huggingface_hub.utils import HFValidationError, validate_repo_id  # 0.1 s, and only for a hub id
+
+    try:
+        validate_repo_id(model)
+    except HFValidationError as exc:
+        reason = str(exc).split(": '")[0].rstrip(".")
+        raise SettingsError(f"--model {model!r} is neither an existing folder nor a Hugging Face id ({reason})") \
+            from None
     return model
+
+
+def model_key(model: str) -> str:
+    """How a run records `model`: a local folder as its absolute, resolved path (so ./m, m/ and
+    /abs/m name one model when a run is resumed), a hub id as given."""
+    path = os.path.expanduser(model)
+    return str(Path(path).resolve()) if os.path.isdir(path) else model
 
 
 # ------------------------------------------------------------------------------------------------

@@ -155,6 +155,11 @@ def test_unknown_model_offline_says_how_to_get_weights(tmp_path):
 
 
 def test_folder_that_is_not_a_checkpoint(tmp_path):
+    """No config.json: bad input, refused with the other cheap checks (exit 2); a config.json that
+    transformers cannot read: the model cannot be loaded (exit 1)."""
+    result = invoke("ask", DATA / "bikes.mp4", "q", "--model", tmp_path)
+    assert result.exit_code == 2 and "is not a model checkpoint folder: it has no config.json" in result.stderr
+    (tmp_path / "config.json").write_text('{"model_type": ')
     result = invoke("ask", DATA / "bikes.mp4", "q", "--model", tmp_path)
     assert result.exit_code == 1 and "not a loadable checkpoint folder" in result.stderr
 

@@ -60,6 +60,9 @@ def _bad_inputs(tmp_path):
         (["ask", VIDEO, "q", "--preset", "fast"], "--preset must be one of", {}),
         (["ask", VIDEO, "q", "--frames", "8", "--fps", "2"], "not both", {}),
         (["ask", VIDEO, "   "], "the question is empty", {}),
+        (["ask", VIDEO, "q", "--cache-dir", ""], "--cache-dir is empty", {}),  # was the current folder
+        (["ask", VIDEO, "q", "--model", tmp_path], "has no config.json", {}),
+        (["ask", VIDEO, "q", "--model", "my models/qwen"], "is neither an existing folder nor a Hugging Face id", {}),
         (["ask", VIDEO, "q"], f"config file {bad_config}: ratio must be in (0, 1]", {"OTTVID_CONFIG": str(bad_config)}),
     ]
 
@@ -105,8 +108,23 @@ def test_device_without_gpu_is_refused_before_reading_the_model(tmp_path):
 
     if torch.cuda.is_available():
         pytest.skip("this machine has a GPU")
+    (tmp_path / "config.json").write_text("{}")  # a folder that passes the cheap checks, never read
     result = invoke("ask", VIDEO, "q", "--model", tmp_path, "--device", "cuda")
     assert result.exit_code == 1 and "no CUDA GPU" in result.stderr
+
+
+def test_a_gpu_index_beyond_the_machine_s_is_refused_before_reading_the_model():
+    import torch
+
+    from ottvid_cli.backbones import ModelError
+    from ottvid_cli.backbones.base import resolve_device
+
+    if not torch.cuda.is_available():
+        pytest.skip("needs a CUDA GPU (without one every cuda device is refused: the test above)")
+    count = torch.cuda.device_count()
+    assert resolve_device(f"cuda:{count - 1}").index == count - 1
+    with pytest.raises(ModelError, match=f"cuda:{count} was asked for but this machine has {count} CUDA GPU"):
+        resolve_device(f"cuda:{count}")
 
 
 # ------------------------------------------------------------------------------------------------
@@ -330,6 +348,90 @@ def test_preset_official(tiny_qwen):
 
 
 # ------------------------------------------------------------------------------------------------
+# a checkpoint folder that is damaged: the user's file named, never an internal error; the processor
+# and the weights' headers read before the weights
+
+
+def _broken_copy(tiny_qwen, tmp_path, damage) -> Path:
+    import shutil
+
+    folder = tmp_path / "model"
+    shutil.copytree(tiny_qwen, folder)
+    damage(folder)
+    return folder
+
+
+def _truncate(folder):
+    weights = folder / "model.safetensors"
+    os.truncate(weights, weights.stat().st_size // 2)
+
+
+def _other_shapes(folder):
+    config = json.loads((folder / "config.json").read_text())
+    config["text_config"]["intermediate_size"] *= 2
+    (folder / "config.json").write_text(json.dumps(config))
+
+
+def _no_tokenizer(folder):
+    for name in ("tokenizer.json", "tokenizer_config.json"):
+        (folder / name).unlink()
+
+
+@pytest.mark.parametrize("damage, message", [
+    (_truncate, "model.safetensors is damaged or incomplete (a truncated download?)"),
+    (_other_shapes, "its weights do not have the shapes its config.json gives"),
+    (_no_tokenizer, "does not hold the model's video token <|video_pad|>"),
+    (lambda folder: (folder / "processor_config.json").unlink(), "Can't load image processor"),
+], ids=["truncated", "other shapes", "no tokenizer", "no processor"])
+def test_a_damaged_checkpoint_is_named_not_an_internal_error(tiny_qwen, tmp_path, damage, message):
+    """Were: internal error (SafetensorError, transformers' RuntimeError), and for a missing tokenizer a
+    mid-run "Mismatch in video token count" blamed on the input (exit 2)."""
+    folder = _broken_copy(tiny_qwen, tmp_path, damage)
+    result = invoke("ask", VIDEO, "q", "--model", folder, "--frames", "4", "--max-new-tokens", "1", "--quiet")
+    assert result.exit_code == 1, result.output
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and message in lines[0] and "internal error" not in lines[0], result.stderr
+
+
+@pytest.mark.parametrize("damage", [_truncate, _no_tokenizer, lambda f: (f / "processor_config.json").unlink()],
+                         ids=["truncated", "no tokenizer", "no processor"])
+def test_a_damaged_checkpoint_is_refused_before_its_weights_load(tiny_qwen, tmp_path, damage, monkeypatch):
+    from ottvid_cli.backbones import ModelError, load_backbone
+    from ottvid_cli.backbones.qwen2_5_vl import Qwen25VL
+
+    class Never:
+        @classmethod
+        def from_pretrained(cls, *args, **kwargs):
+            raise AssertionError("the weights were loaded")
+
+    monkeypatch.setattr(Qwen25VL, "model_class", classmethod(lambda cls, model_id: Never))
+    with pytest.raises(ModelError):
+        load_backbone(str(_broken_copy(tiny_qwen, tmp_path, damage)), device="cpu")
+
+
+def _started_with_closed(stream: str, *args) -> subprocess.CompletedProcess:
+    """The command line run in a fresh Python whose `stream` is None, as Python sets it when the
+    process starts with that descriptor closed (`>&-`, `<&-`)."""
+    code = f"import sys\nsys.{stream} = None\nfrom ottvid_cli.cli import app\napp({[str(a) for a in args]!r})\n"
+    env = {**os.environ, "HF_HUB_OFFLINE": "1"}
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, env=env)
+
+
+def test_a_closed_stdout_drops_the_answer_and_is_no_internal_error(tiny_qwen):
+    """Started with stdout closed the streamed answer was an internal error once the run was done; now
+    what would go there is dropped, as into a pipe nobody reads."""
+    proc = _started_with_closed("stdout", "ask", VIDEO, "q", "--model", tiny_qwen, "--frames", "2",
+                                "--max-new-tokens", "1", "--quiet")
+    assert proc.returncode == 0 and proc.stderr == "", proc.stderr
+
+
+def test_chat_with_a_closed_stdin_is_refused_before_loading():
+    proc = _started_with_closed("stdin", "chat", VIDEO)  # the default model: a hub id, never looked up
+    assert proc.returncode == 2 and "internal error" not in proc.stderr, proc.stderr
+    assert proc.stderr == "error: chat reads its questions from standard input, which is closed\n"
+
+
+# ------------------------------------------------------------------------------------------------
 # the hub: no retries when it cannot be reached; the local cache still works
 
 
@@ -414,10 +516,12 @@ def test_tables_never_cut_a_number_piped_or_on_a_narrow_terminal(tiny_qwen):
     for name in ("load", "decode", "preprocess", "vision", "saliency", "compression", "prefill", "generate"):
         assert name in piped.stdout
     data["timings_ms"] = {k: 2525.25 + n for n, k in enumerate(data["timings_ms"])}  # four digits everywhere
+    data["video"] = "/" + "a-long-folder-name/" * 4 + "bikes.mp4"  # was cut: a worktree's longer path failed here
     narrow = Console(file=io.StringIO(), width=50, force_terminal=True, color_system=None)
     render_run(data, narrow)
     shown = narrow.file.getvalue()
     assert "…" not in shown and max(len(line) for line in shown.splitlines()) <= 50
+    assert "".join(shown.split()).count("a-long-folder-name") == 4
     assert shown.count("2,5") >= len(data["timings_ms"])  # each time's start is shown, then the rest below it
 
 

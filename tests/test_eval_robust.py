@@ -448,7 +448,8 @@ def test_a_resume_with_another_limit_and_more_ratios(tiny_qwen, tmp_path):
     assert config["ratios"] == [0.25, 0.1] and config["limit"] == 3 and set(config["sampling"]) == {"mc", "grounding"}
 
 
-def test_a_resume_after_the_annotations_changed_is_refused_before_the_model_loads(tiny_qwen, tmp_path):
+def test_a_resume_after_the_annotations_changed_is_refused_before_the_model_loads(tiny_qwen, tmp_path,
+                                                                                    monkeypatch):
     """Records made from a question whose answer or text has since changed in the file would be scored
     beside records of the new version: refused with one line naming the first such sample."""
     data = tmp_path / "custom.jsonl"
@@ -456,13 +457,38 @@ def test_a_resume_after_the_annotations_changed_is_refused_before_the_model_load
     out = tmp_path / "run"
     first = invoke(*base_args(tiny_qwen, out, data), "--limit", "1")
     assert first.exit_code == 0, first.output
-    again = invoke(*base_args(tiny_qwen, out, data), "--limit", "2")  # unchanged: resumes
+    again = invoke(*base_args(f"{tiny_qwen}/", out, data), "--limit", "2")  # unchanged: resumes
     assert again.exit_code == 0, again.output
+    monkeypatch.chdir(tiny_qwen.parent)  # the same folder spelled another way was "another model"
+    assert invoke(*base_args(f"./{tiny_qwen.name}", out, data), "--limit", "2").exit_code == 0
+    assert json.loads((out / "config.json").read_text())["model"] == str(Path(tiny_qwen).resolve())
     rows = [json.loads(line) for line in data.read_text().splitlines()]
     for change in ({"answer": "B"}, {"question": "Where is the person now?"}):
         data.write_text("".join(json.dumps({**row, **change} if row["id"] == "q1" else row) + "\n" for row in rows))
         refused(invoke(*base_args(tiny_qwen, out, data)), "1 samples were run with another prompt or answer", "first: q1", "--rescore")
     assert len(lines_of(out / "samples.jsonl")) == 4  # nothing written by the refused runs
+
+
+MC_ROW = {"id": "q1", "video": "yoga.mp4", "question": "Where?", "options": ["a mat", "a bike"], "answer": "A"}
+SPAN_ROW = {"id": "g1", "video": "yoga.mp4", "query": "the pose", "span": [1, 2]}
+
+
+@pytest.mark.parametrize("row, message", [
+    ({**MC_ROW, "question": "  "}, "line 1: the question is empty"),
+    ({**MC_ROW, "options": ["a mat", " "]}, "line 1: option 2 is empty"),
+    ({**SPAN_ROW, "query": ""}, "line 1: the query is empty"),
+    ({**SPAN_ROW, "span": [float("nan"), 2]}, "line 1: span [nan, 2] is not two finite times"),
+    ({**MC_ROW, "start": 5, "end": 1}, "line 1: the part 'start' 5 s to 'end' 1 s is empty or reversed"),
+    ({**MC_ROW, "duration": float("inf")}, "line 1: field 'duration' must be a finite number of seconds"),
+], ids=["empty question", "empty option", "empty query", "nan span", "reversed part", "infinite duration"])
+def test_a_jsonl_row_the_run_could_not_use_is_refused_when_read(tmp_path, row, message):
+    """Were: an empty question or option stopped the run when its turn came (after the model loaded,
+    naming no line); a NaN span ran and scored 0; a reversed part was each sample's error."""
+    data = tmp_path / "set.jsonl"
+    data.write_text(json.dumps(row) + "\n")  # json writes NaN / Infinity, as Python's reader accepts them
+    with pytest.raises(EvalError) as caught:
+        load_samples("jsonl", data)
+    assert message in str(caught.value), caught.value
 
 
 # ----------------------------------------------------------------------------- real processes

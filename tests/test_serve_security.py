@@ -318,6 +318,23 @@ def test_unparseable_bodies_are_invalid_json(start, content):
     assert response.status_code == 400 and response.json()["error"]["code"] == "invalid_json", response.text
 
 
+@pytest.mark.parametrize("headers, content", [
+    ({"Content-Type": "text/plain"}, b'{"model": "m", "messages": []}'),
+    ({"Content-Type": "application/x-www-form-urlencoded"}, b"model=m"),  # `curl --data` without -H
+    ({}, b'{"model": "m", "messages": []}'),
+], ids=["text/plain", "form", "none"])
+def test_a_body_not_sent_as_json_is_a_415_saying_so(start, headers, content):
+    """A JSON body with another Content-Type was told it "must be a JSON object" (400)."""
+    server, _ = start()
+    response = httpx.post(server.url + "/v1/chat/completions", content=content, headers=headers, timeout=30)
+    error = response.json()["error"]
+    assert response.status_code == 415 and error["code"] == "unsupported_media_type", response.text
+    assert "Content-Type: application/json" in error["message"] and error["type"] == "invalid_request_error"
+    typed = httpx.post(server.url + "/v1/chat/completions", content=b"[1]",
+                       headers={"Content-Type": "application/json; charset=utf-8"}, timeout=30)
+    assert typed.status_code == 400 and "must be a JSON object" in typed.text, typed.text
+
+
 @pytest.mark.parametrize("change, param", [
     ({"ottvid": {"ratio": True}}, "ottvid.ratio"),
     ({"ottvid": {"frames": True}}, "ottvid.frames"),

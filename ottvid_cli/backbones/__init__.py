@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from safetensors import SafetensorError
+
 from ..settings import DEFAULT_MODEL, ModelError, missing_weights_message, model_source
 from .base import (Backbone, Generated, VisualTokens, attention_implementation, is_local, resolve_device,
                    resolve_dtype)
@@ -38,8 +40,7 @@ def load_backbone(model_id: str, device: str = "auto", dtype: str = "auto", atte
         config = AutoConfig.from_pretrained(model_id)
     except (OSError, ValueError) as exc:
         if is_local(model_id):
-            reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-            raise ModelError(f"{name} is not a loadable checkpoint folder ({reason[:160]})") from None
+            raise ModelError(f"{name} is not a loadable checkpoint folder ({_first_sentence(exc, 160)})") from None
         raise ModelError(missing_weights_message(name)) from None
     if config.model_type == "qwen2_5_vl":
         from .qwen2_5_vl import Qwen25VL as adapter
@@ -50,6 +51,8 @@ def load_backbone(model_id: str, device: str = "auto", dtype: str = "auto", atte
     else:
         raise ModelError(f"unsupported model type {config.model_type!r} in {name} "
                          f"(supported: qwen2_5_vl, qwen3_vl, qwen3_vl_moe, llava_onevision)")
+    if is_local(model_id):
+        _check_weights(model_id, name)  # a truncated download is refused before the slow load
     head = {}
     if siglip_head is not None:
         if config.model_type != "llava_onevision":
@@ -61,12 +64,43 @@ def load_backbone(model_id: str, device: str = "auto", dtype: str = "auto", atte
     except OSError as exc:
         if not is_local(model_id):
             raise ModelError(missing_weights_message(name)) from None
-        reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise ModelError(f"cannot load {name}: {reason[:200]}") from None
+        raise ModelError(f"cannot load {name}: {_first_sentence(exc)}") from None
+    except SafetensorError as exc:  # a damaged weights file in the Hugging Face cache
+        raise ModelError(f"cannot load {name}: a weights file is damaged or incomplete ({_first_sentence(exc)}); "
+                         f"download it again") from None
+    except RuntimeError as exc:  # transformers: the checkpoint's tensor shapes differ from its config.json
+        if "ignore_mismatched_sizes" not in str(exc):
+            raise
+        raise ModelError(f"cannot load {name}: its weights do not have the shapes its config.json gives (weights "
+                         f"and config.json from different models?)") from None
     choose_cuda_backends(backbone.device)
     backbone.name = name if not is_local(name) else model_id
     backbone.load_ms = (time.perf_counter() - start) * 1e3
     return backbone
+
+
+def _first_sentence(exc: BaseException, limit: int = 200) -> str:
+    """The first sentence of an exception's first line, at most `limit` characters (its type if empty)."""
+    text = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+    return text.split(". ")[0].rstrip(".")[:limit]
+
+
+def _check_weights(folder: str, name: str) -> None:
+    """Every .safetensors file of a local checkpoint folder opens (its header read and its size checked
+    against it; no tensor is read): ModelError naming the first that does not, e.g. a truncated
+    download."""
+    import os
+
+    from safetensors import safe_open
+
+    for file in sorted(os.listdir(folder)):
+        if file.endswith(".safetensors"):
+            try:
+                with safe_open(os.path.join(folder, file), framework="pt"):
+                    pass
+            except (SafetensorError, OSError) as exc:
+                raise ModelError(f"cannot load {name}: {file} is damaged or incomplete (a truncated download?): "
+                                 f"{_first_sentence(exc)}") from None
 
 
 def _refuse_llava_next(model_id: str) -> None:

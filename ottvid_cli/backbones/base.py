@@ -233,6 +233,10 @@ def resolve_device(device: str = "auto") -> torch.device:
         raise ModelError(f"unknown device {device!r}: use auto, cpu, cuda, cuda:N or mps") from None
     if dev.type == "cuda" and not torch.cuda.is_available():
         raise ModelError("device cuda was asked for but no CUDA GPU is available (try --device cpu)")
+    if dev.type == "cuda" and dev.index is not None and dev.index >= torch.cuda.device_count():
+        count = torch.cuda.device_count()  # else "invalid device ordinal" once the weights are moved
+        raise ModelError(f"device {device} was asked for but this machine has {count} CUDA GPU"
+                         f"{'' if count == 1 else 's'} (cuda:0 to cuda:{count - 1})")
     if dev.type == "mps" and not (getattr(torch.backends, "mps", None) and torch.backends.mps.is_available()):
         raise ModelError("device mps was asked for but is not available (try --device cpu)")
     return dev
@@ -262,6 +266,21 @@ def attention_implementation(requested: str = "auto") -> str:
             raise ModelError("flash attention was asked for but the flash-attn package is not installed") from None
         return "flash_attention_2"
     raise ModelError(f"unknown attention implementation {requested!r}: use auto, sdpa, eager or flash")
+
+
+def load_processor(model_id: str, video_token_id: int) -> Any:
+    """The checkpoint's processor, loaded before its weights so that a missing or broken one is refused
+    before the slow part (OSError from transformers when its files are missing). ModelError when its
+    tokenizer does not map the processor's video token to the model's `video_token_id` (a folder
+    without tokenizer.json gets an empty tokenizer from transformers, which fails only mid-run)."""
+    from transformers import AutoProcessor
+
+    processor = AutoProcessor.from_pretrained(model_id)
+    token = getattr(processor, "video_token", None)
+    if token is not None and processor.tokenizer.convert_tokens_to_ids(token) != video_token_id:
+        raise ModelError(f"the tokenizer of {model_id} does not hold the model's video token {token} "
+                         f"(tokenizer.json missing, or from another model)")
+    return processor
 
 
 def is_local(model_id: str) -> bool:

@@ -23,7 +23,7 @@ import torch.nn.functional as F
 
 from ..timing import Stopwatch
 from .base import (KeptTokenGeneration, ModelError, VisualTokens, attention_implementation, chat_text,
-                   resolve_device, resolve_dtype)
+                   load_processor, resolve_device, resolve_dtype)
 from .saliency import mean_attention_received
 
 
@@ -93,9 +93,10 @@ class LlavaOneVision(KeptTokenGeneration):
         """siglip_head: a SigLIP vision checkpoint that has its attention-pooling head (a hub id or a
         folder, e.g. google/siglip-so400m-patch14-384, the tower LLaVA-OneVision was trained from):
         its post_layernorm and head are kept (`load_siglip_head`); None: no head, no signals."""
-        from transformers import AutoProcessor, LlavaOnevisionForConditionalGeneration
+        from transformers import AutoConfig, LlavaOnevisionForConditionalGeneration
 
         dev = resolve_device(device)
+        processor = load_processor(model_id, AutoConfig.from_pretrained(model_id).video_token_index)  # before the weights
         model = LlavaOnevisionForConditionalGeneration.from_pretrained(
             model_id, dtype=resolve_dtype(dtype, dev), attn_implementation=attention_implementation(attention)
         ).to(dev).eval()
@@ -104,7 +105,7 @@ class LlavaOneVision(KeptTokenGeneration):
         head = None
         if siglip_head is not None:
             head = cls.load_siglip_head(siglip_head, model.config.vision_config.hidden_size, dev, model.dtype)
-        return cls(model, AutoProcessor.from_pretrained(model_id), name=model_id, settings=settings,
+        return cls(model, processor, name=model_id, settings=settings,
                    siglip_head=head, siglip_head_name=siglip_head)
 
     @staticmethod

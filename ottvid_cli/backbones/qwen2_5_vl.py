@@ -18,8 +18,8 @@ import torch
 
 from ..timing import Stopwatch
 from .attention import use_packed_vision
-from .base import (KeptTokenGeneration, VisualTokens, attention_implementation, chat_text, resolve_device,
-                   resolve_dtype)
+from .base import (KeptTokenGeneration, VisualTokens, attention_implementation, chat_text, load_processor,
+                   resolve_device, resolve_dtype)
 from .positions import qwen2_5_vl_positions
 from .saliency import mean_attention_received
 
@@ -65,16 +65,16 @@ class Qwen25VL(KeptTokenGeneration):
     @classmethod
     def load(cls, model_id: str, device: str = "auto", dtype: str = "auto", attention: str = "auto",
              max_pixels: int | None = None) -> "Qwen25VL":
-        from transformers import AutoProcessor
+        from transformers import AutoConfig
 
         dev = resolve_device(device)
         torch_dtype = resolve_dtype(dtype, dev)
+        processor = load_processor(model_id, AutoConfig.from_pretrained(model_id).video_token_id)  # before the weights
         model = cls.model_class(model_id).from_pretrained(
             model_id, dtype=torch_dtype, attn_implementation=attention_implementation(attention)
         ).to(dev).eval()
         if attention == "auto":  # the vision tower's windows / frame groups in one call per block
             use_packed_vision(model)
-        processor = AutoProcessor.from_pretrained(model_id)
         return cls(model, processor, name=model_id, max_pixels=max_pixels or cls.default_max_pixels)
 
     @classmethod

@@ -7,7 +7,7 @@ import time
 
 import typer
 
-from .errors import _error, err
+from .errors import _error, _fail, err
 from .options import (
     Attention,
     CacheDir,
@@ -157,6 +157,8 @@ def chat(
     and keeps the session; /quit, Ctrl-D (end of input) or Ctrl-C twice at the prompt leaves."""
     from ..session import Chat
 
+    if sys.stdin is None:  # started with stdin closed (`<&-`): no question can come
+        _fail("chat reads its questions from standard input, which is closed")
     model, device, dtype, ratio, frames = _settle(model, device, dtype, ratio, frames, fps)
     sampling = _sampling(frames, fps, max_frames, max_pixels, decoder)
     cache_dir = _cache_path(cache_dir, cache_max_gb)

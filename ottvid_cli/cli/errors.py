@@ -27,6 +27,7 @@ class _OneLineErrors(TyperGroup):
     """Usage errors (unknown option, bad number, missing argument) as one `error:` line, exit 2."""
 
     def main(self, args=None, prog_name=None, complete_var=None, standalone_mode=True, **extra):
+        _closed_streams_to_devnull()
         try:
             code = super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
         except _NO_ARGS as exc:  # `ottvid` or `ottvid convert` alone: the help
@@ -56,6 +57,17 @@ class _OneLineErrors(TyperGroup):
         if not standalone_mode:
             return code
         sys.exit(code if isinstance(code, int) else 0)
+
+
+def _closed_streams_to_devnull() -> None:
+    """Started with stdout or stderr closed (`ottvid serve >&- 2>&-`): Python then has None there and
+    every print would be an internal error; what would go there is dropped instead, as into a pipe
+    nobody reads. (chat refuses a closed stdin itself: it has nothing to read.)"""
+    import os
+
+    for name in ("stdout", "stderr"):
+        if getattr(sys, name) is None:
+            setattr(sys, name, open(os.devnull, "w"))
 
 
 def _internal(exc: BaseException) -> str:

@@ -352,6 +352,7 @@ def _evaluate(bench, data, videos, model, method, ratio, frames, fps, max_frames
     from ..eval import check_benchmark, load_samples, missing_videos, save_config
     from ..eval.runner import FramePlan, kinds, settings
     from ..eval.store import RecordLock
+    from ..settings import model_key
 
     if bench is None:
         _fail("give a benchmark (see `ottvid eval --help`), or --rescore RUN")
@@ -378,9 +379,10 @@ def _evaluate(bench, data, videos, model, method, ratio, frames, fps, max_frames
                      rule=None if sampling_rule == "lmms" else sampling_rule)
     out_dir = out_dir or default_out(bench, model)
     config = {"benchmark": bench, "data": str(Path(data).resolve()), "videos": str(Path(videos).resolve()),
-              "model": model, "methods": list(dict.fromkeys(methods)), "ratios": sorted(set(ratios), reverse=True),
-              "frames": frames, "fps": fps, "max_frames": max_frames, "sampling": plan.describe(bench, kinds(samples)),
-              "max_pixels": max_pixels, "preset": preset, "decoder": decoder, "siglip_head": siglip_head, "limit": limit,
+              "model": model_key(model), "methods": list(dict.fromkeys(methods)),
+              "ratios": sorted(set(ratios), reverse=True), "frames": frames, "fps": fps, "max_frames": max_frames,
+              "sampling": plan.describe(bench, kinds(samples)), "max_pixels": max_pixels, "preset": preset,
+              "decoder": decoder, "siglip_head": siglip_head and model_key(siglip_head), "limit": limit,
               "skip_missing": skip_missing, "samples": len(samples)}
     if compare is not None:
         _vanilla(compare, bench)  # a bad --compare is refused now, not after the run

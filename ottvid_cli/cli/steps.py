@@ -263,6 +263,8 @@ def _cache_path(value: str | None, max_gb: float | None = None) -> str | None:
         if max_gb is not None:
             _fail("--cache-max-gb bounds the --cache-dir folder: give --cache-dir too")
         return None
+    if not value.strip():  # "" would be the current folder
+        _fail("--cache-dir is empty: give a folder, or 'default'")
     if value == "default":
         from ..cache import default_cache_dir
 

@@ -8,11 +8,14 @@ line or record at fault.
 from __future__ import annotations
 
 import json
+import math
 import os
 import string
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator
+
+from ..tasks.qa import build_prompt as qa_prompt
 
 MC = "mc"
 GROUNDING = "grounding"
@@ -194,6 +197,8 @@ def _span(path: Path, where: str, value: Any, reorder: bool = False) -> tuple[fl
         start, end = (float(v) for v in value)
     except (TypeError, ValueError):
         raise _fail(path, where, f"span {value!r} is not [start, end]") from None
+    if not (math.isfinite(start) and math.isfinite(end)):  # JSON's NaN / Infinity
+        raise _fail(path, where, f"span {value!r} is not two finite times in seconds")
     if end < start:
         if reorder:
             return end, start
@@ -522,29 +527,46 @@ def read_jsonl(path: Path) -> list[Sample]:
         seen.add(sid)
         video = _field(path, where, row, "video")
         category = None if row.get("type") is None else str(row["type"])
-        duration = _field(path, where, row, "duration", float) if row.get("duration") is not None else None
+        duration = _seconds(path, where, row, "duration") if row.get("duration") is not None else None
         if "span" in row:
             if row.get("start") is not None or row.get("end") is not None:
                 raise _fail(path, where, "'start' / 'end' (a part of the video) apply to multiple-choice rows only; "
                                          "a grounding row's span is in the whole video's seconds")
+            query = _field(path, where, row, "query")
+            if not query.strip():
+                raise _fail(path, where, "the query is empty")
             samples.append(Sample(
-                id=sid, benchmark="jsonl", kind=GROUNDING, video=video, question=_field(path, where, row, "query"),
+                id=sid, benchmark="jsonl", kind=GROUNDING, video=video, question=query,
                 target=_span(path, where, row["span"]), category=category, duration=duration, search=((video, False),),
             ))
             continue
         options = [str(o) for o in _field(path, where, row, "options", list)]
         if len(options) < 2:
             raise _fail(path, where, "a multiple-choice question needs at least two options (or give 'span')")
+        question = _field(path, where, row, "question")
+        try:  # the prompt the run will build (`ottvid ask -c`'s): refused now, not when the row's turn comes
+            qa_prompt(question, options)
+        except ValueError as exc:
+            raise _fail(path, where, str(exc)) from None
         bounded = row.get("start") is not None and row.get("end") is not None
+        start, end = (_seconds(path, where, row, "start"), _seconds(path, where, row, "end")) if bounded else (None, None)
+        if bounded and end <= start:
+            raise _fail(path, where, f"the part 'start' {start:g} s to 'end' {end:g} s is empty or reversed")
         samples.append(Sample(
-            id=sid, benchmark="jsonl", kind=MC, video=video, question=_field(path, where, row, "question"),
+            id=sid, benchmark="jsonl", kind=MC, video=video, question=question,
             options=tuple(options),
             target=_letter_of(path, where, _field(path, where, row, "answer", (str, int)), options),
-            category=category, duration=duration, search=((video, bounded),),
-            start=_field(path, where, row, "start", float) if bounded else None,
-            end=_field(path, where, row, "end", float) if bounded else None,
+            category=category, duration=duration, search=((video, bounded),), start=start, end=end,
         ))
     return samples
+
+
+def _seconds(path: Path, where: str, row: Any, key: str) -> float:
+    """A field holding a time in seconds: a finite number >= 0."""
+    value = _field(path, where, row, key, float)
+    if not (math.isfinite(value) and value >= 0):
+        raise _fail(path, where, f"field {key!r} must be a finite number of seconds >= 0, got {row[key]!r}")
+    return value
 
 
 READERS: dict[str, Callable[[Path], list[Sample]]] = {

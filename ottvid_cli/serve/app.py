@@ -347,8 +347,17 @@ def _add_error_handlers(app: FastAPI) -> None:
         return JSONResponse(ApiError(499, "client closed the request", code="client_closed").body(), status_code=499)
 
     @app.exception_handler(RequestValidationError)
-    async def invalid(_request: Request, exc: RequestValidationError) -> JSONResponse:
-        return await api_error(_request, _validation_error(exc))
+    async def invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
+        first = (exc.errors() or [{}])[0]
+        unread = tuple(first.get("loc", ())) == ("body",) and first.get("type") == "model_attributes_type"
+        if unread and not _json_type(request.headers.get("content-type", "")):
+            # FastAPI reads the body as JSON only when it says it is: a JSON body sent as text/plain or
+            # as a form would otherwise be told it "must be a JSON object"
+            sent = request.headers.get("content-type") or "no Content-Type"
+            return await api_error(request, ApiError(415, f"send the body as JSON with Content-Type: "
+                                                          f"application/json (got {sent})",
+                                                     code="unsupported_media_type"))
+        return await api_error(request, _validation_error(exc))
 
     @app.exception_handler(StarletteHTTPException)
     async def http_error(_request: Request, exc: StarletteHTTPException) -> JSONResponse:
@@ -364,6 +373,12 @@ def _add_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(Exception)
     async def crashed(_request: Request, exc: Exception) -> JSONResponse:  # our bug: Starlette then logs it
         return JSONResponse(ApiError(500, INTERNAL_MESSAGE, code="internal_error").body(), status_code=500)
+
+
+def _json_type(content_type: str) -> bool:
+    """application/json or another JSON type (application/*+json), parameters (charset) aside."""
+    kind = content_type.split(";", 1)[0].strip().lower()
+    return kind == "application/json" or (kind.startswith("application/") and kind.endswith("+json"))
 
 
 def _validation_error(exc: RequestValidationError) -> ApiError:

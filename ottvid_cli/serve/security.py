@@ -33,8 +33,8 @@ class ApiError(Exception):
     """An error answered as OpenAI's `{"error": {"message", "type", "param", "code"}}`."""
 
     TYPES = {400: "invalid_request_error", 401: "authentication_error", 403: "permission_error",
-             404: "not_found_error", 413: "invalid_request_error", 422: "invalid_request_error",
-             503: "overloaded_error", 504: "timeout_error"}
+             404: "not_found_error", 413: "invalid_request_error", 415: "invalid_request_error",
+             422: "invalid_request_error", 503: "overloaded_error", 504: "timeout_error"}
 
     def __init__(self, status: int, message: str, code: str | None = None, param: str | None = None,
                  headers: dict[str, str] | None = None, type: str | None = None):
