@@ -191,6 +191,21 @@ def test_config_resume_rules(tmp_path):
         save_config(tmp_path, dict(CONFIG, model="other"))
 
 
+def test_a_run_that_recorded_a_relative_model_folder_resumes_from_there(tmp_path, monkeypatch):
+    """Runs written before model folders were recorded resolved hold the name as typed (./m): resumed from
+    the folder they were started in, they are the same model, and the record becomes the absolute path."""
+    (tmp_path / "m").mkdir()
+    monkeypatch.chdir(tmp_path)
+    out = tmp_path / "run"
+    out.mkdir()
+    (out / "config.json").write_text(json.dumps(dict(CONFIG, model="./m")))
+    merged = save_config(out, dict(CONFIG, model=str((tmp_path / "m").resolve())))
+    assert merged["model"] == str((tmp_path / "m").resolve())
+    with pytest.raises(EvalError, match="model="):  # another folder is still another model
+        (tmp_path / "n").mkdir()
+        save_config(out, dict(CONFIG, model=str((tmp_path / "n").resolve())))
+
+
 def test_retry_errors_runs_failed_samples_again(tmp_path, samples):
     with SampleStore(tmp_path) as store:
         store.add(make_record(samples[0], "none", 1.0, error="video not found"))

@@ -605,7 +605,7 @@ def save_config(out_dir: Path | str, config: dict) -> dict:
 def _save_config(path: Path, config: dict) -> dict:
     config = json.loads(json.dumps(config))  # normalise tuples, paths
     if path.exists():
-        old = _read_config(path)
+        old = _absolute_folders(_read_config(path), config)
         for key in PER_KIND:
             mine, theirs = config.get(key), old.get(key)
             if isinstance(mine, dict) and isinstance(theirs, dict):
@@ -629,6 +629,19 @@ def _save_config(path: Path, config: dict) -> dict:
     except OSError as exc:
         raise EvalError(f"{path}: cannot write: {one_line(exc)}") from None
     return config
+
+
+def _absolute_folders(old: dict, config: dict) -> dict:
+    """`old` with a model or SigLIP folder recorded by its relative name (runs written before folders
+    were recorded resolved) taken as the absolute path `config` records, when it names that folder
+    from here: resuming such a run from where it was started is not "another model"."""
+    old = dict(old)
+    for key in ("model", "siglip_head"):
+        before, now = old.get(key), config.get(key)
+        if (isinstance(before, str) and isinstance(now, str) and before != now and os.path.isabs(now)
+                and not os.path.isabs(before) and os.path.isdir(before) and Path(before).resolve() == Path(now)):
+            old[key] = now
+    return old
 
 
 def _read_config(path: Path) -> dict:
