@@ -129,7 +129,8 @@ def _checked_path(path: str | os.PathLike) -> str:
 
 
 def _unreadable(path: str) -> VideoError:
-    return VideoError(f"cannot read video {path}: not a video file, or a format FFmpeg cannot decode")
+    return VideoError(f"cannot read video {path}: not a video file, a damaged or incomplete one, "
+                      "or a format FFmpeg cannot decode")
 
 
 def pyav_file_errors() -> tuple[type[BaseException], ...]:
