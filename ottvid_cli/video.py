@@ -720,12 +720,19 @@ def frame_files(folder: str | os.PathLike) -> list[str]:
 
 
 def _read_image(path: str) -> np.ndarray:
-    """(H, W, 3) uint8 RGB of one frame image, turned as its EXIF orientation says (as a viewer shows it)."""
+    """(H, W, 3) uint8 RGB of one frame image, turned as its EXIF orientation says (as a viewer shows it).
+
+    16-bit grey images (PNG depth or thermal frames; Pillow's modes "I;16..." and "I") keep their
+    high byte, as FFmpeg turns gray16 video into RGB: Pillow's own convert("RGB") clips them at 255,
+    which makes nearly every pixel white."""
     from PIL import Image, ImageOps, UnidentifiedImageError
 
     try:
         with Image.open(path) as image:
             image = ImageOps.exif_transpose(image)
+            if image.mode == "I" or image.mode.startswith("I;16"):
+                grey = (np.clip(np.asarray(image, dtype=np.int64), 0, 65535) >> 8).astype(np.uint8)
+                return np.repeat(grey[:, :, None], 3, axis=2)
             return np.asarray(image.convert("RGB"))
     except (UnidentifiedImageError, OSError, ValueError, SyntaxError, Image.DecompressionBombError) as exc:
         # what Pillow raises for a bad or oversized file (SyntaxError: a broken PNG, ValueError: a bad tile);

@@ -514,6 +514,23 @@ def test_a_frame_image_is_turned_by_its_exif_orientation(tmp_path):
     assert sample_frames(folder, 2).frames.shape == (2, 40, 20, 3)
 
 
+def test_16_bit_grey_frame_images_keep_their_levels(tmp_path):
+    """16-bit grey PNGs (depth, thermal frames): each level's high byte, as FFmpeg gives gray16 video;
+    Pillow's convert("RGB") clipped them at 255, all white."""
+    from PIL import Image
+
+    folder = tmp_path / "depth"
+    folder.mkdir()
+    levels = [0x3000, 0x6000, 0x9000, 0xC0FF]
+    for i, level in enumerate(levels):
+        Image.fromarray(np.full((12, 16), level, np.uint16)).save(folder / f"{i}.png")
+    assert Image.open(folder / "0.png").mode.startswith("I")
+    clip = sample_frames(folder, 4)
+    assert clip.frames.dtype == np.uint8 and clip.frames.shape == (4, 12, 16, 3)
+    assert [int(np.unique(f)[0]) for f in clip.frames] == [0x30, 0x60, 0x90, 0xC0]
+    assert all(len(np.unique(f)) == 1 for f in clip.frames)
+
+
 def test_frame_folder_errors_are_one_line(tmp_path):
     from PIL import Image
 
