@@ -219,6 +219,8 @@ def _pyav_stream(path: str):
                 if container.streams.video:  # only attached pictures: an audio file's cover art
                     kind += ", with a cover picture"
                 raise VideoError(f"video has no frames: {path} ({kind})")
+            if stream.codec_context is None:  # PyAV opens no decoder: FFmpeg has none for this codec
+                raise VideoError(f"cannot decode video {path}: FFmpeg has no decoder for its video codec")
             stream.thread_type = "AUTO"
             yield container, stream
         finally:

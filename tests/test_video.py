@@ -12,7 +12,7 @@ from pathlib import Path
 import av
 import numpy as np
 import pytest
-from video_files import (frame_number, patch_mkv_duration, strip_avi_index, write_audio_only,
+from video_files import (frame_number, patch_mkv_duration, strip_avi_index, unknown_mkv_codec, write_audio_only,
                          write_numbered, write_packed_avi, write_size_change, write_with_still)
 
 from ottvid_cli import video as video_mod
@@ -647,6 +647,16 @@ def test_check_video_refuses_a_file_whose_frames_do_not_decode(tmp_path):
         with pytest.raises(VideoError, match="no frames: .*nothing decodes"):
             check_video(cut, decoder=decoder)
     check_video(tmp_path / "web.mp4")
+
+
+def test_a_codec_ffmpeg_cannot_decode_is_one_line_not_an_internal_error(made, tmp_path):
+    """A video stream FFmpeg has no decoder for (PyAV gives it no codec context) used to raise an
+    AttributeError when sampled (the CLI's "internal error", after loading the model)."""
+    path = unknown_mkv_codec(made["mkv"], tmp_path / "unknown.mkv")
+    for decoder in ("auto", "pyav"):
+        for call in (check_video, sample_frames, sample_fps):
+            with pytest.raises(VideoError, match=r"^cannot decode video .*: FFmpeg has no decoder for its video codec$"):
+                call(path, decoder=decoder)
 
 
 def test_a_pipe_or_device_is_not_called_empty(tmp_path):

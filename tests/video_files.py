@@ -162,6 +162,15 @@ def patch_mkv_duration(src: Path, dst: Path, factor: float | None) -> Path:
     return dst
 
 
+def unknown_mkv_codec(src: Path, dst: Path) -> Path:
+    """Copy a Matroska file of MPEG-4 Part 2 with its codec ID made one no decoder knows
+    (V_MPEG4/ISO/ASP -> V_MPEG4/ISO/ZZZ), as a file of a codec FFmpeg cannot decode reads."""
+    data = src.read_bytes()
+    assert data.count(b"V_MPEG4/ISO/ASP") == 1
+    dst.write_bytes(data.replace(b"V_MPEG4/ISO/ASP", b"V_MPEG4/ISO/ZZZ"))
+    return dst
+
+
 def _vop_type(data: bytes) -> int:
     """The coding type of the first VOP in an MPEG-4 Part 2 packet: 0 I, 1 P, 2 B, 3 S."""
     at = data.index(b"\0\0\1\xb6")
