@@ -509,16 +509,22 @@ def _decoded(container, stream, skipped: list[int] | None = None) -> Iterator[An
 def _seek_decode(path: str, packets: _Packets, wanted_pts: list[int]) -> dict[int, np.ndarray] | None:
     """Decode the frames whose pts are `wanted_pts`, seeking to the key frame before each distant one.
 
-    Returns None when a frame cannot be reached that way: the caller then decodes every frame in order.
+    Returns None when a frame cannot be reached that way, or FFmpeg fails seeking or decoding (a
+    damaged file: e.g. a broken codec header makes every packet fail with EINVAL, which is not one of
+    the damaged-packet errors `_decoded` skips): the caller then decodes every frame in order, which
+    keeps what decodes or says in one line why nothing does.
     """
     got: dict[int, np.ndarray] = {}
     with _pyav_stream(path) as (container, stream):
         seeker = _Seeker(container, stream, packets.keys)
-        for target in sorted(set(wanted_pts)):
-            image = seeker.frame_at(target)
-            if image is None:
-                return None
-            got[target] = image
+        try:
+            for target in sorted(set(wanted_pts)):
+                image = seeker.frame_at(target)
+                if image is None:
+                    return None
+                got[target] = image
+        except pyav_file_errors():
+            return None
     return got
 
 

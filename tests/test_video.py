@@ -12,7 +12,7 @@ from pathlib import Path
 import av
 import numpy as np
 import pytest
-from video_files import (frame_number, patch_mkv_duration, strip_avi_index, unknown_mkv_codec, write_audio_only,
+from video_files import (break_mp4_codec_header, frame_number, patch_mkv_duration, strip_avi_index, unknown_mkv_codec, write_audio_only,
                          write_numbered, write_packed_avi, write_size_change, write_with_still)
 
 from ottvid_cli import video as video_mod
@@ -656,6 +656,16 @@ def test_a_codec_ffmpeg_cannot_decode_is_one_line_not_an_internal_error(made, tm
     for decoder in ("auto", "pyav"):
         for call in (check_video, sample_frames, sample_fps):
             with pytest.raises(VideoError, match=r"^cannot decode video .*: FFmpeg has no decoder for its video codec$"):
+                call(path, decoder=decoder)
+
+
+def test_a_broken_codec_header_is_one_line_on_every_path(tmp_path):
+    """A broken VOL header: FFmpeg refuses every packet with EINVAL, which is none of the damaged-packet
+    errors; the seeking path let that av.error.ArgumentError out of sample_frames."""
+    path = break_mp4_codec_header(write_numbered(tmp_path / "v.mp4", 30, faststart=True), tmp_path / "bad.mp4")
+    for decoder in ("auto", "pyav"):
+        for call in (check_video, sample_frames, sample_fps):
+            with pytest.raises(VideoError, match=r"^cannot (read video|decode frames of) "):
                 call(path, decoder=decoder)
 
 

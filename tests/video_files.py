@@ -171,6 +171,16 @@ def unknown_mkv_codec(src: Path, dst: Path) -> Path:
     return dst
 
 
+def break_mp4_codec_header(src: Path, dst: Path) -> Path:
+    """Copy an MP4 of MPEG-4 Part 2 with the first bytes of its VOL header (in the esds box) overwritten
+    with 0xFF: FFmpeg then refuses every packet with EINVAL (av.error.ArgumentError)."""
+    data = bytearray(src.read_bytes())
+    vol = data.index(b"\0\0\1\x20", data.index(b"esds"))
+    data[vol + 4:vol + 12] = b"\xff" * 8
+    dst.write_bytes(bytes(data))
+    return dst
+
+
 def _vop_type(data: bytes) -> int:
     """The coding type of the first VOP in an MPEG-4 Part 2 packet: 0 I, 1 P, 2 B, 3 S."""
     at = data.index(b"\0\0\1\xb6")
