@@ -189,7 +189,7 @@ ATTACHED_PIC = 0x0400  # AV_DISPOSITION_ATTACHED_PIC: a still picture (cover art
 
 def _video_stream(container):
     """The video stream to read, None when there is none: the one FFmpeg's `av_find_best_stream`
-    picks (as decord and the ffmpeg command line do), among the streams that are not an attached
+    picks (decord reads the same one), among the streams that are not an attached
     picture. Cover art is a one-frame video stream to FFmpeg (in an M4A or MP3, the only one); the
     first video stream is not always the video."""
     moving = [s for s in container.streams.video if not int(s.disposition) & ATTACHED_PIC]
@@ -470,7 +470,7 @@ def _rgb(frame, size: tuple[int, int] | None = None) -> np.ndarray:
 
     `size` (width, height): the stream's size when opened (`_stream_size`); a frame of another size (a
     stream whose resolution changes part way: joined recordings, adaptive-bitrate captures) is scaled
-    to it, as decord and the ffmpeg command line do, so that every frame of a video has one size."""
+    to it, as decord does, so that every frame of a video has one size."""
     if size is not None and (frame.width, frame.height) != size:
         image = frame.to_ndarray(format="rgb24", width=size[0], height=size[1])
     else:

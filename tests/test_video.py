@@ -615,7 +615,7 @@ def test_damaged_packets_in_the_middle_are_skipped_not_fatal(tmp_path, decoder):
 @pytest.mark.parametrize("decoder", DECODERS)
 def test_a_stream_whose_size_changes_is_scaled_to_its_first_size(tmp_path, decoder):
     """Two MPEG-TS recordings joined byte by byte, 64x48 then 128x96 (adaptive-bitrate captures):
-    every frame comes at the size the stream starts with, as decord and ffmpeg give it, and shows
+    every frame comes at the size the stream starts with, as decord gives it, and shows
     its own number (PyAV used to fail stacking frames of two sizes)."""
     path = write_size_change(tmp_path / "joined.ts", 40)
     clip = sample_frames(path, 8, decoder=decoder)
