@@ -105,18 +105,32 @@ def resolve_decoder(decoder: str = "auto") -> str:
 
 
 def _checked_path(path: str | os.PathLike) -> str:
+    """The path of a regular, non-empty file this process may read; a one-line VideoError otherwise.
+
+    A pipe or device (`<(curl ...)`, /dev/stdin) is refused by name: the file is read several times
+    (the header, the index, the frames), which a pipe cannot give, and its size of 0 is not "empty".
+    A file that cannot be opened (no permission, ...) is refused with the system's reason, not as a
+    file FFmpeg cannot read."""
     path = os.fspath(path)
     if not os.path.exists(path):
         raise VideoError(f"video not found: {path}")
     if os.path.isdir(path):
         raise VideoError(f"expected a video file, got a folder: {path}")
+    if not os.path.isfile(path):
+        raise VideoError(f"not a regular file (a pipe or device): {path}; save the video to a file first")
     if os.path.getsize(path) == 0:
         raise VideoError(f"video file is empty (0 bytes): {path}")
+    try:
+        with open(path, "rb"):
+            pass
+    except OSError as exc:
+        raise VideoError(f"cannot open video {path}: {(exc.strerror or str(exc)).lower()}") from None
     return path
 
 
 def _unreadable(path: str) -> VideoError:
-    return VideoError(f"cannot read video {path}: not a video file, or a format FFmpeg cannot decode")
+    return VideoError(f"cannot read video {path}: not a video file, a damaged or incomplete one, "
+                      "or a format FFmpeg cannot decode")
 
 
 def pyav_file_errors() -> tuple[type[BaseException], ...]:
@@ -170,9 +184,24 @@ def _native_stderr_silenced() -> Iterator[None]:
         os.close(devnull)
 
 
+ATTACHED_PIC = 0x0400  # AV_DISPOSITION_ATTACHED_PIC: a still picture (cover art) stored as a video stream
+
+
+def _video_stream(container):
+    """The video stream to read, None when there is none: the one FFmpeg's `av_find_best_stream`
+    picks (decord reads the same one), among the streams that are not an attached
+    picture. Cover art is a one-frame video stream to FFmpeg (in an M4A or MP3, the only one); the
+    first video stream is not always the video."""
+    moving = [s for s in container.streams.video if not int(s.disposition) & ATTACHED_PIC]
+    if not moving:
+        return None
+    best = container.streams.best("video")
+    return best if best in moving else moving[0]
+
+
 @contextmanager
 def _pyav_stream(path: str):
-    """(container, first video stream) opened with PyAV, closed afterwards; one-line VideoErrors.
+    """(container, its video stream: `_video_stream`) opened with PyAV, closed afterwards; one-line VideoErrors.
 
     FFmpeg's own log lines (warnings about damaged or oddly seeked streams) are kept off stderr meanwhile.
     """
@@ -184,10 +213,14 @@ def _pyav_stream(path: str):
         except pyav_file_errors():  # av.error.* (InvalidDataError, ...), OSError: what the file causes
             raise _unreadable(path) from None
         try:
-            if not container.streams.video:
+            stream = _video_stream(container)
+            if stream is None:
                 kind = "audio only" if container.streams.audio else "no video stream"
+                if container.streams.video:  # only attached pictures: an audio file's cover art
+                    kind += ", with a cover picture"
                 raise VideoError(f"video has no frames: {path} ({kind})")
-            stream = container.streams.video[0]
+            if stream.codec_context is None:  # PyAV opens no decoder: FFmpeg has none for this codec
+                raise VideoError(f"cannot decode video {path}: FFmpeg has no decoder for its video codec")
             stream.thread_type = "AUTO"
             yield container, stream
         finally:
@@ -432,11 +465,24 @@ def _plan_rate(fps: float, max_frames: int | None, rule: str = "centre") -> Plan
 # --------------------------------------------------------------------------- decoding with PyAV
 
 
-def _rgb(frame) -> np.ndarray:
-    """RGB pixels turned the way the container says to show them (its display rotation, as decord does)."""
-    image = frame.to_ndarray(format="rgb24")
+def _rgb(frame, size: tuple[int, int] | None = None) -> np.ndarray:
+    """RGB pixels turned the way the container says to show them (its display rotation, as decord does).
+
+    `size` (width, height): the stream's size when opened (`_stream_size`); a frame of another size (a
+    stream whose resolution changes part way: joined recordings, adaptive-bitrate captures) is scaled
+    to it, as decord does, so that every frame of a video has one size."""
+    if size is not None and (frame.width, frame.height) != size:
+        image = frame.to_ndarray(format="rgb24", width=size[0], height=size[1])
+    else:
+        image = frame.to_ndarray(format="rgb24")
     turns = int(round(getattr(frame, "rotation", 0) or 0) / 90) % 4  # counter-clockwise quarter turns
     return np.ascontiguousarray(np.rot90(image, turns)) if turns else image
+
+
+def _stream_size(stream) -> tuple[int, int] | None:
+    """(width, height) of the video stream as opened (its header, or its first frames), None if unknown."""
+    width, height = stream.codec_context.width, stream.codec_context.height
+    return (width, height) if width and height else None
 
 
 def _frame_pts(frame):
@@ -463,16 +509,22 @@ def _decoded(container, stream, skipped: list[int] | None = None) -> Iterator[An
 def _seek_decode(path: str, packets: _Packets, wanted_pts: list[int]) -> dict[int, np.ndarray] | None:
     """Decode the frames whose pts are `wanted_pts`, seeking to the key frame before each distant one.
 
-    Returns None when a frame cannot be reached that way: the caller then decodes every frame in order.
+    Returns None when a frame cannot be reached that way, or FFmpeg fails seeking or decoding (a
+    damaged file: e.g. a broken codec header makes every packet fail with EINVAL, which is not one of
+    the damaged-packet errors `_decoded` skips): the caller then decodes every frame in order, which
+    keeps what decodes or says in one line why nothing does.
     """
     got: dict[int, np.ndarray] = {}
     with _pyav_stream(path) as (container, stream):
         seeker = _Seeker(container, stream, packets.keys)
-        for target in sorted(set(wanted_pts)):
-            image = seeker.frame_at(target)
-            if image is None:
-                return None
-            got[target] = image
+        try:
+            for target in sorted(set(wanted_pts)):
+                image = seeker.frame_at(target)
+                if image is None:
+                    return None
+                got[target] = image
+        except pyav_file_errors():
+            return None
     return got
 
 
@@ -487,6 +539,7 @@ class _Seeker:
 
     def __init__(self, container, stream, keys: np.ndarray):
         self.container, self.stream, self.keys = container, stream, keys
+        self.size = _stream_size(stream)
         self.frames = None  # the decoding generator, None before the first seek
         self.skipped = [0]  # damaged packets met (pictures may then come out of order)
         self.last = None  # pts of the last frame decoded
@@ -529,7 +582,7 @@ class _Seeker:
                         break
                 self.last = pts
                 if pts == target:
-                    return _rgb(frame)
+                    return _rgb(frame, self.size)
                 if pts > target:  # the frame is not where the index puts it
                     return None
             else:  # the stream ended
@@ -567,6 +620,7 @@ def _decode_all(path: str, keep: set[int], skipped: list[int] | None = None
         tb = float(header.time_base)
         gap = 1.0 / header.average_fps if header.average_fps > 0 else 1.0 / 30
         origin = header.start_pts
+        size = _stream_size(stream)
         try:
             i = -1
             for frame in _decoded(container, stream, skipped):
@@ -586,7 +640,7 @@ def _decode_all(path: str, keep: set[int], skipped: list[int] | None = None
                 duration = getattr(frame, "duration", None)
                 end = t + duration * tb if duration else None
                 if i in keep:
-                    kept[i] = _rgb(frame)
+                    kept[i] = _rgb(frame, size)
         except pyav_file_errors() as exc:
             if not times:
                 raise VideoError(f"cannot decode frames of {path}: {_reason(exc)}") from None
@@ -674,12 +728,19 @@ def frame_files(folder: str | os.PathLike) -> list[str]:
 
 
 def _read_image(path: str) -> np.ndarray:
-    """(H, W, 3) uint8 RGB of one frame image, turned as its EXIF orientation says (as a viewer shows it)."""
+    """(H, W, 3) uint8 RGB of one frame image, turned as its EXIF orientation says (as a viewer shows it).
+
+    16-bit grey images (PNG depth or thermal frames; Pillow's modes "I;16..." and "I") keep their
+    high byte, as FFmpeg turns gray16 video into RGB: Pillow's own convert("RGB") clips them at 255,
+    which makes nearly every pixel white."""
     from PIL import Image, ImageOps, UnidentifiedImageError
 
     try:
         with Image.open(path) as image:
             image = ImageOps.exif_transpose(image)
+            if image.mode == "I" or image.mode.startswith("I;16"):
+                grey = (np.clip(np.asarray(image, dtype=np.int64), 0, 65535) >> 8).astype(np.uint8)
+                return np.repeat(grey[:, :, None], 3, axis=2)
             return np.asarray(image.convert("RGB"))
     except (UnidentifiedImageError, OSError, ValueError, SyntaxError, Image.DecompressionBombError) as exc:
         # what Pillow raises for a bad or oversized file (SyntaxError: a broken PNG, ValueError: a bad tile);
@@ -833,11 +894,14 @@ def _sample(path: str | os.PathLike, plan: Plan, decoder: str, start: float | No
 
 
 def check_video(path: str | os.PathLike, decoder: str = "auto") -> None:
-    """Raise VideoError if the file is missing, unreadable or has no video frames (cheap: decodes nothing).
+    """Raise VideoError if the file is missing, unreadable or has no video frame that decodes (cheap:
+    the first frame is decoded).
 
-    PyAV reads the header and the first video packet; decoder "decord" also has decord open the file
-    ("auto" does not need to: PyAV takes over where decord cannot open a file). A folder must hold
-    frame images, the first of which must read.
+    PyAV reads the header and decodes up to the first frame (damaged packets skipped, as decoding
+    does): a file whose frames cannot be decoded (cut off after its header, a broken codec header, a
+    codec FFmpeg opens but cannot decode) is refused here, before a model is loaded, not after.
+    Decoder "decord" also has decord open the file ("auto" does not need to: PyAV takes over where
+    decord cannot open a file). A folder must hold frame images, the first of which must read.
     """
     if os.path.isdir(path):
         if decoder not in DECODERS:
@@ -846,13 +910,16 @@ def check_video(path: str | os.PathLike, decoder: str = "auto") -> None:
         return
     resolve_decoder(decoder)
     path = _checked_path(path)
+    skipped = [0]
     with _pyav_stream(path) as (container, stream):
+        stream.thread_type = "SLICE"  # one frame is wanted: frame threads would each decode one first
         try:
-            has_packet = any(packet.size for packet in container.demux(stream))
+            decodes = next(_decoded(container, stream, skipped), None) is not None
         except pyav_file_errors():
             raise _unreadable(path) from None
-    if not has_packet:
-        raise VideoError(f"video has no frames: {path}")
+    if not decodes:
+        why = f"{skipped[0]} damaged packets, nothing decodes" if skipped[0] else "nothing decodes"
+        raise VideoError(f"video has no frames: {path} ({why})")
     if decoder == "decord":
         _open_decord(path)
 

@@ -2,6 +2,7 @@
 
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 
@@ -208,6 +209,19 @@ def test_frame_sizes_with_our_default_and_with_lmms_evals_pixel_range(real_range
         assert real_range.frame_size(height, width, 32) == lmms
     finally:
         real_range.max_pixels, real_range.min_pixels = saved
+
+
+def test_a_very_narrow_frame_keeps_a_side_of_one_patch(backbone):
+    """16 x 3000 (an odd but legal video, aspect 187 < qwen-vl-utils' 200): where smart_resize shrinks
+    the frame (the tiny checkpoint's small pixel range here; a real one with --max-pixels under
+    200 x 28 x 28), qwen-vl-utils floors the 16-pixel side to 0 and the resize failed; it stays one
+    28-pixel patch wide, as transformers' smart_resize keeps it, and the frames go through."""
+    height, width = backbone.frame_size(3000, 16, 8)
+    assert width == 28 and height % 28 == 0
+    assert backbone.frame_size(16, 3000, 8) == (width, height)
+    frames = np.zeros((8, 3000, 16, 3), np.uint8)
+    inputs = backbone.preprocess(frames, [i / 8 for i in range(8)], 1.0, "What happens?")
+    assert inputs["video_grid_thw"].tolist() == [[4, height // 14, 2]]
 
 
 def test_the_pixel_range_is_a_sampling_setting_and_is_put_back(real_range):

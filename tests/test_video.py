@@ -1,16 +1,19 @@
 """Decoding and sampling: real clips with both backends, and made files whose frames say their number."""
 
 import hashlib
+import os
 import re
 import shutil
+import subprocess
+import sys
 from fractions import Fraction
 from pathlib import Path
 
 import av
 import numpy as np
 import pytest
-from video_files import (frame_number, patch_mkv_duration, strip_avi_index, write_audio_only,
-                         write_numbered, write_packed_avi)
+from video_files import (break_mp4_codec_header, frame_number, patch_mkv_duration, strip_avi_index, unknown_mkv_codec, write_audio_only,
+                         write_numbered, write_packed_avi, write_size_change, write_with_still)
 
 from ottvid_cli import video as video_mod
 from ottvid_cli.video import (Header, VideoError, check_video, judge_index, read_timeline, sample_fps,
@@ -376,7 +379,7 @@ def test_pyav_seeking_reaches_every_frame_of_a_b_frame_file(made):
 def test_sequential_decoding_keeps_only_the_sample(made, monkeypatch):
     converted = []
     real = video_mod._rgb
-    monkeypatch.setattr(video_mod, "_rgb", lambda frame: converted.append(1) or real(frame))
+    monkeypatch.setattr(video_mod, "_rgb", lambda frame, *size: converted.append(1) or real(frame, *size))
     video = sample_frames(made["wrong"], 8, decoder="pyav")
     assert video.timeline.source == "decoded frames" and len(converted) == 8  # of 60 frames, in one pass
 
@@ -511,6 +514,23 @@ def test_a_frame_image_is_turned_by_its_exif_orientation(tmp_path):
     assert sample_frames(folder, 2).frames.shape == (2, 40, 20, 3)
 
 
+def test_16_bit_grey_frame_images_keep_their_levels(tmp_path):
+    """16-bit grey PNGs (depth, thermal frames): each level's high byte, as FFmpeg gives gray16 video;
+    Pillow's convert("RGB") clipped them at 255, all white."""
+    from PIL import Image
+
+    folder = tmp_path / "depth"
+    folder.mkdir()
+    levels = [0x3000, 0x6000, 0x9000, 0xC0FF]
+    for i, level in enumerate(levels):
+        Image.fromarray(np.full((12, 16), level, np.uint16)).save(folder / f"{i}.png")
+    assert Image.open(folder / "0.png").mode.startswith("I")
+    clip = sample_frames(folder, 4)
+    assert clip.frames.dtype == np.uint8 and clip.frames.shape == (4, 12, 16, 3)
+    assert [int(np.unique(f)[0]) for f in clip.frames] == [0x30, 0x60, 0x90, 0xC0]
+    assert all(len(np.unique(f)) == 1 for f in clip.frames)
+
+
 def test_frame_folder_errors_are_one_line(tmp_path):
     from PIL import Image
 
@@ -587,6 +607,94 @@ def test_damaged_packets_in_the_middle_are_skipped_not_fatal(tmp_path, decoder):
     clean = dict(decoded_frames(DATA / "bikes.mp4"))
     last = clip.timestamps[-1]
     assert np.array_equal(clip.frames[-1], clean[min(clean, key=lambda t: abs(t - last))])
+
+
+# --------------------------------------------------------------------------- odd files from outside
+
+
+@pytest.mark.parametrize("decoder", DECODERS)
+def test_a_stream_whose_size_changes_is_scaled_to_its_first_size(tmp_path, decoder):
+    """Two MPEG-TS recordings joined byte by byte, 64x48 then 128x96 (adaptive-bitrate captures):
+    every frame comes at the size the stream starts with, as decord gives it, and shows
+    its own number (PyAV used to fail stacking frames of two sizes)."""
+    path = write_size_change(tmp_path / "joined.ts", 40)
+    clip = sample_frames(path, 8, decoder=decoder)
+    assert clip.frames.shape == (8, 48, 64, 3)
+    assert [frame_number(f) for f in clip.frames] == clip.indices and clip.indices[-1] >= 20
+    assert sample_fps(path, 4.0, decoder="pyav", start=0.5).frames.shape[1:] == (48, 64, 3)
+
+
+@pytest.mark.parametrize("decoder", DECODERS)
+def test_cover_art_is_not_the_video(tmp_path, decoder):
+    """A still picture stored as a video stream is not the video: a song with its album cover has no
+    frames, and where a one-frame stream comes first the video is the stream FFmpeg picks (as decord
+    does). Both used to give the picture twice."""
+    song = write_with_still(tmp_path / "song.m4a", 0, cover=True)
+    for call in (check_video, sample_frames):
+        with pytest.raises(VideoError, match=r"no frames: .*\(audio only, with a cover picture\)$"):
+            call(song, decoder=decoder)
+    clip = sample_frames(write_with_still(tmp_path / "still_first.mkv", 30, cover=False), 8, decoder=decoder)
+    assert [frame_number(f) for f in clip.frames] == clip.indices and clip.total_frames == 30
+
+
+def test_check_video_refuses_a_file_whose_frames_do_not_decode(tmp_path):
+    """An MP4 cut off right after its index (the data never came): check_video, which the CLI runs
+    before loading the model, now refuses it; it used to pass it, and the model loaded first."""
+    data = write_numbered(tmp_path / "web.mp4", 20, faststart=True).read_bytes()
+    cut = tmp_path / "cut.mp4"
+    cut.write_bytes(data[:data.index(b"mdat") + 8])  # 4 bytes of the first frame
+    for decoder in ("auto", "pyav"):
+        with pytest.raises(VideoError, match="no frames: .*nothing decodes"):
+            check_video(cut, decoder=decoder)
+    check_video(tmp_path / "web.mp4")
+
+
+def test_a_codec_ffmpeg_cannot_decode_is_one_line_not_an_internal_error(made, tmp_path):
+    """A video stream FFmpeg has no decoder for (PyAV gives it no codec context) used to raise an
+    AttributeError when sampled (the CLI's "internal error", after loading the model)."""
+    path = unknown_mkv_codec(made["mkv"], tmp_path / "unknown.mkv")
+    for decoder in ("auto", "pyav"):
+        for call in (check_video, sample_frames, sample_fps):
+            with pytest.raises(VideoError, match=r"^cannot decode video .*: FFmpeg has no decoder for its video codec$"):
+                call(path, decoder=decoder)
+
+
+def test_a_broken_codec_header_is_one_line_on_every_path(tmp_path):
+    """A broken VOL header: FFmpeg refuses every packet with EINVAL, which is none of the damaged-packet
+    errors; the seeking path let that av.error.ArgumentError out of sample_frames."""
+    path = break_mp4_codec_header(write_numbered(tmp_path / "v.mp4", 30, faststart=True), tmp_path / "bad.mp4")
+    for decoder in ("auto", "pyav"):
+        for call in (check_video, sample_frames, sample_fps):
+            with pytest.raises(VideoError, match=r"^cannot (read video|decode frames of) "):
+                call(path, decoder=decoder)
+
+
+def test_a_pipe_or_device_is_not_called_empty(tmp_path):
+    fifo = tmp_path / "stream.mp4"
+    os.mkfifo(fifo)
+    for path in (fifo, "/dev/zero"):
+        for call in (check_video, sample_frames):
+            with pytest.raises(VideoError, match=r"^not a regular file \(a pipe or device\)"):
+                call(path)
+
+
+def test_a_file_without_read_permission_is_not_called_unreadable_video(tmp_path):
+    """The file is fine, the user may not read it: say so, not "not a video file". Root reads any
+    file, so as root the check runs without the capabilities that allow it (setpriv)."""
+    path = tmp_path / "locked.mp4"
+    shutil.copy(DATA / "realshort.mp4", path)
+    path.chmod(0)
+    code = f"from ottvid_cli.video import check_video; check_video({str(path)!r})"
+    command = [sys.executable, "-c", code]
+    if os.geteuid() == 0:
+        if not shutil.which("setpriv"):
+            pytest.skip("root without setpriv: every file is readable")
+        caps = "-dac_override,-dac_read_search"
+        command = ["setpriv", f"--inh-caps={caps}", f"--bounding-set={caps}"] + command
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(Path(__file__).parents[1]), os.environ.get("PYTHONPATH", "")])}
+    run = subprocess.run(command, capture_output=True, text=True, env=env, timeout=60)
+    assert run.returncode != 0
+    assert f"VideoError: cannot open video {path}: permission denied" in run.stderr.strip().splitlines()[-1]
 
 
 # --------------------------------------------------------------------------- the harnesses' frames

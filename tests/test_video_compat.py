@@ -117,7 +117,7 @@ def test_an_os_error_from_av_open_is_a_file_problem(monkeypatch):
 
 
 def test_a_type_error_while_decoding_is_not_blamed_on_the_file(monkeypatch):
-    def broken(frame):  # as a PyAV whose VideoFrame.to_ndarray changed its signature would raise
+    def broken(frame, *size):  # as a PyAV whose VideoFrame.to_ndarray changed its signature would raise
         raise TypeError("to_ndarray() got an unexpected keyword argument 'format'")
 
     monkeypatch.setattr(video_module, "_rgb", broken)  # PyAV's own classes are immutable in some releases

@@ -35,13 +35,16 @@ def frame_number(image: np.ndarray) -> int:
 def write_numbered(path: Path, count: int, *, rate: Fraction | int = Fraction(24000, 1001), b_frames: int = 0,
                    gop: int = 12, pts: list[int] | None = None, time_base: Fraction | None = None,
                    rotation: int | None = None, audio_seconds: float = 0.0, codec: str = "mpeg4",
-                   options: dict[str, str] | None = None, pix_fmt: str = "yuv420p") -> Path:
-    """Frames 0..count-1 at `rate`, or at the given `pts` in `time_base` (a variable frame rate)."""
+                   options: dict[str, str] | None = None, pix_fmt: str = "yuv420p", scale: int = 1,
+                   first: int = 0, format: str | None = None, faststart: bool = False) -> Path:
+    """Frames first..first+count-1 at `rate`, or at the given `pts` in `time_base` (a variable frame
+    rate). `scale`: each frame `scale` times as wide and high (the stripes widened); `faststart`: an
+    MP4's index (moov) before its data, as web videos are written."""
     import av
 
-    with av.open(str(path), "w") as container:
+    with av.open(str(path), "w", format=format, options={"movflags": "faststart"} if faststart else {}) as container:
         stream = container.add_stream(codec, rate=rate)
-        stream.width, stream.height, stream.pix_fmt = WIDTH, HEIGHT, pix_fmt
+        stream.width, stream.height, stream.pix_fmt = WIDTH * scale, HEIGHT * scale, pix_fmt
         stream.codec_context.gop_size = gop
         stream.options = {"qscale": "2"} if options is None else options
         stream.codec_context.max_b_frames = b_frames  # 0 too: libx264 and libx265 default to B-frames
@@ -51,14 +54,55 @@ def write_numbered(path: Path, count: int, *, rate: Fraction | int = Fraction(24
             stream.set_display_rotation(rotation)
         audio = container.add_stream("pcm_s16le", rate=8000, layout="mono") if audio_seconds else None
         for i in range(count):
-            frame = av.VideoFrame.from_ndarray(number_image(i), format="rgb24")
-            frame.pts = pts[i] if pts is not None else i
+            image = np.repeat(np.repeat(number_image(first + i), scale, axis=0), scale, axis=1)
+            frame = av.VideoFrame.from_ndarray(image, format="rgb24")
+            frame.pts = pts[i] if pts is not None else first + i
             if time_base is not None:
                 frame.time_base = time_base
             container.mux(stream.encode(frame))
         container.mux(stream.encode())
         if audio is not None:
             _write_tone(container, audio, audio_seconds)
+    return path
+
+
+def write_size_change(path: Path, count: int, rate: int = 25) -> Path:
+    """An MPEG-TS of frames 0..count-1 whose size doubles half way (64x48, then 128x96): two recordings
+    joined byte by byte, as adaptive-bitrate captures and `cat a.ts b.ts` make; the timestamps go on."""
+    half = count // 2
+    a = write_numbered(path.with_suffix(".a.ts"), half, rate=rate, format="mpegts")
+    b = write_numbered(path.with_suffix(".b.ts"), count - half, rate=rate, format="mpegts", scale=2, first=half)
+    path.write_bytes(a.read_bytes() + b.read_bytes())
+    return path
+
+
+def write_with_still(path: Path, count: int, *, cover: bool) -> Path:
+    """A file whose first video stream is one still picture (MJPEG), then `count` numbered frames at
+    25 fps in a second video stream (none when 0), and half a second of audio. `cover`: the still is
+    cover art (the attached-picture disposition, which MP4 / M4A keep; an M4A with count 0 is a song
+    with its album cover)."""
+    import av
+
+    with av.open(str(path), "w", format="mp4" if path.suffix == ".m4a" else None) as container:  # M4A's own: no MJPEG
+        still = container.add_stream("mjpeg", rate=1)
+        still.width, still.height, still.pix_fmt = WIDTH, HEIGHT, "yuvj420p"
+        if cover:
+            still.disposition = av.stream.Disposition.attached_pic
+        audio = container.add_stream("aac", rate=8000)
+        video = container.add_stream("mpeg4", rate=25) if count else None
+        if video is not None:
+            video.width, video.height, video.pix_fmt = WIDTH, HEIGHT, "yuv420p"
+            video.options = {"qscale": "2"}
+        picture = av.VideoFrame.from_ndarray(np.full((HEIGHT, WIDTH, 3), 200, np.uint8), format="rgb24")
+        picture.pts = 0
+        container.mux(still.encode(picture) + still.encode())
+        _write_tone(container, audio, 0.5)
+        for i in range(count):
+            frame = av.VideoFrame.from_ndarray(number_image(i), format="rgb24")
+            frame.pts = i
+            container.mux(video.encode(frame))
+        if video is not None:
+            container.mux(video.encode())
     return path
 
 
@@ -114,6 +158,25 @@ def patch_mkv_duration(src: Path, dst: Path, factor: float | None) -> Path:
     else:
         (value,) = struct.unpack(">d", data[at + 3:at + 11])
         data[at + 3:at + 11] = struct.pack(">d", value * factor)
+    dst.write_bytes(bytes(data))
+    return dst
+
+
+def unknown_mkv_codec(src: Path, dst: Path) -> Path:
+    """Copy a Matroska file of MPEG-4 Part 2 with its codec ID made one no decoder knows
+    (V_MPEG4/ISO/ASP -> V_MPEG4/ISO/ZZZ), as a file of a codec FFmpeg cannot decode reads."""
+    data = src.read_bytes()
+    assert data.count(b"V_MPEG4/ISO/ASP") == 1
+    dst.write_bytes(data.replace(b"V_MPEG4/ISO/ASP", b"V_MPEG4/ISO/ZZZ"))
+    return dst
+
+
+def break_mp4_codec_header(src: Path, dst: Path) -> Path:
+    """Copy an MP4 of MPEG-4 Part 2 with the first bytes of its VOL header (in the esds box) overwritten
+    with 0xFF: FFmpeg then refuses every packet with EINVAL (av.error.ArgumentError)."""
+    data = bytearray(src.read_bytes())
+    vol = data.index(b"\0\0\1\x20", data.index(b"esds"))
+    data[vol + 4:vol + 12] = b"\xff" * 8
     dst.write_bytes(bytes(data))
     return dst
 

@@ -94,7 +94,10 @@ class Qwen25VL(KeptTokenGeneration):
     def frame_size(self, height: int, width: int, frames: int) -> tuple[int, int]:
         """Target (height, width) of every frame: qwen-vl-utils' smart_resize, within the processor's
         pixel range (its minimum raised to `min_pixels` when set), at most `max_pixels`, and within the
-        video's total pixel budget."""
+        video's total pixel budget. A side is at least one `factor` (28): qwen-vl-utils 0.0.14 floors
+        the short side of a very narrow frame to 0 when it shrinks it (16x3000: (1512, 0), which the
+        resize then refused with a RuntimeError), where transformers' own smart_resize keeps
+        max(factor, ...); every other size is qwen-vl-utils' exactly."""
         from qwen_vl_utils import smart_resize
 
         size = self.processor.video_processor.size
@@ -103,7 +106,8 @@ class Qwen25VL(KeptTokenGeneration):
         max_pixels = min(int(size["longest_edge"]), int(self.max_pixels))
         budget = int(self.processor.video_processor.max_video_tokens * factor * factor * 0.9)
         max_pixels = max(min(max_pixels, budget * self.frames_per_group // max(frames, 1)), int(min_pixels * 1.05))
-        return smart_resize(height, width, factor=factor, min_pixels=min_pixels, max_pixels=max_pixels)
+        resized = smart_resize(height, width, factor=factor, min_pixels=min_pixels, max_pixels=max_pixels)
+        return max(factor, resized[0]), max(factor, resized[1])
 
     def preprocess(self, frames: np.ndarray, timestamps: list[float], duration: float, prompt: str,
                    history: Sequence[tuple[str, str]] = ()) -> Any:
