@@ -187,12 +187,17 @@ def _native_stderr_silenced() -> Iterator[None]:
 ATTACHED_PIC = 0x0400  # AV_DISPOSITION_ATTACHED_PIC: a still picture (cover art) stored as a video stream
 
 
+def _flags(disposition) -> int:
+    """A stream's disposition as an int: PyAV 16+ gives an IntFlag, 14 and 15 a plain Flag (`.value`)."""
+    return int(getattr(disposition, "value", disposition))
+
+
 def _video_stream(container):
     """The video stream to read, None when there is none: the one FFmpeg's `av_find_best_stream`
     picks (decord reads the same one), among the streams that are not an attached
     picture. Cover art is a one-frame video stream to FFmpeg (in an M4A or MP3, the only one); the
     first video stream is not always the video."""
-    moving = [s for s in container.streams.video if not int(s.disposition) & ATTACHED_PIC]
+    moving = [s for s in container.streams.video if not _flags(s.disposition) & ATTACHED_PIC]
     if not moving:
         return None
     best = container.streams.best("video")

@@ -178,3 +178,22 @@ def test_the_cli_still_says_a_bad_file_is_unreadable(tmp_path):
     result = runner.invoke(app, ["ask", str(bad), "What happens?", "--decoder", "pyav"])
     assert result.exit_code == 2, result.output
     assert "cannot read video" in result.stderr and "internal error" not in result.stderr
+
+
+def test_stream_dispositions_of_every_pyav_release_are_read():
+    """PyAV 16+ gives a stream's disposition as an IntFlag; 14 and 15 (lmms-eval's overlay has 15) as a
+    plain enum.Flag, which int() refuses: cover art must be told apart on both."""
+    import enum
+
+    class Av15Disposition(enum.Flag):  # the shape of av 15's av.stream.Disposition
+        default = 1
+        attached_pic = 1024
+
+    class Av18Disposition(enum.IntFlag):
+        default = 1
+        attached_pic = 1024
+
+    for flags in (Av15Disposition, Av18Disposition):
+        assert video_module._flags(flags.attached_pic) & video_module.ATTACHED_PIC
+        assert not video_module._flags(flags.default) & video_module.ATTACHED_PIC
+    assert video_module._flags(1024) == 1024
