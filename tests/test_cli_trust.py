@@ -558,3 +558,26 @@ def test_the_write_probe_leaves_the_folder_and_an_existing_picture_as_they_were(
     assert sorted(p.name for p in folder.iterdir()) == ["kept.png"]
     if os.path.isdir("/proc/self"):
         assert _unwritable("/proc/x.png", "/proc")  # a reason
+
+
+def test_a_library_value_error_inside_the_run_is_an_internal_error_not_bad_input(tiny_qwen, monkeypatch):
+    """A ValueError raised deep in a library while the model runs (here NumPy's, as a frame-size mix-up
+    once gave) is ottvid's bug: "internal error", exit 1; ottvid's own ValueErrors stay one-line input errors."""
+    import numpy as np
+
+    from ottvid_cli.backbones.qwen2_5_vl import Qwen25VL
+
+    def preprocess(self, frames, *args, **kwargs):
+        return np.stack([frames[0], frames[0][:1]])  # shapes differ: NumPy's ValueError
+
+    monkeypatch.setattr(Qwen25VL, "preprocess", preprocess)
+    result = invoke("ask", VIDEO, "What?", "--model", tiny_qwen, "--frames", "4", "--max-new-tokens", "1")
+    assert result.exit_code == 1, result.output
+    assert result.stderr.strip().splitlines()[-1].startswith("error: internal error: ValueError: all input arrays"), \
+        result.stderr
+    from ottvid_cli.blame import raised_by_ottvid
+    from ottvid_cli.sampling import Sampling
+
+    with pytest.raises(ValueError) as ours:
+        Sampling(frames=0)
+    assert raised_by_ottvid(ours.value)

@@ -224,6 +224,17 @@ def test_a_very_narrow_frame_keeps_a_side_of_one_patch(backbone):
     assert inputs["video_grid_thw"].tolist() == [[4, height // 14, 2]]
 
 
+def test_frames_beyond_the_processors_aspect_limit_are_a_video_error(backbone):
+    """4000 x 16 (aspect 250): the Qwen processors' smart_resize refuses it with a ValueError of theirs,
+    which would read as our bug (an internal error): it is said in the video's terms instead."""
+    from ottvid_cli.video import VideoError
+
+    with pytest.raises(VideoError, match=r"frames of 4000 x 16 pixels: Qwen2.5-VL takes frames whose long side is "
+                                         r"at most 200 times the short one"):
+        backbone.frame_size(16, 4000, 8)
+    assert backbone.frame_size(16, 3200, 8)[0] >= 28  # aspect 200 exactly: as qwen-vl-utils, accepted
+
+
 def test_the_pixel_range_is_a_sampling_setting_and_is_put_back(real_range):
     from ottvid_cli.sampling import Sampling
 

@@ -455,3 +455,10 @@ def test_vllms_pruning_methods_through_the_pipeline(dense, method, exact):
     sent = seen[0]["video"].deepstack_features
     for layer, got in zip(visual.extra["deepstack"], sent):
         assert torch.equal(got[0], layer.reshape(visual.count, -1)[c.index].to(got[0].dtype))
+
+
+def test_frames_beyond_the_processors_aspect_limit_are_a_video_error(backbone):
+    from ottvid_cli.video import VideoError
+
+    with pytest.raises(VideoError, match="Qwen3-VL takes frames whose long side is at most 200 times the short one"):
+        backbone.frame_size(4000, 16, 8)

@@ -38,6 +38,19 @@ class VisualTokens:
         return self.features.shape[0] * self.features.shape[1]
 
 
+MAX_ASPECT = 200  # the Qwen processors' smart_resize (qwen-vl-utils' and transformers') refuse frames beyond
+
+
+def check_aspect(height: int, width: int, model: str) -> None:
+    """A one-line VideoError for frames whose sides differ by more than MAX_ASPECT times, which the Qwen
+    processors' resize refuses (with a ValueError of theirs, which would otherwise read as our bug)."""
+    from ..video import VideoError
+
+    if max(height, width) > MAX_ASPECT * max(min(height, width), 1):
+        raise VideoError(f"frames of {width} x {height} pixels: {model} takes frames whose long side is at most "
+                         f"{MAX_ASPECT} times the short one")
+
+
 @dataclass
 class Generated:
     """The model's reply and what it cost: LLM input length and prefill / decoding wall times."""

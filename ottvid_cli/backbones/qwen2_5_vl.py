@@ -18,8 +18,8 @@ import torch
 
 from ..timing import Stopwatch
 from .attention import use_packed_vision
-from .base import (KeptTokenGeneration, VisualTokens, attention_implementation, chat_text, load_processor,
-                   resolve_device, resolve_dtype)
+from .base import (KeptTokenGeneration, VisualTokens, attention_implementation, chat_text, check_aspect,
+                   load_processor, resolve_device, resolve_dtype)
 from .positions import qwen2_5_vl_positions
 from .saliency import mean_attention_received
 
@@ -100,6 +100,7 @@ class Qwen25VL(KeptTokenGeneration):
         max(factor, ...); every other size is qwen-vl-utils' exactly."""
         from qwen_vl_utils import smart_resize
 
+        check_aspect(height, width, "Qwen2.5-VL")
         size = self.processor.video_processor.size
         factor = self.patch * self.merge
         min_pixels = int(self.min_pixels or size["shortest_edge"])

@@ -26,6 +26,7 @@ from typing import Any, Sequence
 import torch
 
 from ..compression.ottvid import Compressed
+from .base import check_aspect
 from .positions import qwen3_vl_positions
 from .qwen2_5_vl import Qwen25VL, refuse_order
 
@@ -64,6 +65,7 @@ class Qwen3VL(Qwen25VL):
         the processor's minimum; then the processor's own `smart_resize` (factor patch x merge)."""
         from transformers.models.qwen3_vl.video_processing_qwen3_vl import smart_resize
 
+        check_aspect(height, width, "Qwen3-VL")
         vp = self.processor.video_processor
         factor = self.patch * self.merge
         per_frame = min(int(vp.max_video_tokens) * factor * factor, int(vp.size["longest_edge"]) // max(frames, 1),

@@ -154,6 +154,7 @@ def _run(work, progress: _Progress):
     import torch
 
     from ..backbones import ModelError
+    from ..blame import raised_by_ottvid
     from ..video import VideoError
 
     memory = ("not enough memory for this run: use fewer --frames, a smaller --max-pixels or --ratio, "
@@ -163,7 +164,11 @@ def _run(work, progress: _Progress):
             return work()
         finally:
             progress.stop()
-    except (VideoError, ValueError) as exc:
+    except VideoError as exc:
+        _fail(str(exc))
+    except ValueError as exc:
+        if not raised_by_ottvid(exc):  # a library's, deep in the run: our bug, not the input (an internal error)
+            raise
         _fail(str(exc))
     except (torch.OutOfMemoryError, MemoryError):
         _fail(memory, code=EXIT_RUN)

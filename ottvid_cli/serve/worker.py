@@ -23,6 +23,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..blame import raised_by_ottvid
 from ..cache import HashCancelled
 from .security import ApiError, Media
 
@@ -32,7 +33,6 @@ OOM_MESSAGE = ("not enough memory for this request: ask for fewer frames or a sm
                "loaded; other requests are served)")
 
 INTERNAL_MESSAGE = "internal error (the details are in the server's log)"
-PACKAGE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # ottvid_cli/
 RECENT = 20  # jobs whose durations make the Retry-After estimate
 
 
@@ -270,16 +270,9 @@ def error_for(exc: BaseException) -> ApiError:
         return ApiError(500, OOM_MESSAGE, code="out_of_memory")
     if isinstance(exc, VideoError):
         return ApiError(400, str(exc), code="invalid_video", param="messages")
-    if isinstance(exc, ValueError) and _raised_by_ottvid(exc):  # our one-line message about the request
+    if isinstance(exc, ValueError) and raised_by_ottvid(exc):  # our one-line message about the request
         return ApiError(400, str(exc), code="invalid_value")
     log.error("the run failed", exc_info=exc)  # the details stay here: a 500 tells the client nothing internal
     return ApiError(500, INTERNAL_MESSAGE, code="model_error" if isinstance(exc, ModelError) else "internal_error")
 
 
-def _raised_by_ottvid(exc: BaseException) -> bool:
-    """Whether ottvid's own code raised `exc` (its messages are written for users), not a library
-    (whose messages are internal: a ValueError deep in a processor is our bug, not bad input)."""
-    tb = exc.__traceback__
-    while tb is not None and tb.tb_next is not None:
-        tb = tb.tb_next
-    return tb is not None and os.path.abspath(tb.tb_frame.f_code.co_filename).startswith(PACKAGE + os.sep)
