@@ -59,12 +59,10 @@ def download_wheels(target: pathlib.Path, wanted: dict[str, str | None] = WHEELS
 
 def git_files(repo: pathlib.Path, commit: str, folder: str) -> list[str]:
     """The files directly in `folder` (not below it) at `commit` of the git directory `repo`."""
-    listing = subprocess.run(["git", "-C", str(repo), "ls-tree", "--name-only", f"{commit}:{folder}"],
-                             capture_output=True, text=True, check=True).stdout.split()
-    kinds = subprocess.run(["git", "-C", str(repo), "ls-tree", f"{commit}:{folder}"], capture_output=True,
-                           text=True, check=True).stdout.splitlines()
-    blobs = {line.split("\t", 1)[1] for line in kinds if line.split()[1] == "blob"}
-    return [f"{folder}/{name}" if folder else name for name in listing if name in blobs]
+    entries = subprocess.run(["git", "-C", str(repo), "ls-tree", f"{commit}:{folder}"], capture_output=True,
+                             text=True, check=True).stdout.splitlines()  # "mode type object\tname"
+    names = [line.split("\t", 1)[1] for line in entries if line.split()[1] == "blob"]
+    return [f"{folder}/{name}" if folder else name for name in names]
 
 
 def export(repo: pathlib.Path, commit: str, paths: list[str], into: pathlib.Path) -> int:

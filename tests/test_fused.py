@@ -36,19 +36,16 @@ def interpret():
         pytest.skip("triton was imported before TRITON_INTERPRET=1 was set (run this file on its own)")
     if interpreter_problem():
         pytest.skip(interpreter_problem())
+    return torch.device("cpu")
 
 
 @pytest.fixture
-def kdev():
+def kdev(request):
     """Where the kernels run: compiled on the GPU when there is one (the decisions must hold there too),
-    else on CPU tensors through the interpreter."""
+    else on CPU tensors through the interpreter (`interpret`)."""
     if torch.cuda.is_available():
         return torch.device("cuda")
-    if not interpreting():
-        pytest.skip("triton was imported before TRITON_INTERPRET=1 was set (run this file on its own)")
-    if interpreter_problem():
-        pytest.skip(interpreter_problem())
-    return torch.device("cpu")
+    return request.getfixturevalue("interpret")
 
 
 @pytest.fixture
