@@ -1,6 +1,8 @@
 """`ottvid chat` fed through stdin, and `ottvid ask VIDEO Q1 Q2 ...`, on a tiny Qwen2.5-VL."""
 
 import json
+import os
+import sys
 from pathlib import Path
 
 import pytest
@@ -256,3 +258,44 @@ def test_ctrl_d_at_the_prompt_leaves(tiny_qwen):
     term.expect("> ")
     term.send("\x04")  # Ctrl-D at an empty line: end of input
     assert term.exit_code() == 0, term.seen
+
+
+@pytest.mark.skipif(os.name != "posix", reason="a pty and select on a terminal")
+def test_ctrl_c_at_the_prompt_is_raised_whichever_thread_the_kernel_hands_it_to(monkeypatch):
+    """The kernel may deliver a terminal's SIGINT to any thread (torch's workers): a main thread blocked in
+    read() then waited for Enter, and Ctrl-C at chat's prompt did nothing (a flaky pty test showed it).
+    The prompt's reader wakes on the signal's wakeup byte instead."""
+    import pty
+    import signal
+    import threading
+    import time
+
+    from ottvid_cli.cli import ask as chat_cli
+
+    master, slave = pty.openpty()
+    with os.fdopen(slave, "r") as terminal:
+        monkeypatch.setattr(sys, "stdin", terminal)
+
+        def interrupt_from_another_thread():
+            time.sleep(0.3)
+            signal.pthread_kill(threading.get_ident(), signal.SIGINT)  # delivered to this thread, not the main one
+
+        rescued = []
+
+        def rescue_a_deaf_reader():  # a reader the signal does not wake gets a line, then the interrupt
+            rescued.append(True)
+            os.write(master, b"too late\n")
+
+        rescue = threading.Timer(10, rescue_a_deaf_reader)
+        with chat_cli._signal_wakeup() as wake:
+            threading.Thread(target=interrupt_from_another_thread).start()
+            rescue.start()
+            try:
+                with pytest.raises(KeyboardInterrupt):
+                    chat_cli._typed_line(wake)
+            finally:
+                rescue.cancel()
+            assert not rescued  # woken by the signal itself, not by a line arriving
+            os.write(master, b"a line\n")
+            assert chat_cli._typed_line(wake) == "a line\n"
+    os.close(master)

@@ -2,8 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
+import os
+import select
+import signal
 import sys
 import time
+from typing import Iterator
 
 import typer
 
@@ -174,12 +179,18 @@ def chat(
         leave = "/quit or Ctrl-D leaves" if interactive else "/quit or end of input leaves"
         err.print(f"{session.settings()}; /help lists the commands, Ctrl-C stops an answer, {leave}",
                   highlight=False, markup=False, soft_wrap=True)
+    with _signal_wakeup() if interactive else contextlib.nullcontext() as wake:
+        _chat_loop(session, interactive, quiet, wake)
+
+
+def _chat_loop(session, interactive: bool, quiet: bool, wake: int | None) -> None:
+    """chat's prompt: one line at a time until /quit, end of input or Ctrl-C twice at the prompt."""
     armed = False  # Ctrl-C was pressed at the prompt: a second one leaves
     while True:
         try:
             if interactive:
                 err.print("> ", end="", highlight=False, markup=False)
-            line = sys.stdin.readline()
+            line = _typed_line(wake) if wake is not None else sys.stdin.readline()
         except KeyboardInterrupt:
             try:
                 if armed:
@@ -201,6 +212,42 @@ def chat(
                 break
             continue
         _chat_turn(session, line, quiet)
+
+
+@contextlib.contextmanager
+def _signal_wakeup() -> Iterator[int | None]:
+    """The read end of a pipe that every signal Python handles writes a byte to while inside (None
+    where select cannot wait on a terminal: not POSIX)."""
+    if os.name != "posix":
+        yield None
+        return
+    read, write = os.pipe()
+    os.set_blocking(read, False)
+    os.set_blocking(write, False)
+    previous = signal.set_wakeup_fd(write, warn_on_full_buffer=False)
+    try:
+        yield read
+    finally:
+        signal.set_wakeup_fd(previous)
+        os.close(read)
+        os.close(write)
+
+
+def _typed_line(wake: int) -> str:
+    """One line typed at the terminal ("" at Ctrl-D), waiting on the terminal and on `wake` together.
+
+    The kernel may hand Ctrl-C's SIGINT to any thread of the process (torch's workers among them);
+    Python then notes it, but a read() the main thread is blocked in goes on waiting for Enter. select
+    wakes on the byte the signal writes to `wake`, and the KeyboardInterrupt is raised at once. The
+    terminal is read with os.read, not through sys.stdin's buffer (which select cannot see): in its
+    line mode one read returns at most one line."""
+    fd = sys.stdin.fileno()
+    while True:
+        ready, _, _ = select.select([fd, wake], [], [])
+        if wake in ready:
+            os.read(wake, 512)  # drained: the signal's handler runs before the next iteration
+            continue
+        return os.read(fd, 65536).decode(sys.stdin.encoding or "utf-8", "replace")
 
 
 def _chat_command(session, line: str) -> bool:
