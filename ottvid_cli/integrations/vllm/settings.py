@@ -54,7 +54,7 @@ def read(hf_config: Any, pruning_rate: float | None) -> Settings | None:
     if not given:
         return None
     method = given.get("ottvid_method")
-    known = [name for name in methods.names()]
+    known = [name for name in methods.names() if name != "none"]
     if method is None:
         raise SettingsError(f"{', '.join(given)} given without ottvid_method (one of {', '.join(known)})")
     if not isinstance(method, str) or method not in known:
