@@ -16,6 +16,9 @@ from video_files import (break_mp4_codec_header, frame_number, patch_mkv_duratio
                          write_numbered, write_packed_avi, write_size_change, write_with_still)
 
 from ottvid_cli import video as video_mod
+from ottvid_cli.video import decord as decord_source
+from ottvid_cli.video import probe
+from ottvid_cli.video import pyav as pyav_source
 from ottvid_cli.video import (Header, VideoError, check_video, judge_index, read_timeline, sample_fps,
                               sample_frames)
 
@@ -201,7 +204,7 @@ def test_the_broken_avi_really_breaks_decord_random_access(made):
     shown = [frame_number(f) for f in reader.get_batch([100, 186]).asnumpy()]
     assert shown != [100, 186]  # the wrong pixels
     with av.open(str(made["avi"])) as container:
-        timeline = read_timeline(reader, video_mod._header(container, container.streams.video[0]))
+        timeline = read_timeline(reader, probe._header(container, container.streams.video[0]))
     assert not timeline.trusted and "invalid timestamps" in timeline.problem
 
 
@@ -360,8 +363,8 @@ def test_display_rotation_is_applied(made):
 
 def test_pyav_seeks_instead_of_decoding_everything(made, monkeypatch):
     decoded = []
-    real = video_mod._frame_pts
-    monkeypatch.setattr(video_mod, "_frame_pts", lambda frame: decoded.append(1) or real(frame))
+    real = pyav_source._frame_pts
+    monkeypatch.setattr(pyav_source, "_frame_pts", lambda frame: decoded.append(1) or real(frame))
     video = sample_frames(made["long"], 8, decoder="pyav")
     assert video.timeline.source == "pyav index" and len(decoded) <= 8 * 20  # about a key-frame interval each
     assert_shows_reported_frames(video, made["long"])
@@ -369,23 +372,23 @@ def test_pyav_seeks_instead_of_decoding_everything(made, monkeypatch):
 
 def test_pyav_seeking_reaches_every_frame_of_a_b_frame_file(made):
     """With B-frames FFmpeg may land on the key frame after a frame shown just before it: retried earlier."""
-    with video_mod._pyav_stream(str(made["long"])) as (container, stream):
-        packets = video_mod._demux(container, stream)
+    with probe._pyav_stream(str(made["long"])) as (container, stream):
+        packets = pyav_source._demux(container, stream)
     for i in range(0, 60):
-        got = video_mod._seek_decode(str(made["long"]), packets, [int(packets.pts[i])])
+        got = pyav_source._seek_decode(str(made["long"]), packets, [int(packets.pts[i])])
         assert got is not None and frame_number(got[int(packets.pts[i])]) == i
 
 
 def test_sequential_decoding_keeps_only_the_sample(made, monkeypatch):
     converted = []
-    real = video_mod._rgb
-    monkeypatch.setattr(video_mod, "_rgb", lambda frame, *size: converted.append(1) or real(frame, *size))
+    real = pyav_source._rgb
+    monkeypatch.setattr(pyav_source, "_rgb", lambda frame, *size: converted.append(1) or real(frame, *size))
     video = sample_frames(made["wrong"], 8, decoder="pyav")
     assert video.timeline.source == "decoded frames" and len(converted) == 8  # of 60 frames, in one pass
 
 
 def test_auto_uses_pyav_without_decord(monkeypatch):
-    monkeypatch.setattr(video_mod, "decord_available", lambda: False)
+    monkeypatch.setattr(decord_source, "decord_available", lambda: False)
     assert sample_frames(DATA / "realshort.mp4", 4).decoder == "pyav"
     with pytest.raises(VideoError, match="decoder 'decord' is not installed"):
         sample_frames(DATA / "realshort.mp4", 4, decoder="decord")
