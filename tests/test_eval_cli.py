@@ -12,7 +12,7 @@ import pytest
 from typer.testing import CliRunner
 
 from ottvid_cli.cli import app
-from ottvid_cli.cli.eval import parse_shard
+from ottvid_cli.eval import parse_shard
 
 DATA = Path(__file__).parent / "data"
 EVAL = DATA / "eval"
