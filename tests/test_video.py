@@ -248,9 +248,9 @@ def test_the_packed_avi_really_has_pts_out_of_order(packed):
 def test_packed_b_frames_in_avi_give_each_frame_its_own_pixels_and_time(packed, key, decoder):
     """Each sampled frame's pixels are exactly (np.array_equal) those of the frame that an in-order
     decode hands out at that index, and its time is that same frame's: the dts the decoder carried with
-    it (the guessed pts go backwards), which is also the time the frame was made for (its number / fps)."""
+    it (the guessed pts go backwards), counted from the stream's start as every other path counts: one
+    frame after the time the frame was made for, as the first frame's dts is 1 (issue 34)."""
     truth = _sequential_decode(packed[key])
-    first_dts = truth[0][1]
     fps = 24000 / 1001
     for video in (sample_frames(packed[key], 8, decoder=decoder), sample_fps(packed[key], 2.0, decoder=decoder),
                   sample_frames(packed[key], 8, decoder=decoder, start=3.0, end=7.0)):
@@ -261,9 +261,26 @@ def test_packed_b_frames_in_avi_give_each_frame_its_own_pixels_and_time(packed, 
             _, dts, pixels = truth[i]
             assert np.array_equal(video.frames[k], pixels), (k, i)
             if dts is not None:
-                assert t + offset == pytest.approx((dts - first_dts) * 1001 / 24000, abs=1e-9)
-            assert frame_number(video.frames[k]) == i == round((t + offset) * fps)
+                assert t + offset == pytest.approx(dts * 1001 / 24000, abs=1e-9)  # the stream starts at 0
+            assert frame_number(video.frames[k]) == i == round((t + offset) * fps) - 1
     assert_uniform(sample_frames(packed[key], 8, decoder=decoder), video.timeline.starts)
+
+
+def test_packed_b_frame_times_count_from_the_stream_start_not_the_first_frame(packed):
+    """Issue 34: the stream starts at 0 and its first frame's dts is 1. Times from the dts count from the
+    stream's start, as those from the pts and from an index do: the first frame is shown at 1 / fps
+    (FFmpeg's best-effort timestamp), not at 0, and each frame at its own dts."""
+    with av.open(str(packed["indexed"])) as container:
+        stream = container.streams.video[0]
+        start, tb = stream.start_time, float(stream.time_base)
+    truth = _sequential_decode(packed["indexed"])
+    assert start == 0 and truth[0][1] == 1
+    video = sample_frames(packed["indexed"], 8, decoder="pyav")
+    assert video.timeline.starts[0] == pytest.approx(tb, abs=1e-9)
+    assert video.timeline.starts[-1] == pytest.approx(270 * tb, abs=1e-9)  # the last frame has no dts: one gap on
+    for i, t in zip(video.indices, video.timestamps):
+        if truth[i][1] is not None:
+            assert t == pytest.approx((truth[i][1] - start) * tb, abs=1e-9)
 
 
 # (codec, container, B-frames, whether decord 0.6.0's random access gives the right frames): measured

@@ -215,9 +215,9 @@ def _decode_all(path: str, keep: set[int], skipped: list[int] | None = None
     The decoder hands frames out in the order they are shown. Where their pts still go backwards in
     that order while their dts strictly increase (an AVI, which stores no presentation times, with
     DivX-style packed B-frames: the demuxer's guessed pts are a frame or two off, issue 23), each
-    frame's time is its own dts instead, from the first frame's, as FFmpeg's best-effort timestamp
-    prefers the dts when the pts are the faultier; either way a frame's time and pixels come from the
-    same decoded frame."""
+    frame's time is its own dts instead, as FFmpeg's best-effort timestamp prefers the dts when the
+    pts are the faultier, counted from the stream's start like every other time (issue 34); either
+    way a frame's time and pixels come from the same decoded frame."""
     times: list[float] = []
     dts: list[int | None] = []  # each kept-in-order frame's dts
     backwards = False  # some frame's pts was not after the previous frame's
@@ -257,23 +257,27 @@ def _decode_all(path: str, keep: set[int], skipped: list[int] | None = None
             # a damaged tail: keep what decoded
     if not times:
         raise VideoError(f"video has no frames: {path} (nothing decodes)")
-    if backwards and (starts := _dts_times(dts, tb, gap)) is not None:  # the pts were wrong: each frame's dts
+    if backwards and (starts := _dts_times(dts, origin, tb, gap)) is not None:  # the pts were wrong: the dts
         return starts, _span_end(starts, None, header.average_fps), kept, header.average_fps
     starts = np.asarray(times)
     return starts, _span_end(starts, end, header.average_fps), kept, header.average_fps
 
 
 
-def _dts_times(dts: list[int | None], tb: float, gap: float) -> np.ndarray | None:
-    """Frame times (s) from the frames' dts, from the first frame's; a frame without one (the last,
-    flushed from the decoder) one gap after the previous. None when the first frame has none or the
-    known ones do not strictly increase."""
+def _dts_times(dts: list[int | None], origin: int | None, tb: float, gap: float) -> np.ndarray | None:
+    """Frame times (s) from the frames' dts, counted from `origin` (the stream's start, in ticks; None:
+    the first frame's dts); a frame without one (the last, flushed from the decoder) one gap after the
+    previous. None when the first frame has none, it lies before `origin`, or the known ones do not
+    strictly increase."""
     known = [d for d in dts if d is not None]
     if not dts or dts[0] is None or any(b <= a for a, b in zip(known, known[1:])):
         return None
+    origin = dts[0] if origin is None else origin
+    if dts[0] < origin:
+        return None
     times = []
     for d in dts:
-        times.append((d - dts[0]) * tb if d is not None else times[-1] + gap)
+        times.append((d - origin) * tb if d is not None else times[-1] + gap)
     if any(b <= a for a, b in zip(times, times[1:])):
         return None
     return np.asarray(times, dtype=np.float64)
