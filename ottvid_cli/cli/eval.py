@@ -121,11 +121,11 @@ def _evaluate(bench, data, videos, model, method, ratio, frames, fps, max_frames
         _fail("give a benchmark (see `ottvid eval --help`), or --rescore RUN")
     model, device, dtype, default_ratio, _ = _settle(model, device, dtype, None, None, None, config_frames=False)
     plan = plan_run(EvalRequest(
-        bench=bench, data=data, videos=videos, model=model, methods=method or ["ottvid"], ratios=ratio or [default_ratio],
-        frames=frames, fps=fps, max_frames=max_frames, limit=limit, out=out_dir, shard=shard_arg,
-        skip_missing=skip_missing, retry_errors=retry_errors, sampling=sampling_rule, prefetch=prefetch, compare=compare,
-        preset=preset, device=device, dtype=dtype, attention=attention, max_pixels=max_pixels, decoder=decoder,
-        siglip_head=siglip_head))
+        bench=bench, data=data, videos=videos, model=model, methods=method or ["ottvid"],
+        ratios=ratio or [default_ratio], frames=frames, fps=fps, max_frames=max_frames, limit=limit, out=out_dir,
+        shard=shard_arg, skip_missing=skip_missing, retry_errors=retry_errors, sampling=sampling_rule,
+        prefetch=prefetch, compare=compare, preset=preset, device=device, dtype=dtype, attention=attention,
+        max_pixels=max_pixels, decoder=decoder, siglip_head=siglip_head))
     silent = quiet or plan.rank > 0 and plan.distributed
 
     def load(rank_device: str):
@@ -155,16 +155,21 @@ def _evaluate(bench, data, videos, model, method, ratio, frames, fps, max_frames
 
 
 def _say_start(start) -> None:
-    """What the run folder held before the model loads: nothing left to run (scored as it is)."""
+    """What the run folder held before the model loads: nothing left to run (scored as it is), or the
+    records of an earlier run of the same settings, which this one resumes."""
     if not start.left:
         err.print(f"every sample of {start.out} has its records already: scoring them (no model loaded; "
                   f"--retry-errors runs the failed ones again)", highlight=False, markup=False, soft_wrap=True)
+    elif start.kept:
+        err.print(f"resuming {start.out}: {start.done} of {start.samples} samples done already ({start.kept} records "
+                  f"kept, {start.left} to run)", highlight=False, markup=False, soft_wrap=True)
 
 
 def _say_rejudged(changes: list[dict]) -> None:
     """--rescore: how many verdicts changed per setting."""
     for change in changes:
-        setting = "none" if change["method"] == "none" else f"{change['method']} {change['ratio']:g}"
+        method = change["method"]
+        setting = "none" if method == "none" else f"{method} {_ratio(method, change['ratio'])}"
         out.print(f"{setting}: {change['changed']} of {change['records']} verdicts changed "
                   f"({change['scores_changed']} scores)", highlight=False, markup=False)
 
@@ -208,14 +213,21 @@ def _show_table(table: dict, as_json: bool) -> None:
     for header, _, _ in cells:
         view.add_column(header, justify="right")
 
-    def number(value) -> str:
-        return "-" if value is None else f"{value:.1f}"
-
     for row in table["rows"]:
-        values = [number(row["scores"][label] if label is not None else row["average"][family])
+        values = [_number(row["scores"][label] if label is not None else row["average"][family])
                   for _, family, label in cells]
-        view.add_row(row["method"], "100%" if row["method"] == "none" else f"{row['ratio'] * 100:g}%", *values)
+        view.add_row(row["method"], _ratio(row["method"], row["ratio"]), *values)
     _console().print(view)
+
+
+def _number(value: float | None) -> str:
+    """A score or a % in a table: one decimal, "-" for none."""
+    return "-" if value is None else f"{value:.1f}"
+
+
+def _ratio(method: str, ratio: float) -> str:
+    """The share of visual tokens kept, as a %: 100% for vanilla."""
+    return "100%" if method == "none" else f"{ratio * 100:g}%"
 
 
 def _show(summary: dict, as_json: bool, failed_run: bool = False) -> None:
@@ -236,10 +248,10 @@ def _show(summary: dict, as_json: bool, failed_run: bool = False) -> None:
     if any("relative" in r for r in results):
         table.add_column("relative %", justify="right")
     for result in results:
-        row = [result["method"], f"{result['ratio']:g}", str(result["count"]), str(result["errors"])]
-        row += [f"{result['metrics'][n]:.2f}" if n in result["metrics"] else "-" for n in names]
+        row = [result["method"], _ratio(result["method"], result["ratio"]), str(result["count"]), str(result["errors"])]
+        row += [_number(result["metrics"].get(n)) for n in names]
         if "relative" in result:
-            row.append("-" if result["relative"] is None else f"{result['relative']:.1f}")
+            row.append(_number(result["relative"]))
         table.add_row(*row)
     console = _console()
     console.print(table)
