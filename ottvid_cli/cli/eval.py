@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import time
+from typing import TYPE_CHECKING
 
 import typer
 
@@ -36,6 +37,9 @@ from .options import (
 )
 from .progress import _Progress
 from .steps import _load, _run, _settle
+
+if TYPE_CHECKING:
+    from ..eval import RunStart
 
 
 def eval_command(
@@ -154,7 +158,7 @@ def _evaluate(bench, data, videos, model, method, ratio, frames, fps, max_frames
     _fail_if_nothing_evaluated(outcome.summary, plan.out)
 
 
-def _say_start(start) -> None:
+def _say_start(start: RunStart) -> None:
     """What the run folder held before the model loads: nothing left to run (scored as it is), or the
     records of an earlier run of the same settings, which this one resumes."""
     if not start.left:
