@@ -23,7 +23,7 @@ DEFAULT_MODEL = "Qwen/Qwen2.5-VL-7B-Instruct"
 DEVICES = "auto, cpu, cuda, cuda:N or mps"
 DTYPES = ("auto", "float32", "fp32", "bfloat16", "bf16", "float16", "fp16")
 ATTENTIONS = ("auto", "sdpa", "eager", "flash", "flash_attention_2")
-DECODERS = ("auto", "decord", "pyav")  # video decoders (video.py takes them from here)
+DECODERS = ("auto", "decord", "pyav")  # video decoders (ottvid_cli.video takes them from here)
 SAMPLING_RULES = ("centre", "linspace", "linspace-floor")  # which frames a count picks (`Sampling.rule`)
 PRESETS = ("paper", "official")  # compression.config.PRESETS, without importing torch
 # compression.methods.names() without importing torch (tests/test_cli_methods.py checks they agree)
