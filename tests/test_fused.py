@@ -242,7 +242,8 @@ def test_cuda_call_waits_for_the_device_at_most_twice(cfg):
             got = compress(x, s, grid, cfg)
         finally:
             torch.cuda.set_sync_debug_mode("default")
-    syncs = [w for w in caught if "synchroniz" in str(w.message).lower()]
+    # torch's own notice that the mode is a prototype is no synchronisation (the H100 run counted it)
+    syncs = [w for w in caught if "called a synchronizing" in str(w.message)]
     assert len(syncs) <= 2, [str(w.message) for w in syncs]
     assert torch.equal(got.assignment, want.assignment)
     plain = compress(x, s, grid, cfg, backend="torch")
