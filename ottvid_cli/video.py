@@ -27,6 +27,7 @@ from typing import Any, Callable, Iterator
 
 import numpy as np
 
+from .interrupt import checkpoint
 from .settings import DECODERS, DEFAULT_MAX_FRAMES, SAMPLING_RULES as RULES
 
 
@@ -367,6 +368,7 @@ class _Packets:
 def _demux(container, stream) -> _Packets:
     pts, keys, end, missing = [], [], None, 0
     for packet in container.demux(stream):
+        checkpoint("reading the video")
         if packet.size == 0:  # flush packets, and the empty placeholders some AVI writers store
             continue
         if packet.pts is None:
@@ -502,6 +504,7 @@ def _decoded(container, stream, skipped: list[int] | None = None) -> Iterator[An
     import av
 
     for packet in container.demux(stream):
+        checkpoint("decoding the video")
         try:
             frames = packet.decode()
         except (av.error.InvalidDataError, av.error.PatchWelcomeError, av.error.UndefinedError):
@@ -524,6 +527,7 @@ def _seek_decode(path: str, packets: _Packets, wanted_pts: list[int]) -> dict[in
         seeker = _Seeker(container, stream, packets.keys)
         try:
             for target in sorted(set(wanted_pts)):
+                checkpoint("decoding the video")
                 image = seeker.frame_at(target)
                 if image is None:
                     return None
@@ -769,6 +773,7 @@ def _sample_images(folder: str, plan: Plan, rate: float) -> tuple[Timeline, list
     images: dict[int, np.ndarray] = {}
     for i in indices:
         if i not in images:
+            checkpoint("reading the frame images")
             images[i] = _read_image(files[i])
     first = indices[0]
     for i in indices:
