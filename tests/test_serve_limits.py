@@ -159,6 +159,12 @@ def test_iterations_and_frames_are_bounded_by_server_options_named_in_the_error(
         assert ok.json()["ottvid"]["frames"]["max_frames"] == 16  # fps sampling capped at the server's limit
     finally:
         server.kill()
+    few = serve("--max-request-frames", "8")  # fewer than the model's default 32
+    try:
+        reply = few.post(ask(few, media, frames=None))
+        assert reply.status_code == 200 and reply.json()["ottvid"]["frames"]["requested"] == 8, reply.text
+    finally:
+        server.kill()
 
 
 def test_the_default_bounds():
@@ -228,22 +234,25 @@ def test_sigterm_ends_the_server_even_when_the_worker_never_comes_back(tmp_path)
 # 8: a connection that never sends a request
 
 
-def test_a_connection_that_sends_no_request_is_closed(tmp_path):
+def test_a_connection_that_sends_no_request_or_stops_in_its_body_is_closed(tmp_path):
     class Idle:
         pass
 
     server = ThreadServer(create_app(Idle(), ServeSettings(model_id="idle")), http=with_head_timeout(0.5))
     try:
         host, port = server.url.removeprefix("http://").split(":")
-        silent, dribbling = socket.create_connection((host, int(port))), socket.create_connection((host, int(port)))
-        for sock in (silent, dribbling):
+        silent, dribbling, stalled = (socket.create_connection((host, int(port))) for _ in range(3))
+        for sock in (silent, dribbling, stalled):
             sock.settimeout(30)
         dribbling.sendall(b"GET /health HTTP/1.1\r\n")
         for piece in (b"Ho", b"st: ", b"127"):  # a head that never ends
             time.sleep(0.2)
             dribbling.sendall(piece)
+        stalled.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+                        b"Content-Length: 1000\r\n\r\n{\"model\": ")  # and the rest never comes
         assert silent.recv(100) == b""  # closed by the server
         assert dribbling.recv(100) == b""
+        assert stalled.recv(100) == b""
         assert httpx.get(server.url + "/health").status_code in (200, 503)  # others are served
     finally:
         server.stop()

@@ -206,7 +206,8 @@ async def _job(body: ChatRequest, request: Request) -> Job:
                                 f"{settings.max_request_frames:,} frames a request (--max-request-frames)",
                            code="invalid_value", param=f"ottvid.{field}")
     try:
-        sampling = options.sampling(settings.max_pixels, settings.decoder, settings.max_request_frames)
+        sampling = options.sampling(settings.max_pixels, settings.decoder, settings.max_request_frames,
+                                    getattr(getattr(request.app.state.engine, "backbone", None), "default_frames", None))
     except ValueError as exc:
         raise ApiError(400, str(exc), param="ottvid") from None
     run = {"sampling": sampling, "method": options.method, "ratio": options.ratio if options.ratio is not None else 0.1,

@@ -111,15 +111,20 @@ class OttvidOptions(BaseModel):
             raise ValueError(f"{info.field_name} must be true or false, got {json.dumps(v)[:40]}")
         return v
 
-    def sampling(self, max_pixels: int | None = None, decoder: str = "auto", limit: int = DEFAULT_MAX_FRAMES):
-        """The frames to take, as the command line picks them: `frames`, or `fps` capped at
-        `max_frames` (768, or the server's `limit` if lower, by default); ground samples at 2 fps when
-        neither is given. ValueError for `frames` with `fps`, or `max_frames` without `fps`."""
+    def sampling(self, max_pixels: int | None = None, decoder: str = "auto", limit: int = DEFAULT_MAX_FRAMES,
+                 default_frames: int | None = None):
+        """The frames to take, as the command line picks them: `frames` (the model's `default_frames`,
+        or the server's `limit` if lower), or `fps` capped at `max_frames` (768, or `limit` if lower);
+        ground samples at 2 fps when neither is given. ValueError for `frames` with `fps`, or
+        `max_frames` without `fps`."""
         from ..sampling import Sampling
 
         fps = self.fps if self.frames is not None or self.fps is not None or self.task == "ask" else 2.0
         max_frames = self.max_frames if self.max_frames is not None or fps is None else min(DEFAULT_MAX_FRAMES, limit)
-        return Sampling(frames=self.frames, fps=fps, max_frames=max_frames, max_pixels=max_pixels, decoder=decoder)
+        frames = self.frames
+        if frames is None and fps is None and default_frames is not None and default_frames > limit:
+            frames = limit
+        return Sampling(frames=frames, fps=fps, max_frames=max_frames, max_pixels=max_pixels, decoder=decoder)
 
 
 class StreamOptions(BaseModel):
