@@ -118,6 +118,23 @@ def test_sinkhorn_stop_does_not_depend_on_the_chunk(kdev, chunk):
     assert float(kernels.sinkhorn(a, b, c, 0.2, int(n) - 1, tol, chunk=chunk)[2].max()) >= tol
 
 
+def test_a_cancelled_fused_sinkhorn_stops_between_launches(kdev):
+    """Issue 33.1: the cancel flag is read on the host once per launch group, never waiting for the GPU."""
+    from ottvid_cli.compression import kernels
+    from ottvid_cli.interrupt import Interrupted, stop_when
+
+    a, b, c = (t.to(kdev) for t in problem(3, p=3, k=10))
+    asked = []
+
+    def cancel():  # says stop at its third question
+        asked.append(1)
+        return len(asked) >= 3
+
+    with stop_when(cancel), pytest.raises(Interrupted, match="Sinkhorn"):
+        kernels.sinkhorn(a, b, c, 0.2, 100_000, 1e-30, chunk=4)
+    assert len(asked) == 3
+
+
 def test_sinkhorn_plan_matches_pot(kdev):
     ot = pytest.importorskip("ot")
     a, b, c = problem(11, p=2, k=8)

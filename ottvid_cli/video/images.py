@@ -9,6 +9,7 @@ import re
 
 import numpy as np
 
+from ..interrupt import checkpoint
 from .timeline import Plan, Timeline, VideoError, _reason
 
 
@@ -89,6 +90,7 @@ def _sample_images(folder: str, plan: Plan, rate: float) -> tuple[Timeline, list
     images: dict[int, np.ndarray] = {}
     for i in indices:
         if i not in images:
+            checkpoint("reading the frame images")
             images[i] = _read_image(files[i])
     first = indices[0]
     for i in indices:

@@ -9,6 +9,7 @@ from typing import Any, Iterator
 
 import numpy as np
 
+from ..interrupt import checkpoint
 from .probe import Header, _header, _pyav_stream, judge_index, pyav_file_errors
 from .timeline import Plan, Timeline, VideoError, _reason
 
@@ -27,6 +28,7 @@ class _Packets:
 def _demux(container, stream) -> _Packets:
     pts, keys, end, missing = [], [], None, 0
     for packet in container.demux(stream):
+        checkpoint("reading the video")
         if packet.size == 0:  # flush packets, and the empty placeholders some AVI writers store
             continue
         if packet.pts is None:
@@ -82,6 +84,7 @@ def _seek_decode(path: str, packets: _Packets, wanted_pts: list[int]) -> dict[in
         seeker = _Seeker(container, stream, packets.keys)
         try:
             for target in sorted(set(wanted_pts)):
+                checkpoint("decoding the video")
                 image = seeker.frame_at(target)
                 if image is None:
                     return None
@@ -194,6 +197,7 @@ def _decoded(container, stream, skipped: list[int] | None = None) -> Iterator[An
     import av
 
     for packet in container.demux(stream):
+        checkpoint("decoding the video")
         try:
             frames = packet.decode()
         except (av.error.InvalidDataError, av.error.PatchWelcomeError, av.error.UndefinedError):
