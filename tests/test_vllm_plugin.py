@@ -111,6 +111,7 @@ def every_method(vllm_env, tiny_qwen_vllm, ours, clip, tmp_path_factory) -> dict
 def test_every_method_in_vllm_matches_ottvid_cli(every_method, ours, clip, method):
     run, mine = every_method[method], ours_at(ours, clip, method, 0.25)
     assert run["model_class"] == "OTTVidQwen2_5_VL"
+    assert run["pruning_flag"] and run["plugin_scope_enables"]  # the CPU runner fix, for a model that asks
     # the prompt vLLM built is our sequence exactly: the text tokens and round((1 - q) V) placeholders
     assert run["prompt_token_ids"] == mine["ids"]
     assert run["prompt_token_ids"].count(ours.video_token_id) == len(mine["kept"]) == round(0.25 * V) == 16
@@ -150,6 +151,18 @@ def test_q_zero_is_stock_vllm(vllm_env, tiny_qwen_vllm, ours, clip, tmp_path):
         ours, clip, "topk", 1.0)["ids"])
     assert plugin["text"] == stock["text"] and plugin["logprobs"] == stock["logprobs"]
     assert plugin["kept"] == []  # nothing compressed
+
+
+def test_not_asked_for_vllms_own_evs_runs_through_the_plugins_model(vllm_env, tiny_qwen_vllm, ours, clip, tmp_path):
+    """With the plugin loaded and no ottvid_method, q = 0.9 is vLLM's EVS: its count (at least the first
+    group: 16 of 64, not round(6.4)), through our subclass, which hands over to vLLM's code. On the CPU
+    EVS needs the runner fix, which the plugin applies only to models that ask for ottvid: this job
+    widens it (cpu_fix="all", as benchmarks/vllm.py does); the plugin's own scope would leave it off."""
+    run = run_job(vllm_env, tmp_path, model=str(tiny_qwen_vllm), q=0.9, cpu_fix="all", frames=str(clip), fps=FPS,
+                  prompt=prompt_text(ours), logprobs=1)[0]
+    assert run["model_class"] == "OTTVidQwen2_5_VL" and run["kept"] == []
+    assert run["prompt_token_ids"].count(ours.video_token_id) == max(TOKENS, int(V * (1 - 0.9))) == 16
+    assert run["pruning_flag"] and not run["plugin_scope_enables"] and not run["ottvid_set"]
 
 
 def test_vllm_server_with_the_issue_spellings_and_the_openai_client(vllm_server, tmp_path):

@@ -6,7 +6,8 @@ in this process, on a job the test writes as JSON; prints one JSON line of resul
 job: model, q (the pruning rate, 0 for none), overrides (hf_overrides), frames (.npy, (n, H, W, 3) uint8),
 fps, prompt (the full chat text with the video placeholder), methods (names to run in turn on the one
 engine; [] or [null]: the engine as configured), logprobs (top-k of the first generated token), plugins
-(False: VLLM_PLUGINS set so that no plugin loads: stock vLLM).
+(False: VLLM_PLUGINS set so that no plugin loads: stock vLLM), cpu_fix ("all": the CPU runner fix for vLLM's
+own EVS too, `cpu_runner.patch("all")`).
 For each run: the prompt's token count, the generated text, the first token's top log-probabilities, and
 (with the plugin) the kept token indices, the positions the LLM received (3, L) and the model's class.
 """
@@ -27,6 +28,11 @@ def main() -> None:
         os.environ["VLLM_PLUGINS"] = "no-plugin-at-all"  # an allowlist that names no installed plugin
     import numpy as np
     from vllm import LLM, SamplingParams
+
+    if job.get("cpu_fix") == "all":
+        from ottvid_cli.integrations.vllm import cpu_runner
+
+        cpu_runner.patch("all")
 
     kwargs = {"video_pruning_rate": job["q"]} if job.get("q") else {}
     if job.get("overrides"):
@@ -55,6 +61,20 @@ def main() -> None:
         model.recompute_mrope_positions = wrapped
         return type(model).__name__
 
+    def runner_flags(worker):  # the CPU runner's pruning flag, and what the plugin's own scope would say
+        from ottvid_cli.integrations.vllm import cpu_runner
+
+        runner = worker.model_runner
+        scope = cpu_runner._scope["value"]
+        cpu_runner._scope["value"] = "ottvid"
+        try:
+            plugin_scope = cpu_runner.should_enable(runner)
+        finally:
+            cpu_runner._scope["value"] = scope
+        return {"pruning_flag": bool(runner.is_multimodal_pruning_enabled), "plugin_scope_enables": plugin_scope,
+                "ottvid_set": getattr(runner.get_model(), "ottvid", None) is not None}
+
+    flags = llm.collective_rpc(runner_flags)[0] if job.get("plugins", True) else {}
     runs = []
     for method in job.get("methods") or [None]:
         if method is not None:
@@ -73,7 +93,7 @@ def main() -> None:
         llm.apply_model(lambda model: setattr(model, "seen_positions", []) if hasattr(model, "seen_positions") else None)
         runs.append({"method": method, "model_class": name, "prompt_tokens": len(out.prompt_token_ids),
                      "prompt_token_ids": list(out.prompt_token_ids), "text": out.outputs[0].text,
-                     "logprobs": {str(k): v.logprob for k, v in first.items()}, **last})
+                     "logprobs": {str(k): v.logprob for k, v in first.items()}, **last, **flags})
     print("RESULT " + json.dumps(runs))
 
 
