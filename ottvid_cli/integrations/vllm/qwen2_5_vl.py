@@ -75,9 +75,11 @@ class OTTVidQwen2_5_VL(Qwen2_5_VLForConditionalGeneration):
     # -- the encoder, with the saliency of its last block ---------------------------------------
 
     def _process_video_input(self, video_input: Any) -> tuple[torch.Tensor, ...]:
-        if self.ottvid is None or video_input["type"] != "pixel_values_videos":
-            self._saliency = None
+        if self.ottvid is None:
             return super()._process_video_input(video_input)
+        if video_input["type"] != "pixel_values_videos":
+            raise ValueError(f"ottvid_method {self.ottvid.method} compresses videos given as frames (the vision "
+                             f"encoder's attention is its saliency), not as precomputed embeddings")
         capture: dict[str, Any] = {}
         attn = self.visual.blocks[-1].attn
 
@@ -132,7 +134,7 @@ class OTTVidQwen2_5_VL(Qwen2_5_VLForConditionalGeneration):
         if seconds is None:
             raise ValueError("second_per_grid_ts is needed to place a compressed video's tokens in time")
         per_second = self.config.vision_config.tokens_per_second
-        saliency = self._saliency or [None] * len(video_embeds_split)
+        saliency = self._saliency
         out, self.ottvid_last = [], []
         for emb, (t, h, w), second, sal in zip(video_embeds_split, video_input["video_grid_thw"].tolist(),
                                                seconds.tolist(), saliency):
