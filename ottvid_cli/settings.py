@@ -32,6 +32,7 @@ METHODS = ("ottvid", "none", "topk", "divprune", "visionzip", "fastvid", "holito
 # qwen-vl-utils' cap on frames sampled at a rate (its VIDEO_MAX_FRAMES); the paper's grounding runs
 # decode at 2 fps up to this many frames and subsample uniformly beyond it.
 DEFAULT_MAX_FRAMES = 768
+STAGES = ("decode", "preprocess", "vision", "saliency", "compression", "prefill", "generate")  # a run's timings_ms
 
 
 class SettingsError(ValueError):

@@ -929,6 +929,17 @@ def check_video(path: str | os.PathLike, decoder: str = "auto") -> None:
         _open_decord(path)
 
 
+def video_duration(path: str | os.PathLike) -> float | None:
+    """The video file's length in seconds (its last frame's end) as its container's index lists the
+    frames, nothing decoded; None when the demuxer lists no frame with a time. VideoError when the file
+    cannot be opened."""
+    path = _checked_path(path)
+    with _pyav_stream(path) as (container, stream):
+        header = _header(container, stream)
+        packets = _demux(container, stream)
+    return _pyav_timeline(packets, header).duration if len(packets.pts) else None
+
+
 def sample_frames(path: str | os.PathLike, num_frames: int = 32, decoder: str = "auto",
                   start: float | None = None, end: float | None = None, frame_rate: float | None = None,
                   rule: str = "centre") -> Video:
