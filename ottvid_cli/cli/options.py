@@ -145,8 +145,9 @@ WarmUp = Annotated[Optional[bool], typer.Option(
     help="First run one small question through the model, so that its first-call overheads (CUDA context, "
          "kernels built on first use) are paid and reported apart (timings: warmup) and the question's stages "
          "are timed warm. On the CPU it only adds time, so it is off there unless asked for.")]
-Server = Annotated[str, typer.Option("--server", help="URL of a running `ottvid serve`: send the request there "
-                                                      "instead of loading the model here (docs/serve.md).")]
+Server = Annotated[str, typer.Option("--server", help="URL of a running `ottvid serve`, or of an OpenAI-compatible "
+                                                      "server such as vLLM's: send the request there instead of "
+                                                      "loading the model here (docs/cli.md, '--server URL').")]
 
 # the prepared-video cache
 CacheDir = Annotated[str, typer.Option("--cache-dir", show_default="memory only",
