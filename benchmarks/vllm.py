@@ -90,7 +90,7 @@ def parser() -> argparse.ArgumentParser:
                    help="VLLM_CPU_OMP_THREADS_BIND (default: every core this process may use, e.g. 0-1)")
     p.add_argument("--max-model-len", type=int, default=None, help="default 8192 (smoke: 4096, the tiny model's)")
     p.add_argument("--smoke", action="store_true",
-                   help="the tiny test Qwen2.5-VL that vLLM's CPU attention takes (head_dim 64) instead: seconds a run")
+                   help="the tiny test Qwen2.5-VL that vLLM's CPU attention takes (head_dim 64) instead: ~15 s a run")
     p.add_argument("--json", action="store_true", help="print the measurements as JSON instead of the table")
     p.add_argument("--table", metavar="JSON", help="print the table of measurements saved by --json; run nothing")
     p.add_argument("--child", choices=("prepare", *RUNS, "pipeline"), help=argparse.SUPPRESS)  # one step, here
