@@ -42,7 +42,9 @@ class OTTVidQwen2_5_VLProcessor(Qwen2_5_VLMultiModalProcessor):
     def _get_prompt_updates(self, mm_items: Any, hf_processor_mm_kwargs: Mapping[str, Any],
                             out_mm_kwargs: Any) -> Sequence[Any]:
         updates = super()._get_prompt_updates(mm_items, hf_processor_mm_kwargs, out_mm_kwargs)
-        chosen = _settings(self.info.ctx)
+        if not hasattr(self, "_ottvid"):  # read once: the server's settings do not change
+            self._ottvid = _settings(self.info.ctx)
+        chosen = self._ottvid
         if chosen is None:
             return updates
         merge = self.info.get_image_processor(**hf_processor_mm_kwargs).merge_size
