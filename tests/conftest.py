@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import os
 import pathlib
-import subprocess
-import time
 from dataclasses import dataclass
 
 import pytest
@@ -96,53 +94,18 @@ class VllmServer:
 
 @pytest.fixture(scope="session")
 def vllm_server(vllm_env, tiny_qwen_vllm, tmp_path_factory):
-    """vLLM's own OpenAI server (`python -m vllm.entrypoints.openai.api_server`) on 127.0.0.1 with the plugin:
-    `--video-pruning-rate 0.9 --hf-overrides '{"ottvid_method": "ottvid"}'`, local videos under `media`."""
-    import socket
+    """vLLM's own OpenAI server on 127.0.0.1 with the plugin as the issue spells it:
+    `--video-pruning-rate 0.9 --hf-overrides '{"ottvid_method": "ottvid"}'`, local videos under `media`,
+    8 frames a video."""
+    from vllm_env import VllmEnvError, serving
 
     media = tmp_path_factory.mktemp("vllm_media")
     log = tmp_path_factory.mktemp("vllm_server_log") / "server.log"
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
-    command = [str(vllm_env.python), "-m", "vllm.entrypoints.openai.api_server", "--model", str(tiny_qwen_vllm),
-               "--host", "127.0.0.1", "--port", str(port), "--video-pruning-rate", "0.9",
-               "--hf-overrides", '{"ottvid_method": "ottvid"}', "--allowed-local-media-path", str(media),
-               "--gpu-memory-utilization", "0.1", "--enforce-eager", "--max-model-len", "4096", "--dtype", "float32",
-               "--no-enable-prefix-caching", "--mm-processor-cache-gb", "0", "--limit-mm-per-prompt",
-               '{"video": 1}', "--media-io-kwargs", '{"video": {"num_frames": 8}}']
-    env = {**os.environ, "VLLM_TARGET_DEVICE": "cpu", "VLLM_CPU_NUM_OF_RESERVED_CPU": "0"}
-    with log.open("w") as out:
-        process = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+    args = ["--video-pruning-rate", "0.9", "--hf-overrides", '{"ottvid_method": "ottvid"}',
+            "--allowed-local-media-path", str(media), "--no-enable-prefix-caching", "--mm-processor-cache-gb", "0",
+            "--limit-mm-per-prompt", '{"video": 1}', "--media-io-kwargs", '{"video": {"num_frames": 8}}']
     try:
-        import httpx
-
-        deadline = time.monotonic() + 300
-        while True:
-            if process.poll() is not None:
-                pytest.fail(f"vLLM's server exited with {process.returncode}: {log.read_text()[-3000:]}", pytrace=False)
-            try:
-                if httpx.get(f"http://127.0.0.1:{port}/health", timeout=2).status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            if time.monotonic() > deadline:
-                pytest.fail(f"vLLM's server did not start in 300 s: {log.read_text()[-3000:]}", pytrace=False)
-            time.sleep(1)
-        yield VllmServer(url=f"http://127.0.0.1:{port}/v1", model=str(tiny_qwen_vllm), media=media, q=0.9, log=log)
-    finally:
-        _end(process)
-
-
-def _end(process: subprocess.Popen) -> None:
-    """SIGTERM the process group, SIGKILL after 30 s."""
-    import signal
-
-    try:
-        os.killpg(process.pid, signal.SIGTERM)
-        process.wait(timeout=30)
-    except ProcessLookupError:
-        return
-    except subprocess.TimeoutExpired:
-        os.killpg(process.pid, signal.SIGKILL)
-        process.wait()
+        with serving(vllm_env.python, tiny_qwen_vllm, args, log) as url:
+            yield VllmServer(url=f"{url}/v1", model=str(tiny_qwen_vllm), media=media, q=0.9, log=log)
+    except VllmEnvError as exc:
+        pytest.fail(str(exc), pytrace=False)

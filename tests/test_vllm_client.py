@@ -15,14 +15,10 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import signal
-import socket
 import subprocess
 import sys
-import time
 from pathlib import Path
 
-import httpx
 import pytest
 
 from ottvid_cli.serve.openai_compat import PlainServer, is_ottvid_serve, media_io_kwargs, not_per_request
@@ -138,12 +134,6 @@ def _letters_only(model: Path) -> None:
     save_file(weights, model / "model.safetensors", metadata={"format": "pt"})
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 class Served:
     def __init__(self, url: str, media: Path, log: Path):
         self.url, self.media, self.log = url, media, log
@@ -154,15 +144,12 @@ class Served:
 
 
 @pytest.fixture(scope="module")
-def vllm_server(tmp_path_factory):
-    sys.path.insert(0, str(Path(__file__).resolve().parent))
+def vllm_server(vllm_env, tmp_path_factory):
+    """A server of its own (the conftest's serves q = 0.9 an unedited model): q = 0.75, a model that
+    answers A or B, request media kwargs trusted, per-request metrics."""
     from tiny_models import build_tiny_qwen2_5_vl
-    from vllm_env import VllmEnvError, vllm_env
+    from vllm_env import VllmEnvError, serving
 
-    try:
-        env = vllm_env()
-    except VllmEnvError as exc:
-        pytest.fail(f"cannot build the vLLM test environment: {exc}")
     root = tmp_path_factory.mktemp("vllm-client")
     model = build_tiny_qwen2_5_vl(  # vLLM's CPU attention takes head_dim 64
         root / "qwen", vision={"out_hidden_size": 128},
@@ -172,40 +159,15 @@ def vllm_server(tmp_path_factory):
     media = root / "media"
     media.mkdir()
     shutil.copy(DATA / "bikes.mp4", media / "bikes.mp4")
-    port = _free_port()
     log = root / "server.log"
-    command = [str(env.python), "-m", "vllm.entrypoints.openai.api_server", "--model", str(model),
-               "--host", "127.0.0.1", "--port", str(port), "--dtype", "float32", "--enforce-eager",
-               "--gpu-memory-utilization", "0.1", "--max-model-len", "4096", "--allowed-local-media-path", str(media),
-               "--video-pruning-rate", "0.75", "--hf-overrides", json.dumps({"ottvid_method": "ottvid"}),
-               "--trust-request-mm-kwargs", "--enable-per-request-metrics"]
-    environ = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-    environ.update(VLLM_TARGET_DEVICE="cpu", VLLM_CPU_NUM_OF_RESERVED_CPU="0", HF_HUB_OFFLINE="1")
-    with log.open("w") as out:
-        server = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, cwd=root, env=environ,
-                                  start_new_session=True)
+    args = ["--allowed-local-media-path", str(media), "--video-pruning-rate", "0.75",
+            "--hf-overrides", json.dumps({"ottvid_method": "ottvid"}), "--trust-request-mm-kwargs",
+            "--enable-per-request-metrics"]
     try:
-        url = f"http://127.0.0.1:{port}"
-        deadline = time.monotonic() + START_TIMEOUT
-        while True:
-            if server.poll() is not None:
-                pytest.fail(f"vLLM's server stopped at start-up: {log.read_text(errors='replace')[-2000:]}")
-            try:
-                if httpx.get(f"{url}/health", timeout=5).status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            if time.monotonic() > deadline:
-                pytest.fail(f"vLLM's server did not start in {START_TIMEOUT} s: {log.read_text()[-2000:]}")
-            time.sleep(2)
-        yield Served(url, media, log)
-    finally:
-        os.killpg(server.pid, signal.SIGTERM)
-        try:
-            server.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            os.killpg(server.pid, signal.SIGKILL)
-            server.wait()
+        with serving(vllm_env.python, model, args, log, timeout=START_TIMEOUT) as url:
+            yield Served(url, media, log)
+    except VllmEnvError as exc:
+        pytest.fail(str(exc), pytrace=False)
 
 
 @pytest.mark.slow

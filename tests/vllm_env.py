@@ -23,13 +23,17 @@ background while the other tests run.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
 import shutil
+import signal
+import socket
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -141,6 +145,50 @@ def vllm_env(root: Path | None = None) -> VllmEnv:
         marker.write_text(json.dumps({"pyproject": _pyproject_hash(), **info,
                                       "built": time.strftime("%Y-%m-%dT%H:%M:%S")}, indent=2))
     return VllmEnv(path=env, python=python, versions=info, built=built, seconds=time.perf_counter() - start)
+
+
+@contextlib.contextmanager
+def serving(python: Path, model: Path, args: list[str], log: Path, timeout: float = 300) -> Iterator[str]:
+    """vLLM's own OpenAI server (`python -m vllm.entrypoints.openai.api_server`) of the environment's
+    `python` on 127.0.0.1, a free port, the CPU settings of docs/vllm.md and `args`; yields its base URL
+    (http://127.0.0.1:PORT) once /health answers, and ends it (SIGTERM, then SIGKILL after 60 s).
+    VllmEnvError with the log's end when it stops or does not answer within `timeout` seconds."""
+    import httpx
+
+    with socket.socket() as probe_socket:
+        probe_socket.bind(("127.0.0.1", 0))
+        port = probe_socket.getsockname()[1]
+    command = [str(python), "-m", "vllm.entrypoints.openai.api_server", "--model", str(model), "--host",
+               "127.0.0.1", "--port", str(port), "--dtype", "float32", "--enforce-eager",
+               "--gpu-memory-utilization", "0.1", "--max-model-len", "4096", *args]
+    environ = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}  # the environment's own ottvid
+    environ.update(VLLM_TARGET_DEVICE="cpu", VLLM_CPU_NUM_OF_RESERVED_CPU="0", HF_HUB_OFFLINE="1")
+    with log.open("w") as out:
+        server = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, cwd=log.parent, env=environ,
+                                  start_new_session=True)
+    try:
+        url = f"http://127.0.0.1:{port}"
+        deadline = time.monotonic() + timeout
+        while True:
+            if server.poll() is not None:
+                raise VllmEnvError(f"vLLM's server stopped at start-up ({server.returncode}): "
+                                   f"{log.read_text(errors='replace')[-2000:]}")
+            try:
+                if httpx.get(f"{url}/health", timeout=5).status_code == 200:
+                    break
+            except httpx.TransportError:
+                pass
+            if time.monotonic() > deadline:
+                raise VllmEnvError(f"vLLM's server did not start in {timeout} s: {log.read_text(errors='replace')[-2000:]}")
+            time.sleep(1)
+        yield url
+    finally:
+        os.killpg(server.pid, signal.SIGTERM)
+        try:
+            server.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            os.killpg(server.pid, signal.SIGKILL)
+            server.wait()
 
 
 if __name__ == "__main__":  # build (or check) it by hand: python tests/vllm_env.py
