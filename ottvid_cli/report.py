@@ -18,10 +18,11 @@ PIPED_WIDTH = 1 << 12
 
 def table_console(console: Console) -> Console:
     """`console` on a terminal; for a pipe or a file, a console on the same output as wide as any
-    table needs, so that no number or heading is cut or folded there."""
+    table needs, so that no number or heading is cut or folded there (of `console`'s class, so that a
+    closed pipe is handled as `console` handles it)."""
     if console.is_terminal:
         return console
-    return Console(file=console.file, width=PIPED_WIDTH, no_color=console.no_color)
+    return type(console)(file=console.file, width=PIPED_WIDTH, no_color=console.no_color)
 
 
 def to_json(data: dict[str, Any]) -> str:

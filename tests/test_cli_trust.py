@@ -499,6 +499,16 @@ def test_a_reader_that_goes_away_is_no_traceback():
     assert "Traceback" not in err and code in (0, 1)
 
 
+def test_a_closed_pipe_is_no_failure(tiny_qwen):
+    """Issue 34: `ottvid ask ... | head -1` exited 1 (the run failed) under `set -o pipefail`. head
+    leaves after "question 1: ...", while the model still answers: exit 0, nothing on stderr."""
+    command = (f"{sys.executable} -m ottvid_cli ask {VIDEO} 'what happens?' 'and then?' --model {tiny_qwen} "
+               f"--frames 4 --max-new-tokens 4 --quiet | head -1")
+    proc = subprocess.run(["bash", "-o", "pipefail", "-c", command], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout == "question 1: what happens?\n" and proc.stderr == ""
+
+
 def test_tables_never_cut_a_number_piped_or_on_a_narrow_terminal(tiny_qwen):
     """Issue 27: piped through grep, `2,525…` and `prepro…` were shown. A pipe gets tables at their
     full width; a narrow terminal folds a value onto the next line rather than cutting it."""
