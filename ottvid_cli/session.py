@@ -118,12 +118,14 @@ class Engine:
         with self._lock:
             prepared, entry, key, hit = self.prepared(video, sampling, method, config, prompt, on_step, cancel,
                                                       video_name)
+            source = self.cache.source if hit else None
             if history:
                 prepared = prepared.reprompt(prompt, history)
             ckey = compression_key(method, config)
             prefix = entry.prefixes.get(ckey)
             result = answer(prepared, task, max_new_tokens, on_step, on_token, options=options, prefix=prefix,
                             keep_prefix=prefix is None, cache_hit=hit, point=point)
+            result.cache_source = source
             if prefix is None and result.prefix is not None:
                 entry.prefixes[ckey] = result.prefix
                 self.cache.resize(key)

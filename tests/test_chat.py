@@ -111,6 +111,25 @@ def test_ask_with_several_questions_prints_one_object_each(tiny_qwen):
     assert empty.exit_code == 2 and "the question is empty" in empty.stderr
 
 
+def test_the_text_report_says_cache_hit_and_from_which_cache_and_loading_once(tiny_qwen, tmp_path):
+    """Issue 34: a second question, or a --cache-dir reuse, showed decode ... saliency as 0.0 and the
+    model's load time again under each question, as if it loaded again."""
+    args = ["--model", str(tiny_qwen), "--frames", "4", "--max-new-tokens", "2", "--cache-dir", str(tmp_path)]
+    env = {"COLUMNS": "300"}
+    both = runner.invoke(app, ["ask", str(DATA / "yoga.mp4"), "What happens?", "Who is there?", *args], env=env)
+    assert both.exit_code == 0, both.output
+    first, second = both.stdout.split("question 2:")
+    assert "cache      miss: decoded and encoded for this question" in first
+    assert "hit: the video came from the cache in memory (prepared by an earlier question)" in second
+    assert "load" in first.split("time (ms)")[1] and "load" not in second.split("time (ms)")[1]
+    assert second.split("time (ms)")[1].count("cached") == 4  # decode, preprocess, vision, saliency
+    again = runner.invoke(app, ["ask", str(DATA / "yoga.mp4"), "What happens?", *args, "--json"])
+    assert json.loads(again.stdout)["cache_source"] == "disk"
+    text = runner.invoke(app, ["ask", str(DATA / "yoga.mp4"), "What happens?", *args], env=env).stdout
+    assert f"hit: the video came from the cache folder {tmp_path} (prepared by an earlier run)" in text
+    assert "load" in text.split("time (ms)")[1]  # this process loaded the model: once
+
+
 # ------------------------------------------------------------------------------------------------
 # Ctrl-C and Ctrl-D on a real terminal: `ottvid chat` in a pseudo-terminal, keys written to it (the
 # terminal sends SIGINT for Ctrl-C, end of input for Ctrl-D at an empty line)

@@ -14,6 +14,7 @@ import typer
 
 from .errors import _error, _fail, err
 from .options import (
+    ApiKey,
     Attention,
     CacheDir,
     CacheMaxGb,
@@ -84,13 +85,16 @@ def ask(
     cache_max_gb: CacheMaxGb = None,
     warm_up: WarmUp = None,
     server: Server = None,
+    api_key: ApiKey = None,
 ) -> None:
     """Answer questions about a video, with OTT-Vid (or --method) compressing the visual tokens (several
     questions: the video is prepared and prefilled once; --json prints a list)."""
     if server is not None:  # a running `ottvid serve` answers (ottvid_cli/serve/client.py)
         return _remote("ask", server, video, questions, choice, ratio, frames, fps, max_frames, model, method, preset,
                        as_json, quiet, max_new_tokens, device, dtype, attention, max_pixels, decoder, output, cache_dir,
-                       siglip_head=siglip_head, cache_max_gb=cache_max_gb, warm_up=warm_up, method_args=method_args)
+                       siglip_head=siglip_head, cache_max_gb=cache_max_gb, warm_up=warm_up, method_args=method_args,
+                       api_key=api_key)
+    _no_key_without_server(api_key)
     _answer("ask", video, questions, choice, ratio, frames, fps, max_frames, model, method, preset, as_json, device,
             dtype, attention, max_pixels, max_new_tokens, output, decoder, quiet, _cache_path(cache_dir, cache_max_gb),
             method_args, siglip_head=siglip_head, cache_max_gb=cache_max_gb, warm_up=warm_up)
@@ -121,6 +125,7 @@ def ground(
     cache_max_gb: CacheMaxGb = None,
     warm_up: WarmUp = None,
     server: Server = None,
+    api_key: ApiKey = None,
     point: bool = typer.Option(False, "--point", help="The query names a moment, not an event: ask for one time "
                                                       "(the span starts and ends there); without it a reply "
                                                       "holding one time is no span (exit 3)."),
@@ -130,10 +135,17 @@ def ground(
     if server is not None:
         return _remote("ground", server, video, query, None, ratio, frames, fps, max_frames, model, method, preset,
                        as_json, quiet, max_new_tokens, device, dtype, attention, max_pixels, decoder, output, cache_dir,
-                       siglip_head=siglip_head, cache_max_gb=cache_max_gb, warm_up=warm_up, method_args=method_args, point=point)
+                       siglip_head=siglip_head, cache_max_gb=cache_max_gb, warm_up=warm_up, method_args=method_args, point=point,
+                       api_key=api_key)
+    _no_key_without_server(api_key)
     _answer("ground", video, query, None, ratio, frames, fps, max_frames, model, method, preset, as_json, device,
             dtype, attention, max_pixels, max_new_tokens, output, decoder, quiet, _cache_path(cache_dir, cache_max_gb),
             method_args, siglip_head=siglip_head, cache_max_gb=cache_max_gb, warm_up=warm_up, point=point)
+
+
+def _no_key_without_server(api_key: str | None) -> None:
+    if api_key is not None:
+        _fail("--api-key is the key of a server: it goes with --server")
 
 
 def chat(

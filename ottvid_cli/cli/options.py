@@ -147,6 +147,9 @@ WarmUp = Annotated[Optional[bool], typer.Option(
          "are timed warm. On the CPU it only adds time, so it is off there unless asked for.")]
 Server = Annotated[str, typer.Option("--server", help="URL of a running `ottvid serve`: send the request there "
                                                       "instead of loading the model here (docs/serve.md).")]
+ApiKey = Annotated[str, typer.Option("--api-key", metavar="KEY", show_default="$OTTVID_API_KEY",
+                                     help="With --server: the key the server was started with (`ottvid serve "
+                                          "--api-key`).")]
 
 # the prepared-video cache
 CacheDir = Annotated[str, typer.Option("--cache-dir", show_default="memory only",
