@@ -2,6 +2,7 @@
 
 import json
 import os
+import re
 import sys
 from pathlib import Path
 
@@ -76,6 +77,21 @@ def test_a_command_without_a_value_shows_the_setting_and_the_wait_is_reported_wi
         assert f"{stage} " in first  # the first question prepared the video: every stage took time
     assert "video prepared" in first and "cache hit" in second and "vision" not in second
     assert "decoding video" in result.stderr and "generating" in result.stderr  # progress while preparing
+
+
+def test_chat_takes_method_args_on_the_command_line_and_as_a_command(tiny_qwen):
+    """Issue 34: chat had no --method-arg (ask, ground, show and profile have it). EVS with
+    exact=false keeps half the tokens at any ratio; /method-arg changes it, /method clears it."""
+    result = chat(tiny_qwen, "What?\n/method-arg nope=1\n/method-arg exact=true\nWhat?\n/method topk\n/method-arg\n",
+                  "--method", "evs", "--ratio", "0.25", "--method-arg", "exact=false", "--frames", "4")
+    assert result.exit_code == 0, result.output
+    assert "\nratio 0.25, method evs exact=false, preset paper" in result.stderr
+    assert "error: /method-arg nope=1: unknown option 'nope' (evs options: exact" in result.stderr
+    assert "method evs exact=true, preset paper" in result.stderr and "topk at its defaults" in result.stderr
+    loose, exact = (int(n.replace(",", "")) for n in re.findall(r"([\d,]+) tokens into the LLM", result.stderr))
+    assert loose > exact
+    bad = chat(tiny_qwen, "", "--method", "evs", "--method-arg", "nope=1")
+    assert bad.exit_code == 2 and "--method-arg nope=1: unknown option 'nope'" in bad.stderr
 
 
 def test_chat_history_is_sent_with_the_next_question(tiny_qwen):

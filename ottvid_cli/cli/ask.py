@@ -49,6 +49,7 @@ from .steps import (
     _check_video,
     _engine,
     _load,
+    _method_options,
     _remote,
     _run,
     _sampling,
@@ -157,6 +158,7 @@ def chat(
     max_frames: MaxFrames = None,
     model: Model = None,
     method: Method = "ottvid",
+    method_args: MethodArgs = None,
     preset: Preset = "paper",
     quiet: Quiet = False,
     device: Device = None,
@@ -180,12 +182,13 @@ def chat(
     sampling = _sampling(frames, fps, max_frames, max_pixels, decoder)
     cache_dir = _cache_path(cache_dir, cache_max_gb)
     _check_video(video, decoder)
+    options = _method_options([method], [1.0 if method == "none" else ratio], preset, method_args)[method]
     progress = _Progress(quiet)
     backbone = _load(model, device, dtype, attention, max_pixels, progress, siglip_head)
     engine = _engine(backbone, cache_dir, keep_saliency=True, max_gb=cache_max_gb)
     _warm_up(engine, progress)
     progress.stop()
-    session = Chat(engine, video, sampling, ratio, method, preset, max_new_tokens, history)
+    session = Chat(engine, video, sampling, ratio, method, preset, max_new_tokens, history, options)
     interactive = sys.stdin.isatty()
     if not quiet:
         leave = "/quit or Ctrl-D leaves" if interactive else "/quit or end of input leaves"
