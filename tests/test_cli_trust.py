@@ -288,7 +288,7 @@ def test_frame_adjustments_are_reported(tiny_qwen):
 
 
 def test_help_states_defaults():
-    ask = invoke("ask", "--help", env={"COLUMNS": "200"}).stdout
+    ask = " ".join(invoke("ask", "--help", env={"COLUMNS": "200"}).stdout.split())
     assert "the model's: 32, or 64 for LLaVA-Video" in ask and "--choice" in ask and "--output" in ask
     ground = invoke("ground", "--help", env={"COLUMNS": "200"}).stdout
     assert "768" in ground

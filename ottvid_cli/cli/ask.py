@@ -60,9 +60,9 @@ from .steps import (
 
 def ask(
     video: Video,
-    questions: list[str] = typer.Argument(..., help="Question(s) about the video: one preparation and one prefill "
-                                                    "of the video for all, one answer each."),
-    choice: list[str] = typer.Option(None, "--choice", "-c", "--options",
+    questions: list[str] = typer.Argument(..., metavar="QUESTION", help="One question or more: the video is read "
+                                                                        "and encoded once for all of them."),
+    choice: list[str] = typer.Option(None, "--choice", "-c", "--options", metavar="TEXT", rich_help_panel="Question",
                                      help="A multiple-choice option, e.g. 'A. a dog'. Repeat for each."),
     ratio: Ratio = None,
     frames: Frames = None,
@@ -88,8 +88,10 @@ def ask(
     server: Server = None,
     api_key: ApiKey = None,
 ) -> None:
-    """Answer questions about a video, with OTT-Vid (or --method) compressing the visual tokens (several
-    questions: the video is prepared and prefilled once; --json prints a list)."""
+    """Answer questions about a video.
+
+    OTT-Vid (or --method) cuts down the video's tokens before the language model reads them. Several
+    questions: the video is read and encoded once, and --json prints a list."""
     if server is not None:  # a running `ottvid serve` answers (ottvid_cli/serve/client.py)
         return _remote("ask", server, video, questions, choice, ratio, frames, fps, max_frames, model, method, preset,
                        as_json, quiet, max_new_tokens, device, dtype, attention, max_pixels, decoder, output, cache_dir,
@@ -103,7 +105,7 @@ def ask(
 
 def ground(
     video: Video,
-    query: str = typer.Argument(..., help="What happens, e.g. 'person opens the door'."),
+    query: str = typer.Argument(..., metavar="QUERY", help="What happens, e.g. 'person opens the door'."),
     ratio: Ratio = None,
     fps: GroundFps = None,
     max_frames: MaxFrames = None,
@@ -127,12 +129,13 @@ def ground(
     warm_up: WarmUp = None,
     server: Server = None,
     api_key: ApiKey = None,
-    point: bool = typer.Option(False, "--point", help="The query names a moment, not an event: ask for one time "
+    point: bool = typer.Option(False, "--point", rich_help_panel="Question", help="The query names a moment, not an event: ask for one time "
                                                       "(the span starts and ends there); without it a reply "
                                                       "holding one time is no span (exit 3)."),
 ) -> None:
-    """Find when something happens in a video: start and end in seconds (exit 3 if the reply holds no
-    start and end, with the JSON's span_note saying what it held)."""
+    """Find when something happens in a video: start and end in seconds.
+
+    Exit 3 if the reply holds no start and end (the JSON's span_note says what it held)."""
     if server is not None:
         return _remote("ground", server, video, query, None, ratio, frames, fps, max_frames, model, method, preset,
                        as_json, quiet, max_new_tokens, device, dtype, attention, max_pixels, decoder, output, cache_dir,
@@ -151,7 +154,8 @@ def _no_key_without_server(api_key: str | None) -> None:
 
 def chat(
     video: Video,
-    history: bool = typer.Option(False, "--history", help="Send the earlier questions and answers with each question."),
+    history: bool = typer.Option(False, "--history", rich_help_panel="Question",
+                                 help="Send the earlier questions and answers with each question."),
     ratio: Ratio = None,
     frames: Frames = None,
     fps: Fps = None,
@@ -171,9 +175,11 @@ def chat(
     cache_dir: CacheDir = None,
     cache_max_gb: CacheMaxGb = None,
 ) -> None:
-    """Talk about a video: one question a line, each reply streamed; /ratio 0.25 and the like change
-    settings without encoding again, /help lists the commands. Ctrl-C stops an answer or a /command
-    and keeps the session; /quit, Ctrl-D (end of input) or Ctrl-C twice at the prompt leaves."""
+    """Talk about a video: one question a line, each reply printed as it comes.
+
+    /ratio 0.25 and the like change settings without encoding the video again; /help lists the
+    commands. Ctrl-C stops an answer or a /command and keeps the session; /quit, Ctrl-D (end of
+    input) or Ctrl-C twice at the prompt leaves."""
     from ..session import Chat
 
     if sys.stdin is None:  # started with stdin closed (`<&-`): no question can come

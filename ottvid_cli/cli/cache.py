@@ -12,13 +12,14 @@ import time
 
 import typer
 from .errors import PipeConsole, _fail, out
+from .help import HelpCommand, HelpGroup
 from .steps import _cache_path
 
-cache_app = typer.Typer(help="The prepared-video cache on disk (--cache-dir): list it, empty it.",
+cache_app = typer.Typer(cls=HelpGroup, help="The prepared-video cache on disk (--cache-dir): list it, empty it.",
                         no_args_is_help=True)
 
-FOLDER = typer.Option("default", "--cache-dir", help="The cache folder; 'default' is $XDG_CACHE_HOME/ottvid "
-                                                     "(~/.cache/ottvid).")
+FOLDER = typer.Option("default", "--cache-dir", metavar="DIR", show_default="$XDG_CACHE_HOME/ottvid (~/.cache/ottvid)",
+                      help="The cache folder ('default' is the default folder).")
 
 
 def _videos(n: int) -> str:
@@ -42,7 +43,7 @@ def _existing(cache_dir: str) -> str:
     return folder
 
 
-@cache_app.command("ls")
+@cache_app.command("ls", cls=HelpCommand)
 def list_entries(
     cache_dir: str = FOLDER,
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object on stdout and nothing else there."),
@@ -74,7 +75,7 @@ def list_entries(
     (out if out.is_terminal else PipeConsole(width=max(out.width, 200))).print(table)  # a file: no column cut
 
 
-@cache_app.command("clear")
+@cache_app.command("clear", cls=HelpCommand)
 def clear(cache_dir: str = FOLDER) -> None:
     """Delete every cached video of the folder (ottvid's files only; the folder itself stays)."""
     from ..cache import clear_disk

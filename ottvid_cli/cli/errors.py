@@ -8,7 +8,6 @@ import sys
 
 import typer
 from rich.console import Console
-from typer.core import TyperGroup
 
 try:  # typer >= 0.20 carries its own copy of click, without Abort (typer has its own)
     from typer._click import exceptions as click
@@ -18,13 +17,15 @@ except ImportError:
 
     _Abort = click.Abort
 
+from .help import HelpGroup
+
 EXIT_RUN, EXIT_USAGE, EXIT_NO_SPAN, EXIT_WRITE = 1, 2, 3, 4
 
 
 _NO_ARGS = getattr(click, "NoArgsIsHelpError", ())
 
 
-class _OneLineErrors(TyperGroup):
+class _OneLineErrors(HelpGroup):
     """Usage errors (unknown option, bad number, missing argument) as one `error:` line, exit 2."""
 
     def invoke(self, ctx):
