@@ -111,7 +111,7 @@ def render_run(result: dict[str, Any], console: Console, streamed: bool = False,
         timings.add_column(name, justify="right", overflow="fold")
     timings.add_row(*("cached" if result.get("cache_hit") and n in CACHED_STAGES else _ms(result["timings_ms"].get(n))
                       for n in names))
-    if result["timings_ms"].get("warmup") is not None:  # the first-call overheads, paid before the question
+    if result["timings_ms"].get("warmup") is not None and server is None:  # first-call overheads, before the question
         timings.caption = f"warm-up before the first question (first-call overheads): {_ms(result['timings_ms']['warmup'])} ms"
     console.print(timings)
     if result.get("picture"):
