@@ -222,10 +222,13 @@ def render_profile(data: dict[str, Any], console: Console) -> None:
                                  None),
                 "compression": next((r["timings_ms"].get("compression") for r in rows if r["method"] != "none"), None),
                 "prefill": rows[0]["timings_ms"].get("prefill")}
-        parts = [f"{k} {_ms_short(v)}" + (f" (warm {_ms_short(warm[k]['median'])})" if warm.get(k) else "")
-                 for k, v in first.items()]
-        console.print("first calls in this process (ms, with their first-call overheads): " + ", ".join(parts),
-                      highlight=False, markup=False)
+        calls = Table(title="first calls in this process (ms)", title_justify="left")
+        calls.add_column("step", overflow="fold")
+        calls.add_column("first call", justify="right", overflow="fold")
+        calls.add_column("warm (median)", justify="right", overflow="fold")
+        for k, v in first.items():  # the difference is what the first-call overheads cost
+            calls.add_row(k, _ms_short(v), _ms_short(warm[k]["median"]) if warm.get(k) else "-")
+        console.print(calls)
     console.print(f"[dim]times in ms: median, then min-max of {data['repeats']} runs after {data['warmup']} "
                   f"warm-up; preprocess, vision and saliency: one encoding shared by every run; TTFT = vision + "
                   f"saliency + compression + prefill; memory: {rows[0]['memory_kind']}; "

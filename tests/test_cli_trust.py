@@ -499,6 +499,27 @@ def test_a_reader_that_goes_away_is_no_traceback():
     assert "Traceback" not in err and code in (0, 1)
 
 
+def test_the_spinner_says_each_step_at_once(monkeypatch):
+    """Issue 34: the spinner said `loading <model>` while the video was decoded: decord holds the GIL
+    for the whole decode, so the display's thread never drew "decoding video". A step is drawn by
+    the thread that starts it, before the work."""
+    import io
+
+    from rich.console import Console
+
+    from ottvid_cli.cli import progress
+
+    screen = io.StringIO()
+    monkeypatch.setattr(progress, "err", Console(file=screen, force_terminal=True, width=80))
+    shown = progress._Progress(quiet=False)
+    try:
+        shown.step("loading tiny")
+        shown.step("decode")
+        assert "decoding video ..." in screen.getvalue()  # drawn already, not at the next tick
+    finally:
+        shown.stop()
+
+
 def test_a_closed_pipe_is_no_failure(tiny_qwen):
     """Issue 34: `ottvid ask ... | head -1` exited 1 (the run failed) under `set -o pipefail`. head
     leaves after "question 1: ...", while the model still answers: exit 0, nothing on stderr."""

@@ -655,6 +655,7 @@ def test_sigterm_finishes_the_request_in_flight_and_exits_0(tiny_qwen, media, tm
             assert time.monotonic() < deadline, log.read_text()
             found = re.search(r"on (http://127\.0\.0\.1:\d+)/v1", log.read_text())
             url = found.group(1) if found else time.sleep(0.1)
+        assert f"(the page: {url}/; no API key;" in log.read_text()  # issue 34: the banner names the page
         while True:
             try:
                 if httpx.get(url + "/health").status_code == 200:

@@ -106,8 +106,7 @@ def run_server(model, host: str, port: int, api_key: str | None, allowed_media_d
     app = create_app(_engine(backbone, cache_dir, max_gb=cache_max_gb), settings)
     bound_host, bound_port = sock.getsockname()[:2]
     shown = f"[{bound_host}]" if ":" in bound_host else bound_host
-    err.print(f"ottvid serve: {model}: the page at http://{shown}:{bound_port}/, the API at "
-              f"http://{shown}:{bound_port}/v1 ("
+    err.print(f"ottvid serve: {model} on http://{shown}:{bound_port}/v1 (the page: http://{shown}:{bound_port}/; "
               f"{'API key required' if api_key else 'no API key'}; local videos: "
               f"{allowed_media_dir or 'none'}; uploads up to {max_upload_mb:g} MB)", highlight=False, markup=False,
               soft_wrap=True)
