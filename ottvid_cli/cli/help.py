@@ -11,7 +11,7 @@ from rich.text import Text
 from typer.core import TyperCommand, TyperGroup
 
 # Headings in the order they are shown (others after them, in the order their options come).
-PANELS = ("Benchmark", "Scores", "Question", "Compression", "Frames", "Model", "Output", "Server", "Cache",
+PANELS = ("Serving", "Benchmark", "Scores", "Question", "Compression", "Frames", "Model", "Output", "Server", "Cache",
           "Run", "Options")
 NAME_WIDTH = 28  # an option name longer than this gets a line of its own, its description below
 MAX_WIDTH = 100  # prose is wrapped at this width on wider terminals (lines that long are hard to read)

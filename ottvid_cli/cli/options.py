@@ -92,11 +92,11 @@ Decoder = Annotated[str, typer.Option("--decoder", metavar="NAME", rich_help_pan
 _COMPRESSION = "Compression"
 Ratio = Annotated[float, typer.Option("--ratio", "-r", metavar="SHARE", show_default="0.1",
                                       rich_help_panel=_COMPRESSION, callback=_checked(check_ratio),
-                                      help="Share of the video's tokens the model gets, in (0, 1].")]
+                                      help="Share of the video's tokens the model gets: more than 0, at most 1.")]
 Ratios = Annotated[list[float], typer.Option("--ratio", "-r", metavar="SHARE", show_default="0.1",
                                              rich_help_panel=_COMPRESSION, callback=_checked(check_ratio),
-                                             help="Share of the video's tokens the model gets, in (0, 1]; repeat for "
-                                                  "several (each method runs at each).")]
+                                             help="Share of the video's tokens the model gets (more than 0, at most "
+                                                  "1); repeat for several (each method runs at each).")]
 Preset = Annotated[str, typer.Option("--preset", metavar="NAME", rich_help_panel=_COMPRESSION,
                                      callback=_checked(check_choice, "--preset", PRESETS),
                                      help="OTT-Vid's settings: paper (as the paper states them) or official (as the "

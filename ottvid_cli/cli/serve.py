@@ -35,20 +35,20 @@ from .steps import _cache_path, _engine, _load, _settle
 
 def serve(
     model: Model = None,
-    host: str = typer.Option("127.0.0.1", "--host", metavar="ADDRESS", rich_help_panel="Server", help="Address to listen on; 0.0.0.0 exposes the model to your "
+    host: str = typer.Option("127.0.0.1", "--host", metavar="ADDRESS", rich_help_panel="Serving", help="Address to listen on; 0.0.0.0 exposes the model to your "
                              "network (then set --api-key)."),
-    port: int = typer.Option(8000, "--port", metavar="PORT", rich_help_panel="Server", callback=_checked(check_count, "--port", 0),
+    port: int = typer.Option(8000, "--port", metavar="PORT", rich_help_panel="Serving", callback=_checked(check_count, "--port", 0),
                              help="TCP port (0: any free one; the address is printed)."),
-    api_key: str = typer.Option(None, "--api-key", metavar="KEY", rich_help_panel="Server", envvar="OTTVID_API_KEY", show_default="none",
+    api_key: str = typer.Option(None, "--api-key", metavar="KEY", rich_help_panel="Serving", envvar="OTTVID_API_KEY", show_default="none",
                                 help="Require `Authorization: Bearer KEY` on /v1 requests."),
-    allowed_media_dir: str = typer.Option(None, "--allowed-media-dir", metavar="DIR", rich_help_panel="Server", show_default="none",
+    allowed_media_dir: str = typer.Option(None, "--allowed-media-dir", metavar="DIR", rich_help_panel="Serving", show_default="none",
                                           help="Serve local videos (file:// or absolute paths) from under this folder "
                                                "only, symlinks and .. resolved."),
-    max_upload_mb: float = typer.Option(100.0, "--max-upload-mb", metavar="MB", rich_help_panel="Server", callback=_checked(check_positive, "--max-upload-mb"),
+    max_upload_mb: float = typer.Option(100.0, "--max-upload-mb", metavar="MB", rich_help_panel="Serving", callback=_checked(check_positive, "--max-upload-mb"),
                                         help="Largest video sent as a data: URL (413 beyond)."),
-    max_queue: int = typer.Option(16, "--max-queue", metavar="N", rich_help_panel="Server", callback=_checked(check_count, "--max-queue", 0),
+    max_queue: int = typer.Option(16, "--max-queue", metavar="N", rich_help_panel="Serving", callback=_checked(check_count, "--max-queue", 0),
                                   help="Requests waiting for the model at most (503 with Retry-After beyond)."),
-    timeout: float = typer.Option(300.0, "--timeout", metavar="SECONDS", rich_help_panel="Server", callback=_checked(check_positive, "--timeout"),
+    timeout: float = typer.Option(300.0, "--timeout", metavar="SECONDS", rich_help_panel="Serving", callback=_checked(check_positive, "--timeout"),
                                   help="Seconds a request may take, waiting included (504 beyond)."),
     max_prompt_chars: int = typer.Option(16384, "--max-prompt-chars", metavar="N", rich_help_panel="Server",
                                          callback=_checked(check_count, "--max-prompt-chars"),
