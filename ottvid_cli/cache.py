@@ -23,6 +23,7 @@ import hashlib
 import json
 import os
 import re
+import stat
 import tempfile
 import time
 from collections import OrderedDict
@@ -33,27 +34,21 @@ from typing import Any
 import numpy as np
 import torch
 
+from .interrupt import Cancel, Interrupted, cancelled
+
 FORMAT = 2  # bump when what is stored changes; older files are then ignored (2: the entry's digest)
 CHUNK = 1 << 20
 FULL_HASH_BYTES = 64 << 20  # files up to this size are hashed whole; larger ones by sampled blocks
 SAMPLED_BLOCKS = 16  # blocks of CHUNK bytes read from a larger file, evenly spread, first and last included
 DEFAULT_DISK_BYTES = 4 << 30  # the cache folder's default bound (--cache-max-gb 4)
 MAX_WARNINGS = 100  # warnings kept until taken
+MAX_META_BYTES = 64 << 20  # an entry's JSON at most (a few kB to a few MB: its timestamps and key)
 _HASHES: "OrderedDict[tuple, str]" = OrderedDict()  # (realpath, size, mtime_ns, inode) -> content hash
 _HASHES_MAX = 4096
 
-Cancel = Any  # a callable returning True to stop, or anything with is_set() (threading.Event)
 
-
-class HashCancelled(Exception):
+class HashCancelled(Interrupted):
     """`content_hash` was cancelled (its `cancel` said so between two chunks); nothing is memoised."""
-
-
-def _cancelled(cancel: Cancel | None) -> bool:
-    if cancel is None:
-        return False
-    is_set = getattr(cancel, "is_set", None)
-    return bool(is_set() if is_set is not None else cancel())
 
 
 def _hash_file(digest: Any, file: str, size: int, mtime_ns: int, cancel: Cancel | None) -> None:
@@ -63,7 +58,7 @@ def _hash_file(digest: Any, file: str, size: int, mtime_ns: int, cancel: Cancel 
     with open(file, "rb") as f:
         if size <= FULL_HASH_BYTES:
             while True:
-                if _cancelled(cancel):
+                if cancelled(cancel):
                     raise HashCancelled(f"hashing {file} was cancelled")
                 chunk = f.read(CHUNK)
                 if not chunk:
@@ -72,7 +67,7 @@ def _hash_file(digest: Any, file: str, size: int, mtime_ns: int, cancel: Cancel 
         digest.update(f"sampled\0{size}\0{mtime_ns}\0".encode())
         step = (size - CHUNK) / (SAMPLED_BLOCKS - 1)
         for k in range(SAMPLED_BLOCKS):
-            if _cancelled(cancel):
+            if cancelled(cancel):
                 raise HashCancelled(f"hashing {file} was cancelled")
             f.seek(round(k * step))
             digest.update(f.read(CHUNK))
@@ -114,7 +109,7 @@ def content_hash(path: str | Path, cancel: Cancel | None = None) -> str:
             digest.update(f"{os.path.basename(file)}\0{st.st_size}\0{st.st_mtime_ns}\0".encode())
         picks = sorted({round(k * (len(files) - 1) / (SAMPLED_BLOCKS - 1)) for k in range(SAMPLED_BLOCKS)})
         for i in picks:  # the first CHUNK bytes of SAMPLED_BLOCKS images spread over the folder
-            if _cancelled(cancel):
+            if cancelled(cancel):
                 raise HashCancelled(f"hashing {path} was cancelled")
             with open(files[i], "rb") as f:
                 digest.update(f.read(CHUNK))
@@ -387,20 +382,21 @@ class PreparedCache:
         key, an older format: silently) or damaged (a warning; the caller prepares it again and `put`
         rewrites it). A hit marks the entry as just used (its JSON's mtime) for the folder's LRU."""
         meta_path, data_path = self._paths(name)
-        if not meta_path.is_file():
+        if not os.path.lexists(meta_path):
             return None
         try:
-            meta = json.loads(meta_path.read_text())
+            meta = json.loads(_read_file(meta_path, MAX_META_BYTES))
         except (OSError, ValueError) as exc:
             return self._damaged(meta_path, f"its JSON does not read ({_one_line(exc)})")
         if not isinstance(meta, dict) or meta.get("key") != json.loads(json.dumps(key)):
             return None  # another key or format: stale, not damaged
-        try:
-            payload = data_path.read_bytes()
-        except OSError as exc:
+        expected = meta.get("data_bytes")
+        if isinstance(expected, bool) or not isinstance(expected, int) or expected < 0:
+            return self._damaged(meta_path, f"its JSON gives no tensor file size ({expected!r})")
+        try:  # its size checked before any byte is read: a huge (or sparse) file is not read into memory
+            payload = _read_file(data_path, expected, exact=True)
+        except (OSError, ValueError) as exc:
             return self._damaged(meta_path, f"its tensor file does not read ({_one_line(exc)})")
-        if meta.get("data_bytes") != len(payload):
-            return self._damaged(meta_path, f"its tensor file has {len(payload)} bytes, not {meta.get('data_bytes')}")
         if meta.get("digest") != _entry_digest({k: v for k, v in meta.items() if k != "digest"}, payload):
             return self._damaged(meta_path, "its contents do not match their digest")
         try:
@@ -421,6 +417,23 @@ class PreparedCache:
         """Collect a warning; a caller that never takes them (a long-running server) keeps the last 100."""
         self.warnings.append(line)
         del self.warnings[:-MAX_WARNINGS]
+
+
+def _read_file(path: Path, limit: int, exact: bool = False) -> bytes:
+    """The bytes of the regular file `path`, opened without blocking (a fifo put in its place does not
+    hang the reader) and without reading more than `limit` bytes (`exact`: its size must be `limit`).
+    ValueError for a fifo, socket, device or folder, or a size over the limit; OSError otherwise."""
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0))
+    with os.fdopen(fd, "rb") as f:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            raise ValueError("not a regular file (a fifo, socket, device or folder)")
+        if info.st_size > limit or (exact and info.st_size != limit):
+            raise ValueError(f"{info.st_size} bytes, not {'' if exact else 'at most '}{limit}")
+        data = f.read(limit + 1)
+    if len(data) > limit or (exact and len(data) != limit):  # it changed since fstat
+        raise ValueError(f"{len(data)} bytes read, not {'' if exact else 'at most '}{limit}")
+    return data
 
 
 def _one_line(exc: BaseException) -> str:

@@ -28,7 +28,8 @@ import torch
 from .compression import OTTVidConfig
 from .pipeline import Prepared, Sampling, make_config, prepare
 from .timing import Stopwatch, synchronize
-from .video import Timeline, Video, _even, _frames_at
+from .video import Timeline, Video
+from .video.timeline import _even, _frames_at
 
 ROW_STAGES = ("decode", "preprocess", "vision", "saliency", "compression", "prefill", "ttft")
 COMPRESSION_STAGES = ("similarity", "selection", "mass", "cost", "sinkhorn", "budget", "merge")

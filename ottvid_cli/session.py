@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Callable, Sequence
 
 from .cache import DEFAULT_DISK_BYTES, Entry, PreparedCache, compression_key, video_key
+from .interrupt import stop_when
 from .pipeline import Prepared, RunResult, answer, make_config, prepare
 from .sampling import Sampling
 from .tasks import grounding, qa
@@ -57,8 +58,9 @@ class Engine:
             max_new_tokens: int = 64, on_token=None, on_step=None,
             history: Sequence[tuple[str, str]] = (), cancel=None, video_name: str | None = None) -> RunResult:
         """`pipeline.ask` with reuse; `history`: earlier (question, answer) turns, sent before this one;
-        `cancel` (a threading.Event, or a callable returning True): stops hashing the video for the
-        cache key (cache.HashCancelled) as soon as it is set; `video_name`: see `prepared`."""
+        `cancel` (a threading.Event, or a callable returning True): once it is set, the run stops at
+        its next check (each 1 MiB hashed for the cache key, each packet decoded, each Sinkhorn
+        iteration or launch group) with `interrupt.Interrupted`; `video_name`: see `prepared`."""
         if not question.strip():
             raise ValueError("the question is empty")
         return self._run("ask", video, qa.build_prompt(question, options), sampling or Sampling(), method,
@@ -115,7 +117,7 @@ class Engine:
     def _run(self, task: str, video, prompt: str, sampling: Sampling, method: str, config, max_new_tokens: int,
              on_token, on_step, options=None, history=(), point: bool = False, cancel=None,
              video_name: str | None = None) -> RunResult:
-        with self._lock:
+        with self._lock, stop_when(cancel):  # the long loops check `cancel` too (interrupt.checkpoint)
             prepared, entry, key, hit = self.prepared(video, sampling, method, config, prompt, on_step, cancel,
                                                       video_name)
             source = self.cache.source if hit else None
@@ -190,10 +192,10 @@ class Chat:
 
     def ask(self, question: str, on_token=None, on_step=None) -> RunResult:
         config = make_config(self.ratio, self.preset, self.engine.backbone, method=self.method,
-                                options=self.options) if self.options else None
+                             options=self.options) if self.options else None
         result = self.engine.ask(self.video, question, sampling=self.sampling, method=self.method, ratio=self.ratio,
-                                 preset=self.preset, config=config, max_new_tokens=self.max_new_tokens, on_token=on_token,
-                                 on_step=on_step, history=self.turns if self.history else ())
+                                 preset=self.preset, config=config, max_new_tokens=self.max_new_tokens,
+                                 on_token=on_token, on_step=on_step, history=self.turns if self.history else ())
         self.turns.append((question, result.answer))
         return result
 
@@ -289,7 +291,8 @@ class Chat:
         s = self.sampling
         now = {"/ratio": f"ratio {self.ratio:g}", "/method": f"method {self.method}",
                "/preset": f"preset {self.preset}",
-               "/method-arg": (f"{self.method} options: " + ", ".join(f"{k}={_text(v)}" for k, v in self.options.items())
+               "/method-arg": (f"{self.method} options: " + ", ".join(f"{k}={_text(v)}"
+                                                                      for k, v in self.options.items())
                                if self.options else f"{self.method} at its defaults"),
                "/frames": (f"{s.frames} frames" if s.frames else "the model's default frame count") if s.fps is None
                else f"sampling by /fps {s.fps:g}",

@@ -23,7 +23,7 @@ DEFAULT_MODEL = "Qwen/Qwen2.5-VL-7B-Instruct"
 DEVICES = "auto, cpu, cuda, cuda:N or mps"
 DTYPES = ("auto", "float32", "fp32", "bfloat16", "bf16", "float16", "fp16")
 ATTENTIONS = ("auto", "sdpa", "eager", "flash", "flash_attention_2")
-DECODERS = ("auto", "decord", "pyav")  # video decoders (video.py takes them from here)
+DECODERS = ("auto", "decord", "pyav")  # video decoders (ottvid_cli.video takes them from here)
 SAMPLING_RULES = ("centre", "linspace", "linspace-floor")  # which frames a count picks (`Sampling.rule`)
 PRESETS = ("paper", "official")  # compression.config.PRESETS, without importing torch
 # compression.methods.names() without importing torch (tests/test_cli_methods.py checks they agree)
@@ -32,6 +32,7 @@ METHODS = ("ottvid", "none", "topk", "divprune", "visionzip", "fastvid", "holito
 # qwen-vl-utils' cap on frames sampled at a rate (its VIDEO_MAX_FRAMES); the paper's grounding runs
 # decode at 2 fps up to this many frames and subsample uniformly beyond it.
 DEFAULT_MAX_FRAMES = 768
+MAX_SINKHORN_ITER = 10_000  # `ottvid serve`: a request's Sinkhorn iterations at most (50 times the paper's 200)
 
 
 class SettingsError(ValueError):

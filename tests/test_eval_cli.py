@@ -12,7 +12,7 @@ import pytest
 from typer.testing import CliRunner
 
 from ottvid_cli.cli import app
-from ottvid_cli.cli.eval import parse_shard
+from ottvid_cli.eval import parse_shard
 
 DATA = Path(__file__).parent / "data"
 EVAL = DATA / "eval"
@@ -108,7 +108,8 @@ def test_run_resume_rescore_and_torchrun(tiny_qwen, tmp_path):
     lines = (single / "samples.jsonl").read_text()
     again = invoke(*run_args(tiny_qwen, single))  # nothing left to do: no new line
     assert again.exit_code == 0 and (single / "samples.jsonl").read_text() == lines
-    refused(invoke(*run_args(tiny_qwen, single)[:-4], "--frames", "8", "--out", single), "config.json", "frames")
+    refused(invoke(*run_args(tiny_qwen, single)[:-4], "--frames", "8", "--out", single), "config.json",
+            "holds a run with other settings (frames unset there, 8 now;")
     rescored = invoke("--rescore", single, "--json")
     assert rescored.exit_code == 0 and json.loads(rescored.stdout)["results"] == summary["results"]
     table = invoke("--rescore", single)
@@ -145,3 +146,16 @@ def test_vllms_pruning_methods_run_as_eval_methods(tiny_qwen, tmp_path):
         tokens = r["tokens"]
         assert tokens["visual_after"] == round(0.25 * tokens["visual_before"]) and tokens["merges"] == 0
         assert tokens["prunes"] == tokens["visual_before"] - tokens["visual_after"]
+
+
+def test_a_resumed_run_says_it_resumed_and_how_much_was_done(tiny_qwen, tmp_path):
+    """Issue 34: a resume looked like a fresh run; now one line says what the folder held."""
+    out = tmp_path / "run"
+    args = ["jsonl", "--data", EVAL / "custom.jsonl", "--videos", DATA, "--model", tiny_qwen, "--method", "none",
+            "--max-frames", "4", "--out", out, "--json"]
+    first = invoke(*args, "--limit", "1")
+    assert first.exit_code == 0 and "resuming" not in first.stderr, first.output
+    again = invoke(*args, "--limit", "2")
+    assert again.exit_code == 0, again.output
+    assert f"resuming {out}: 1 of 2 samples done already (1 records kept, 1 to run)" in again.stderr
+    assert json.loads(again.stdout)["results"][0]["count"] == 2

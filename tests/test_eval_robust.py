@@ -225,7 +225,7 @@ def test_a_resume_may_change_the_sample_count_and_reach_new_kinds(tmp_path):
     assert saved["samples"] == 3 and saved["sampling"] == more["sampling"]
     fewer = dict(config, limit=1, samples=1)  # back to one kind: the stored kinds stay
     assert store_module.save_config(tmp_path, fewer)["sampling"] == more["sampling"]
-    with pytest.raises(EvalError, match=r"sampling\[mc\]"):
+    with pytest.raises(EvalError, match=r"sampling frames of mc samples 4 there, 8 now"):
         store_module.save_config(tmp_path, dict(more, sampling={"mc": {"frames": 8, "fps": None, "max_frames": None}}))
 
 
@@ -618,7 +618,7 @@ def test_rescore_judges_every_stored_reply_again(tmp_path):
     result = invoke("--rescore", out)
     assert result.exit_code == 0, result.output
     assert "none: 1 of 3 verdicts changed (1 scores)" in result.stdout
-    assert "ottvid 0.25: 2 of 3 verdicts changed (2 scores)" in result.stdout
+    assert "ottvid 25%: 2 of 3 verdicts changed (2 scores)" in result.stdout
     by_key = {(r["id"], r["method"]): r for r in lines_of(path)}
     assert (by_key["q1", "none"]["prediction"], by_key["q1", "none"]["score"]) == ("B", 0.0)
     assert (by_key["q2", "ottvid"]["prediction"], by_key["q2", "ottvid"]["score"], by_key["q2", "ottvid"]["parsed"]) \

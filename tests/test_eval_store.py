@@ -184,11 +184,29 @@ def test_config_resume_rules(tmp_path):
     merged = save_config(tmp_path, more)
     assert merged["methods"] == ["none", "ottvid", "fastvid"] and merged["ratios"] == [0.25, 0.1, 0.2]
     assert json.loads((tmp_path / "config.json").read_text()) == merged
-    with pytest.raises(EvalError, match=r"config.json: this folder holds a run with frames=32, not 64") as info:
+    with pytest.raises(EvalError, match=r"config.json: this folder holds a run with other settings \(frames 32 there, "
+                                        r"64 now\)") as info:
         save_config(tmp_path, dict(CONFIG, frames=64))
     assert "\n" not in str(info.value)
-    with pytest.raises(EvalError, match="model="):
+    with pytest.raises(EvalError, match="model Qwen/Qwen2.5-VL-7B-Instruct there, other now"):
         save_config(tmp_path, dict(CONFIG, model="other"))
+
+
+def test_a_resume_with_other_settings_names_each_of_them_in_words(tmp_path):
+    """Issue 34: the refusal printed a raw Python dict (`sampling[mc]={'frames': 32, ...}`) and only the
+    first difference; now each differing setting, as 'X there, Y now', and no dict."""
+    lmms = "lmms-eval's for the model"
+    mc = {"frames": 32, "fps": None, "max_frames": None, "rule": lmms, "pixels": lmms}
+    save_config(tmp_path, dict(CONFIG, decoder="auto", sampling={"mc": mc}))
+    other = dict(CONFIG, frames=8, decoder="pyav", sampling={"mc": dict(mc, frames=8, rule="centre")})
+    with pytest.raises(EvalError) as info:
+        save_config(tmp_path, other)
+    message = str(info.value)
+    assert "{" not in message and "[" not in message and "\n" not in message, message
+    assert ("this folder holds a run with other settings (decoder auto there, pyav now; frames 32 there, 8 now; "
+            f"sampling rule of mc samples {lmms} there, centre now)") in message
+    with pytest.raises(EvalError, match=r"\(max_frames unset there, 4 now\)"):
+        save_config(tmp_path, dict(CONFIG, decoder="auto", max_frames=4, sampling={"mc": dict(mc, max_frames=4)}))
 
 
 def test_a_run_that_recorded_a_relative_model_folder_resumes_from_there(tmp_path, monkeypatch):
@@ -201,7 +219,7 @@ def test_a_run_that_recorded_a_relative_model_folder_resumes_from_there(tmp_path
     (out / "config.json").write_text(json.dumps(dict(CONFIG, model="./m")))
     merged = save_config(out, dict(CONFIG, model=str((tmp_path / "m").resolve())))
     assert merged["model"] == str((tmp_path / "m").resolve())
-    with pytest.raises(EvalError, match="model="):  # another folder is still another model
+    with pytest.raises(EvalError, match=r"\(model \S+/m there, \S+/n now\)"):  # another folder is another model
         (tmp_path / "n").mkdir()
         save_config(out, dict(CONFIG, model=str((tmp_path / "n").resolve())))
 

@@ -119,3 +119,25 @@ def test_a_mixed_custom_set_gives_a_vqa_and_a_grounding_column(tmp_path):
     assert ottvid["average"]["grounding"] == pytest.approx(100 * 3.9 / 7.9)  # IoU 3.9/8 against 7.9/8
     text = invoke("--table", mixed)
     assert "VQA Avg. (%)" in text.stdout and "VTG Avg. (%)" in text.stdout
+
+
+def _rows(text: str) -> dict[str, list[str]]:
+    """A printed table's body rows by method: their cells as printed."""
+    rows = [[cell.strip() for cell in line.strip().strip("│").split("│")] for line in text.splitlines()
+            if line.strip().startswith("│")]
+    return {row[0]: row for row in rows}
+
+
+def test_a_runs_summary_prints_its_numbers_as_the_table_does(tmp_path):
+    """Issue 34: a run's summary printed accuracy `0.00` and ratio `0.1` where --table prints `0.0` and
+    `10%`: both now print one decimal and the ratio as a %, and --rescore's verdict lines name it so."""
+    run = _run(tmp_path / "mlvu", "mlvu", EVAL / "mlvu" / "4_count.json",
+               {("none", 1.0): ["(A)", "(B)", "(C)"], ("ottvid", 0.1): ["(D)", "(D)", "(D)"]})
+    table, summary = invoke("--table", run), invoke("--rescore", run)
+    assert table.exit_code == summary.exit_code == 0, summary.output
+    assert "ottvid 10%: 0 of 3 verdicts changed (0 scores)" in summary.stdout
+    table_rows, summary_rows = _rows(table.stdout), _rows(summary.stdout)
+    assert summary_rows["none"] == ["none", "100%", "3", "0", "33.3", "100.0"]
+    assert summary_rows["ottvid"] == ["ottvid", "10%", "3", "0", "0.0", "0.0"]
+    for method, (_, ratio, score, _) in table_rows.items():  # method, ratio, mlvu, VQA Avg.
+        assert summary_rows[method][1] == ratio and summary_rows[method][4] == score

@@ -118,6 +118,23 @@ def test_sinkhorn_stop_does_not_depend_on_the_chunk(kdev, chunk):
     assert float(kernels.sinkhorn(a, b, c, 0.2, int(n) - 1, tol, chunk=chunk)[2].max()) >= tol
 
 
+def test_a_cancelled_fused_sinkhorn_stops_between_launches(kdev):
+    """Issue 33.1: the cancel flag is read on the host once per launch group, never waiting for the GPU."""
+    from ottvid_cli.compression import kernels
+    from ottvid_cli.interrupt import Interrupted, stop_when
+
+    a, b, c = (t.to(kdev) for t in problem(3, p=3, k=10))
+    asked = []
+
+    def cancel():  # says stop at its third question
+        asked.append(1)
+        return len(asked) >= 3
+
+    with stop_when(cancel), pytest.raises(Interrupted, match="Sinkhorn"):
+        kernels.sinkhorn(a, b, c, 0.2, 100_000, 1e-30, chunk=4)
+    assert len(asked) == 3
+
+
 def test_sinkhorn_plan_matches_pot(kdev):
     ot = pytest.importorskip("ot")
     a, b, c = problem(11, p=2, k=8)
@@ -242,7 +259,8 @@ def test_cuda_call_waits_for_the_device_at_most_twice(cfg):
             got = compress(x, s, grid, cfg)
         finally:
             torch.cuda.set_sync_debug_mode("default")
-    syncs = [w for w in caught if "synchroniz" in str(w.message).lower()]
+    # torch's own notice that the mode is a prototype is no synchronisation (the H100 run counted it)
+    syncs = [w for w in caught if "called a synchronizing" in str(w.message)]
     assert len(syncs) <= 2, [str(w.message) for w in syncs]
     assert torch.equal(got.assignment, want.assignment)
     plain = compress(x, s, grid, cfg, backend="torch")

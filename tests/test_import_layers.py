@@ -1,5 +1,7 @@
 """Imports only go down: no import cycle anywhere in ottvid_cli (module-level and function-level imports
-alike, relative imports resolved), and no library module imports the command-line package.
+alike, relative imports resolved), and no library module imports the command-line package. The command
+line uses only the public API of `ottvid_cli.eval` (the names its `__all__` lists), and each room stays
+small: no command module over 500 lines, no module of the decoder package over 400.
 
 The walk reads the source with `ast`, so it sees imports inside functions that a run would only reach
 on some paths. Imports under `if TYPE_CHECKING:` are not run and are left out.
@@ -45,32 +47,37 @@ def _imports(tree: ast.AST):
         stack.extend(ast.iter_child_nodes(node))
 
 
+def imported_names(root: Path, package: str):
+    """(module, imported module, name) for every import of every module of `package`: `from a import b`
+    gives (m, "a", "b"), `import a.b` gives (m, "a.b", None); relative imports resolved."""
+    for name, path in _modules(root, package).items():
+        is_package = path.name == "__init__.py"
+        here = name.split(".") if is_package else name.split(".")[:-1]
+        for node in _imports(ast.parse(path.read_text(), filename=str(path))):
+            if isinstance(node, ast.Import):
+                for alias in node.names:
+                    yield name, alias.name, None
+                continue
+            if node.level:
+                base = here[:len(here) - node.level + 1]
+                stem = ".".join(base + ([node.module] if node.module else []))
+            else:
+                stem = node.module or ""
+            for alias in node.names:
+                yield name, stem, alias.name
+
+
 def import_graph(root: Path, package: str) -> dict[str, set[str]]:
     """module -> the modules of `package` it imports (a `from pkg import name` names pkg.name where that
     is a module, else pkg itself, whose __init__ defines the name)."""
     modules = _modules(root, package)
     graph: dict[str, set[str]] = {name: set() for name in modules}
-    for name, path in modules.items():
-        is_package = path.name == "__init__.py"
-        here = name.split(".") if is_package else name.split(".")[:-1]
-        for node in _imports(ast.parse(path.read_text(), filename=str(path))):
-            if isinstance(node, ast.Import):
-                targets = [alias.name for alias in node.names]
-            else:
-                if node.level:
-                    base = here[:len(here) - node.level + 1]
-                    stem = ".".join(base + ([node.module] if node.module else []))
-                else:
-                    stem = node.module or ""
-                targets = []
-                for alias in node.names:
-                    sub = f"{stem}.{alias.name}"
-                    targets.append(sub if sub in modules else stem)
-            for target in targets:
-                while target and target not in modules:  # `import a.b.c` where c is a name: its module
-                    target = target.rpartition(".")[0]
-                if target and target != name:
-                    graph[name].add(target)
+    for name, stem, imported in imported_names(root, package):
+        target = f"{stem}.{imported}" if imported is not None and f"{stem}.{imported}" in modules else stem
+        while target and target not in modules:  # `import a.b.c` where c is a name: its module
+            target = target.rpartition(".")[0]
+        if target and target != name:
+            graph[name].add(target)
     return graph
 
 
@@ -120,8 +127,35 @@ def cli_importers(graph: dict[str, set[str]], cli: str, exempt: tuple[str, ...] 
                   for t in targets if inside(t))
 
 
+def private_uses(root: Path, package: str, users: str, api: str, public: set[str]) -> list[str]:
+    """'module: what' for each import by a module of `users` (a subpackage) of anything of the `api`
+    package other than a name of `public` taken from the package itself: its submodules (`api.store`)
+    and names outside its public API are private to it."""
+    def inside(name: str, pkg: str) -> bool:
+        return name == pkg or name.startswith(pkg + ".")
+
+    found = []
+    for module, stem, name in imported_names(root, package):
+        if not inside(module, users) or not inside(stem, api):
+            continue
+        if name is None and stem == api:
+            continue  # `import api`: its attributes are checked where they are used, which this walk does not see
+        if stem != api or name is None or name not in public:
+            found.append(f"{module}: {stem}" + (f".{name}" if name else ""))
+    return sorted(found)
+
+
+def oversized(root: Path, limit: int) -> list[str]:
+    """'file: N lines' for each .py file under `root` longer than `limit` lines."""
+    return [f"{path.relative_to(root)}: {n} lines" for path in sorted(root.rglob("*.py"))
+            if (n := len(path.read_text().splitlines())) > limit]
+
+
 def _graph():
     return import_graph(Path(ottvid_cli.__file__).parent, "ottvid_cli")
+
+
+ROOT = Path(ottvid_cli.__file__).parent
 
 
 def test_no_import_cycle_in_ottvid_cli():
@@ -154,3 +188,32 @@ def test_the_walk_finds_a_function_level_cycle_and_a_library_module_importing_th
     (root / "sub" / "b.py").write_text("def f():\n    return 1\n")
     graph = import_graph(root, "pkg")
     assert cycles(graph) == [] and cli_importers(graph, "pkg.cli") == []
+
+
+def test_the_cli_uses_only_the_public_api_of_eval():
+    import ottvid_cli.eval as api
+
+    assert any(stem == "ottvid_cli.eval" for m, stem, _ in imported_names(ROOT, "ottvid_cli")
+               if m == "ottvid_cli.cli.eval")  # the walk sees the command's imports
+    assert private_uses(ROOT, "ottvid_cli", CLI, "ottvid_cli.eval", set(api.__all__)) == []
+
+
+def test_no_command_module_over_500_lines_and_no_decoder_module_over_400():
+    assert oversized(ROOT / "cli", 500) == []
+    assert oversized(ROOT / "video", 400) == []
+
+
+def test_the_checks_find_a_private_eval_name_and_an_oversized_module(tmp_path):
+    root = tmp_path / "pkg"
+    for folder in ("cli", "eval"):
+        (root / folder).mkdir(parents=True)
+        (root / folder / "__init__.py").write_text("")
+    (root / "__init__.py").write_text("")
+    (root / "eval" / "store.py").write_text("def score():\n    return 1\n")
+    (root / "cli" / "run.py").write_text("from ..eval import run, _helper\nfrom ..eval.store import score\n"
+                                        "def f():\n    import pkg.eval.store\n    from pkg.eval import table\n")
+    assert private_uses(root, "pkg", "pkg.cli", "pkg.eval", {"run", "table"}) == [
+        "pkg.cli.run: pkg.eval._helper", "pkg.cli.run: pkg.eval.store", "pkg.cli.run: pkg.eval.store.score"]
+    (root / "cli" / "run.py").write_text("from ..eval import run\n" + "x = 1\n" * 9)
+    assert private_uses(root, "pkg", "pkg.cli", "pkg.eval", {"run"}) == []
+    assert oversized(root, 10) == [] and oversized(root, 9) == ["cli/run.py: 10 lines"]

@@ -77,8 +77,8 @@ def test_prune_deletes_only_overlays_whose_environment_is_gone(tmp_path):
 
 def test_generation_only_methods_say_so(lmms_env, tmp_path):
     check = """
-from ottvid_cli.lmms import OTTVidLMM, manifest
-assert manifest().model_id == "ottvid" and manifest().simple_class_path == "ottvid_cli.lmms.OTTVidLMM"
+from ottvid_cli.integrations.lmms import OTTVidLMM, manifest
+assert manifest().model_id == "ottvid" and manifest().simple_class_path == "ottvid_cli.integrations.lmms.OTTVidLMM"
 model = OTTVidLMM.__new__(OTTVidLMM)
 for name in ("loglikelihood", "generate_until_multi_round"):
     try:
@@ -95,7 +95,7 @@ print("ok")
 
 def test_model_args_take_the_method_s_options_as_method_arg_does(tiny_qwen, lmms_env, tmp_path):
     check = f"""
-from ottvid_cli.lmms import OTTVidLMM
+from ottvid_cli.integrations.lmms import OTTVidLMM
 from ottvid_cli.eval.runner import _config
 model = OTTVidLMM(pretrained={str(tiny_qwen)!r}, method="fastvid", ratio=0.25, frames=4, d=0.3, exact=False)
 assert model.options == {{"fastvid": {{"d": 0.3, "exact": False}}}}, model.options

@@ -36,14 +36,14 @@ JSON_KEYS = {"answer", "letter", "span", "frames", "tokens", "compression", "tim
 
 
 class ThreadServer:
-    """uvicorn serving `app` from a thread, on a free loopback port."""
+    """uvicorn serving `app` from a thread, on a free loopback port (`config`: more uvicorn.Config)."""
 
-    def __init__(self, app):
+    def __init__(self, app, **config):
         sock = socket.socket()
         sock.bind(("127.0.0.1", 0))
         self.url = f"http://127.0.0.1:{sock.getsockname()[1]}"
         self.app = app
-        self.server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="on"))
+        self.server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="on", **config))
         self.thread = threading.Thread(target=self.server.run, kwargs={"sockets": [sock]}, daemon=True)
         self.thread.start()
         deadline = time.monotonic() + 30

@@ -461,3 +461,148 @@ def test_the_server_s_disk_cache_entries_name_the_real_file_never_proc(engine, f
         report = cli.invoke(app, ask)
         assert report.exit_code == 0 and "/proc/" not in report.stdout and f"{name}.mp4" in report.stdout, \
             report.output
+
+
+# ------------------------------------------------------------------------------------------------
+# issue 33, 3-4: who can reach the server
+
+
+@pytest.mark.parametrize("host", ["attacker.example:8712", "attacker.example", "127.0.0.1.nip.io:80",
+                                  "localhost.attacker.example"])
+def test_a_host_the_server_does_not_answer_to_is_421(start, host):
+    """DNS rebinding: a page on another site whose name resolves to 127.0.0.1 sent its own name."""
+    server, _ = start()
+    for path in ("/v1/ottvid/media", "/health", "/"):
+        response = httpx.get(server.url + path, headers={"Host": host})
+        error = response.json()["error"]
+        assert response.status_code == 421 and error["code"] == "host_not_allowed", response.text
+        assert "--allowed-host" in error["message"] and error["type"] == "invalid_request_error"
+
+
+@pytest.mark.parametrize("host", ["localhost:8712", "LOCALHOST.", "app.localhost", "127.0.0.1", "[::1]:8000",
+                                  "192.168.1.20:8000"])
+def test_loopback_names_and_addresses_are_answered(start, host):
+    server, _ = start()
+    response = httpx.get(server.url + "/v1/ottvid/media", headers={"Host": host})
+    assert response.status_code == 200 and response.json()["object"] == "list", response.text
+
+
+def test_allowed_host_names_a_proxy_and_star_any(start):
+    server, _ = start(allowed_hosts=("videos.example.org",), host="0.0.0.0")
+    assert httpx.get(server.url + "/health", headers={"Host": "Videos.Example.org:443"}).status_code == 200
+    assert httpx.get(server.url + "/health", headers={"Host": "other.example.org"}).status_code == 421
+    anyone, _ = start(allowed_hosts=("*",))
+    assert httpx.get(anyone.url + "/health", headers={"Host": "other.example.org"}).status_code == 200
+
+
+def test_no_third_party_script_is_served_on_the_page_s_origin(start):
+    server, _ = start()
+    for path in ("/docs", "/redoc"):
+        response = httpx.get(server.url + path)
+        assert response.status_code == 404 and "cdn" not in response.text.lower(), response.text
+    assert httpx.get(server.url + "/openapi.json").json()["info"]["title"] == "ottvid serve"
+
+
+# ------------------------------------------------------------------------------------------------
+# issue 33, 6-7: strict types, text that is no Unicode, file names
+
+
+@pytest.mark.parametrize("field", ["max_tokens", "max_completion_tokens", "n"])
+@pytest.mark.parametrize("value", ["4", " 4 ", 4.0, 1.0])
+def test_token_counts_and_n_are_json_integers(start, folders, field, value):
+    server, _ = start()
+    response = post(server, {**body(str(folders[0] / "realshort.mp4"), model=MODEL), field: value})
+    error = response.json()["error"]
+    assert response.status_code == 400 and error["param"] == field and "integer" in error["message"], response.text
+    assert server.app.state.worker.served == 0
+
+
+def _with_surrogate(request: dict, where: str, folders) -> dict:
+    bad = "\ud800"
+    if where == "question":
+        request["messages"][0]["content"][1]["text"] = "What" + bad
+    elif where == "url":
+        request["messages"][0]["content"][0]["video_url"]["url"] = str(folders[0] / f"a{bad}.mp4")
+    elif where == "choices":
+        request["ottvid"]["choices"] = ["A. a dog", "B. " + bad]
+    elif where == "method_args":
+        request["ottvid"]["method_args"] = [f"alpha={bad}"]
+    elif where == "plain content":
+        request["messages"].append({"role": "user", "content": bad})
+    return request
+
+
+@pytest.mark.parametrize("where, param", [
+    ("question", "messages.0.content.1.text"), ("url", "messages.0.content.0.video_url.url"),
+    ("choices", "ottvid.choices.1"), ("method_args", "ottvid.method_args.0"), ("plain content", "messages.1.content"),
+])
+def test_a_lone_surrogate_is_a_400_naming_the_field(start, folders, where, param):
+    server, _ = start()
+    request = _with_surrogate(body(str(folders[0] / "realshort.mp4"), model=MODEL), where, folders)
+    # json.dumps writes the surrogate as the \ud800 escape a client would send
+    response = httpx.post(server.url + "/v1/chat/completions", content=json.dumps(request),
+                          headers={"Content-Type": "application/json"})
+    error = response.json()["error"]
+    assert response.status_code == 400 and error["param"] == param and "surrogate" in error["message"], response.text
+    assert post(server, body(str(folders[0] / "realshort.mp4"), model=MODEL)).status_code == 200
+
+
+def test_file_names_that_are_not_utf8_or_hold_a_newline(start, folders):
+    """One non-UTF-8 name made the whole listing a 500; a name with a newline was listed but not served."""
+    server, _ = start()
+    video = (DATA / "realshort.mp4").read_bytes()
+    with open(os.fsencode(folders[0]) + b"/caf\xe9.mp4", "wb") as f:  # latin-1, not UTF-8
+        f.write(video)
+    (folders[0] / "two\nlines.mp4").write_bytes(video)
+    listing = httpx.get(server.url + "/v1/ottvid/media")
+    assert listing.status_code == 200, listing.text
+    names = [item["name"] for item in listing.json()["data"]]
+    assert names == ["bikes.mp4", "broken.mp4", "realshort.mp4", "two\nlines.mp4"]
+    served = httpx.get(server.url + "/v1/ottvid/media/two%0Alines.mp4")
+    assert served.status_code == 200 and served.content == video
+    url = listing.json()["data"][3]["url"]
+    assert post(server, body(url, model=MODEL)).status_code == 200
+
+
+# ------------------------------------------------------------------------------------------------
+# issue 33, 8: HEAD, Range, types, error types, an empty body
+
+
+def test_head_on_the_page_and_on_a_video(start, folders):
+    server, _ = start()
+    for path, kind in [("/", "text/html"), ("/page/page.js", "text/javascript"),
+                       ("/v1/ottvid/media/realshort.mp4", "video/mp4")]:
+        response = httpx.head(server.url + path)
+        assert response.status_code == 200 and response.headers["content-type"].startswith(kind), path
+        assert response.content == b""
+    size = (folders[0] / "realshort.mp4").stat().st_size
+    assert int(httpx.head(server.url + "/v1/ottvid/media/realshort.mp4").headers["content-length"]) == size
+
+
+@pytest.mark.parametrize("value", ["bytes=abc", "bytes", "items=0-10", "bytes=9-2", "bytes=,"])
+def test_a_malformed_range_is_ignored(start, folders, value):
+    server, _ = start()
+    response = httpx.get(server.url + "/v1/ottvid/media/realshort.mp4", headers={"Range": value})
+    assert response.status_code == 200 and response.content == (folders[0] / "realshort.mp4").read_bytes()
+    part = httpx.get(server.url + "/v1/ottvid/media/realshort.mp4", headers={"Range": "bytes=0-9"})
+    assert part.status_code == 206 and len(part.content) == 10
+
+
+def test_a_ts_video_is_served_as_mpeg_ts(start, folders):
+    server, _ = start()
+    shutil.copy(DATA / "realshort.mp4", folders[0] / "clip.ts")
+    response = httpx.get(server.url + "/v1/ottvid/media/clip.ts")
+    assert response.status_code == 200 and response.headers["content-type"] == "video/mp2t"
+
+
+def test_error_types_and_the_empty_body(start):
+    server, _ = start()
+    wrong_method = httpx.put(server.url + "/v1/chat/completions", json={})
+    assert wrong_method.status_code == 405 and wrong_method.json()["error"]["type"] == "invalid_request_error"
+    empty = httpx.post(server.url + "/v1/chat/completions", content=b"", headers={"Content-Type": "application/json"})
+    error = empty.json()["error"]
+    assert empty.status_code == 400 and error["message"] == "the body is empty: send a JSON object with model and " \
+                                                            "messages", empty.text
+    from ottvid_cli.serve.security import ApiError
+
+    assert ApiError(499, "client closed the request").type == "invalid_request_error"

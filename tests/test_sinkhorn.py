@@ -128,3 +128,25 @@ def test_checking_every_10_iterations_gives_the_same_result(tol, absorb):
     if tol == 1e-3:
         assert every_one[1] < 57 and every_one[1] % 10 != 0  # converged between two host checks
     assert torch.equal(every_one[0], every_ten[0]) and torch.equal(every_one[2], every_ten[2])
+
+
+@pytest.mark.parametrize("early_stop", [True, False])
+def test_a_cancelled_run_stops_between_iterations(early_stop):
+    """Issue 33.1: `sinkhorn_stop=fixed, max_iter=10**12` ran for years past its request's timeout."""
+    import threading
+
+    from ottvid_cli.interrupt import Interrupted, stop_when
+
+    a, b, cost = problem(0)
+    calls = []
+
+    def cancel():  # says stop at its fifth question
+        calls.append(1)
+        return len(calls) >= 5
+
+    with stop_when(cancel), pytest.raises(Interrupted, match="Sinkhorn"):
+        sinkhorn_log(a, b, cost, 0.01, 10**12, 1e-30, early_stop=early_stop, check_every=1)
+    assert len(calls) == 5
+    with stop_when(threading.Event()):  # never set: the run is the usual one
+        plan, iterations, _ = sinkhorn_log(a, b, cost, 0.01, 50, 1e-30, early_stop=early_stop)
+    assert iterations == 50 and torch.isfinite(plan).all()

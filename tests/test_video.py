@@ -16,6 +16,9 @@ from video_files import (break_mp4_codec_header, frame_number, patch_mkv_duratio
                          write_numbered, write_packed_avi, write_size_change, write_with_still)
 
 from ottvid_cli import video as video_mod
+from ottvid_cli.video import decord as decord_source
+from ottvid_cli.video import probe
+from ottvid_cli.video import pyav as pyav_source
 from ottvid_cli.video import (Header, VideoError, check_video, judge_index, read_timeline, sample_fps,
                               sample_frames)
 
@@ -201,7 +204,7 @@ def test_the_broken_avi_really_breaks_decord_random_access(made):
     shown = [frame_number(f) for f in reader.get_batch([100, 186]).asnumpy()]
     assert shown != [100, 186]  # the wrong pixels
     with av.open(str(made["avi"])) as container:
-        timeline = read_timeline(reader, video_mod._header(container, container.streams.video[0]))
+        timeline = read_timeline(reader, probe._header(container, container.streams.video[0]))
     assert not timeline.trusted and "invalid timestamps" in timeline.problem
 
 
@@ -245,9 +248,9 @@ def test_the_packed_avi_really_has_pts_out_of_order(packed):
 def test_packed_b_frames_in_avi_give_each_frame_its_own_pixels_and_time(packed, key, decoder):
     """Each sampled frame's pixels are exactly (np.array_equal) those of the frame that an in-order
     decode hands out at that index, and its time is that same frame's: the dts the decoder carried with
-    it (the guessed pts go backwards), which is also the time the frame was made for (its number / fps)."""
+    it (the guessed pts go backwards), counted from the stream's start as every other path counts: one
+    frame after the time the frame was made for, as the first frame's dts is 1 (issue 34)."""
     truth = _sequential_decode(packed[key])
-    first_dts = truth[0][1]
     fps = 24000 / 1001
     for video in (sample_frames(packed[key], 8, decoder=decoder), sample_fps(packed[key], 2.0, decoder=decoder),
                   sample_frames(packed[key], 8, decoder=decoder, start=3.0, end=7.0)):
@@ -258,9 +261,26 @@ def test_packed_b_frames_in_avi_give_each_frame_its_own_pixels_and_time(packed, 
             _, dts, pixels = truth[i]
             assert np.array_equal(video.frames[k], pixels), (k, i)
             if dts is not None:
-                assert t + offset == pytest.approx((dts - first_dts) * 1001 / 24000, abs=1e-9)
-            assert frame_number(video.frames[k]) == i == round((t + offset) * fps)
+                assert t + offset == pytest.approx(dts * 1001 / 24000, abs=1e-9)  # the stream starts at 0
+            assert frame_number(video.frames[k]) == i == round((t + offset) * fps) - 1
     assert_uniform(sample_frames(packed[key], 8, decoder=decoder), video.timeline.starts)
+
+
+def test_packed_b_frame_times_count_from_the_stream_start_not_the_first_frame(packed):
+    """Issue 34: the stream starts at 0 and its first frame's dts is 1. Times from the dts count from the
+    stream's start, as those from the pts and from an index do: the first frame is shown at 1 / fps
+    (FFmpeg's best-effort timestamp), not at 0, and each frame at its own dts."""
+    with av.open(str(packed["indexed"])) as container:
+        stream = container.streams.video[0]
+        start, tb = stream.start_time, float(stream.time_base)
+    truth = _sequential_decode(packed["indexed"])
+    assert start == 0 and truth[0][1] == 1
+    video = sample_frames(packed["indexed"], 8, decoder="pyav")
+    assert video.timeline.starts[0] == pytest.approx(tb, abs=1e-9)
+    assert video.timeline.starts[-1] == pytest.approx(270 * tb, abs=1e-9)  # the last frame has no dts: one gap on
+    for i, t in zip(video.indices, video.timestamps):
+        if truth[i][1] is not None:
+            assert t == pytest.approx((truth[i][1] - start) * tb, abs=1e-9)
 
 
 # (codec, container, B-frames, whether decord 0.6.0's random access gives the right frames): measured
@@ -360,8 +380,8 @@ def test_display_rotation_is_applied(made):
 
 def test_pyav_seeks_instead_of_decoding_everything(made, monkeypatch):
     decoded = []
-    real = video_mod._frame_pts
-    monkeypatch.setattr(video_mod, "_frame_pts", lambda frame: decoded.append(1) or real(frame))
+    real = pyav_source._frame_pts
+    monkeypatch.setattr(pyav_source, "_frame_pts", lambda frame: decoded.append(1) or real(frame))
     video = sample_frames(made["long"], 8, decoder="pyav")
     assert video.timeline.source == "pyav index" and len(decoded) <= 8 * 20  # about a key-frame interval each
     assert_shows_reported_frames(video, made["long"])
@@ -369,23 +389,23 @@ def test_pyav_seeks_instead_of_decoding_everything(made, monkeypatch):
 
 def test_pyav_seeking_reaches_every_frame_of_a_b_frame_file(made):
     """With B-frames FFmpeg may land on the key frame after a frame shown just before it: retried earlier."""
-    with video_mod._pyav_stream(str(made["long"])) as (container, stream):
-        packets = video_mod._demux(container, stream)
+    with probe._pyav_stream(str(made["long"])) as (container, stream):
+        packets = pyav_source._demux(container, stream)
     for i in range(0, 60):
-        got = video_mod._seek_decode(str(made["long"]), packets, [int(packets.pts[i])])
+        got = pyav_source._seek_decode(str(made["long"]), packets, [int(packets.pts[i])])
         assert got is not None and frame_number(got[int(packets.pts[i])]) == i
 
 
 def test_sequential_decoding_keeps_only_the_sample(made, monkeypatch):
     converted = []
-    real = video_mod._rgb
-    monkeypatch.setattr(video_mod, "_rgb", lambda frame, *size: converted.append(1) or real(frame, *size))
+    real = pyav_source._rgb
+    monkeypatch.setattr(pyav_source, "_rgb", lambda frame, *size: converted.append(1) or real(frame, *size))
     video = sample_frames(made["wrong"], 8, decoder="pyav")
     assert video.timeline.source == "decoded frames" and len(converted) == 8  # of 60 frames, in one pass
 
 
 def test_auto_uses_pyav_without_decord(monkeypatch):
-    monkeypatch.setattr(video_mod, "decord_available", lambda: False)
+    monkeypatch.setattr(decord_source, "decord_available", lambda: False)
     assert sample_frames(DATA / "realshort.mp4", 4).decoder == "pyav"
     with pytest.raises(VideoError, match="decoder 'decord' is not installed"):
         sample_frames(DATA / "realshort.mp4", 4, decoder="decord")

@@ -17,7 +17,9 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner
 
-from ottvid_cli import video as video_module
+from ottvid_cli.video import decord as decord_source
+from ottvid_cli.video import probe
+from ottvid_cli.video import pyav as pyav_source
 from ottvid_cli.cli import app
 from ottvid_cli.video import VideoError, check_video, sample_fps, sample_frames
 
@@ -62,11 +64,11 @@ def test_pyav_19_open_gives_the_same_frames(name, pyav19, monkeypatch):
 
 def test_the_open_options_follow_the_installed_pyav(monkeypatch):
     monkeypatch.setattr(av, "__version__", "18.1.0")
-    assert video_module._open_options() == {"metadata_errors": "ignore"}
+    assert probe._open_options() == {"metadata_errors": "ignore"}
     monkeypatch.setattr(av, "__version__", "12.0.0")
-    assert video_module._open_options() == {"metadata_errors": "ignore"}
+    assert probe._open_options() == {"metadata_errors": "ignore"}
     monkeypatch.setattr(av, "__version__", "19.0.2")
-    assert video_module._open_options() == {}
+    assert probe._open_options() == {}
 
 
 class _Rational:
@@ -80,10 +82,10 @@ class _Rational:
 
 
 def test_pyav_19_rationals_are_read_as_fractions():
-    assert video_module._fraction(_Rational(1, 90000)) == Fraction(1, 90000)
-    assert video_module._fraction(_Rational(0, 1)) is None  # unset in PyAV 19
-    assert video_module._fraction(None) is None  # unset in PyAV 12-18
-    assert video_module._fraction(Fraction(1001, 24000)) == Fraction(1001, 24000)
+    assert probe._fraction(_Rational(1, 90000)) == Fraction(1, 90000)
+    assert probe._fraction(_Rational(0, 1)) is None  # unset in PyAV 19
+    assert probe._fraction(None) is None  # unset in PyAV 12-18
+    assert probe._fraction(Fraction(1001, 24000)) == Fraction(1001, 24000)
 
 
 def _raises_type_error(*args, **kwargs):
@@ -120,7 +122,7 @@ def test_a_type_error_while_decoding_is_not_blamed_on_the_file(monkeypatch):
     def broken(frame, *size):  # as a PyAV whose VideoFrame.to_ndarray changed its signature would raise
         raise TypeError("to_ndarray() got an unexpected keyword argument 'format'")
 
-    monkeypatch.setattr(video_module, "_rgb", broken)  # PyAV's own classes are immutable in some releases
+    monkeypatch.setattr(pyav_source, "_rgb", broken)  # PyAV's own classes are immutable in some releases
     with pytest.raises(TypeError, match="to_ndarray"):
         sample_frames(DATA / "bikes.mp4", 8, decoder="pyav")
 
@@ -143,7 +145,7 @@ def test_decord_still_blames_a_file_it_cannot_read(tmp_path):
     bad = tmp_path / "notes.mp4"
     bad.write_text("not a video at all\n" * 20)
     with pytest.raises(VideoError, match="cannot read video"):
-        video_module._open_decord(str(bad))
+        decord_source._open_decord(str(bad))
 
 
 def test_a_type_error_from_pillow_is_not_blamed_on_the_frame_image(tmp_path, monkeypatch):
@@ -194,6 +196,6 @@ def test_stream_dispositions_of_every_pyav_release_are_read():
         attached_pic = 1024
 
     for flags in (Av15Disposition, Av18Disposition):
-        assert video_module._flags(flags.attached_pic) & video_module.ATTACHED_PIC
-        assert not video_module._flags(flags.default) & video_module.ATTACHED_PIC
-    assert video_module._flags(1024) == 1024
+        assert probe._flags(flags.attached_pic) & probe.ATTACHED_PIC
+        assert not probe._flags(flags.default) & probe.ATTACHED_PIC
+    assert probe._flags(1024) == 1024

@@ -129,9 +129,9 @@ def ground(
     warm_up: WarmUp = None,
     server: Server = None,
     api_key: ApiKey = None,
-    point: bool = typer.Option(False, "--point", rich_help_panel="Question", help="The query names a moment, not an event: ask for one time "
-                                                      "(the span starts and ends there); without it a reply "
-                                                      "holding one time is no span (exit 3)."),
+    point: bool = typer.Option(False, "--point", rich_help_panel="Question",
+                               help="The query names a moment, not an event: ask for one time (the span starts and "
+                                    "ends there); without it a reply holding one time is no span (exit 3)."),
 ) -> None:
     """Find when something happens in a video: start and end in seconds.
 

@@ -14,7 +14,7 @@ import socket
 
 import typer
 
-from ..settings import check_count, check_positive
+from ..settings import DEFAULT_MAX_FRAMES, MAX_SINKHORN_ITER, check_count, check_positive
 from .errors import EXIT_RUN, _fail, err
 from .options import (
     Attention,
@@ -33,26 +33,50 @@ from .progress import _Progress
 from .steps import _cache_path, _engine, _load, _settle
 
 
+_SERVING = "Serving"  # serve's own options: the first heading of its --help
+
+
 def serve(
     model: Model = None,
-    host: str = typer.Option("127.0.0.1", "--host", metavar="ADDRESS", rich_help_panel="Serving", help="Address to listen on; 0.0.0.0 exposes the model to your "
-                             "network (then set --api-key)."),
-    port: int = typer.Option(8000, "--port", metavar="PORT", rich_help_panel="Serving", callback=_checked(check_count, "--port", 0),
+    host: str = typer.Option("127.0.0.1", "--host", metavar="ADDRESS", rich_help_panel=_SERVING,
+                             help="Address to listen on; 0.0.0.0 exposes the model to your network (then set "
+                                  "--api-key)."),
+    port: int = typer.Option(8000, "--port", metavar="PORT", rich_help_panel=_SERVING,
+                             callback=_checked(check_count, "--port", 0),
                              help="TCP port (0: any free one; the address is printed)."),
-    api_key: str = typer.Option(None, "--api-key", metavar="KEY", rich_help_panel="Serving", envvar="OTTVID_API_KEY", show_default="none",
-                                help="Require `Authorization: Bearer KEY` on /v1 requests."),
-    allowed_media_dir: str = typer.Option(None, "--allowed-media-dir", metavar="DIR", rich_help_panel="Serving", show_default="none",
+    api_key: str = typer.Option(None, "--api-key", metavar="KEY", rich_help_panel=_SERVING, envvar="OTTVID_API_KEY",
+                                show_default="none", help="Require `Authorization: Bearer KEY` on /v1 requests."),
+    allowed_media_dir: str = typer.Option(None, "--allowed-media-dir", metavar="DIR", rich_help_panel=_SERVING,
+                                          show_default="none",
                                           help="Serve local videos (file:// or absolute paths) from under this folder "
                                                "only, symlinks and .. resolved."),
-    max_upload_mb: float = typer.Option(100.0, "--max-upload-mb", metavar="MB", rich_help_panel="Serving", callback=_checked(check_positive, "--max-upload-mb"),
+    max_upload_mb: float = typer.Option(100.0, "--max-upload-mb", metavar="MB", rich_help_panel=_SERVING,
+                                        callback=_checked(check_positive, "--max-upload-mb"),
                                         help="Largest video sent as a data: URL (413 beyond)."),
-    max_queue: int = typer.Option(16, "--max-queue", metavar="N", rich_help_panel="Serving", callback=_checked(check_count, "--max-queue", 0),
+    max_queue: int = typer.Option(16, "--max-queue", metavar="N", rich_help_panel=_SERVING,
+                                  callback=_checked(check_count, "--max-queue", 0),
                                   help="Requests waiting for the model at most (503 with Retry-After beyond)."),
-    timeout: float = typer.Option(300.0, "--timeout", metavar="SECONDS", rich_help_panel="Serving", callback=_checked(check_positive, "--timeout"),
+    timeout: float = typer.Option(300.0, "--timeout", metavar="SECONDS", rich_help_panel=_SERVING,
+                                  callback=_checked(check_positive, "--timeout"),
                                   help="Seconds a request may take, waiting included (504 beyond)."),
-    max_prompt_chars: int = typer.Option(16384, "--max-prompt-chars", metavar="N", rich_help_panel="Server",
+    max_prompt_chars: int = typer.Option(16384, "--max-prompt-chars", metavar="N", rich_help_panel=_SERVING,
                                          callback=_checked(check_count, "--max-prompt-chars"),
                                          help="Longest question (with its choices) in characters (400 beyond)."),
+    max_request_frames: int = typer.Option(DEFAULT_MAX_FRAMES, "--max-request-frames", metavar="N",
+                                           rich_help_panel=_SERVING,
+                                           callback=_checked(check_count, "--max-request-frames"),
+                                           help="Most frames one request may sample (ottvid.frames, max_frames; "
+                                                "400 beyond)."),
+    max_sinkhorn_iter: int = typer.Option(MAX_SINKHORN_ITER, "--max-sinkhorn-iter", metavar="N",
+                                          rich_help_panel=_SERVING,
+                                          callback=_checked(check_count, "--max-sinkhorn-iter"),
+                                          help="Most Sinkhorn iterations one request may ask for (method_args "
+                                               "max_iter; 400 beyond)."),
+    allowed_host: list[str] = typer.Option(None, "--allowed-host", metavar="NAME", rich_help_panel=_SERVING,
+                                           show_default="none",
+                                           help="Another name the server answers to in the Host header (a reverse "
+                                                "proxy's; repeatable; '*' for any). Always: localhost, IP addresses, "
+                                                "--host."),
     cache_dir: CacheDir = None,
     cache_max_gb: CacheMaxGb = None,
     quiet: Quiet = False,
@@ -65,19 +89,26 @@ def serve(
 ) -> None:
     """Serve the model over HTTP: a web page at / and an OpenAI-compatible API at /v1.
 
-    The model is loaded once; /v1/chat/completions takes a video_url part. Needs the serve extra (FastAPI, uvicorn); API, errors and security rules: docs/serve.md."""
+    The model is loaded once; /v1/chat/completions takes a video_url part. Needs the serve extra
+    (FastAPI, uvicorn); API, errors and security rules: docs/serve.md."""
+    limits = {"max_prompt_chars": max_prompt_chars, "max_request_frames": max_request_frames,
+              "max_sinkhorn_iter": max_sinkhorn_iter, "allowed_hosts": tuple(allowed_host or ())}
     run_server(model, host, port, api_key, allowed_media_dir, max_upload_mb, max_queue, timeout,
                _cache_path(cache_dir, cache_max_gb), device, dtype, attention, max_pixels, decoder, quiet, siglip_head,
-               max_prompt_chars, cache_max_gb)
+               limits, cache_max_gb)
 
 
 def run_server(model, host: str, port: int, api_key: str | None, allowed_media_dir: str | None, max_upload_mb: float,
           max_queue: int, timeout: float, cache_dir: str | None, device, dtype, attention, max_pixels, decoder,
-          quiet: bool, siglip_head: str | None = None, max_prompt_chars: int | None = None,
+          quiet: bool, siglip_head: str | None = None, limits: dict | None = None,
           cache_max_gb: float | None = None) -> None:
+    """`limits`: more ServeSettings (max_prompt_chars, max_request_frames, max_sinkhorn_iter, allowed_hosts)."""
     model, device, dtype, _, _ = _settle(model, device, dtype, None, None, None, False)
     if port > 65535:
         _fail(f"--port must be at most 65535, got {port}")
+    for name in (limits or {}).get("allowed_hosts", ()):
+        if not name.strip() or any(c in name for c in "/ \t"):
+            _fail(f"--allowed-host takes a host name (a proxy's, without scheme or path), got {name!r}")
     if api_key is not None and not api_key.strip():
         _fail("--api-key (or OTTVID_API_KEY) is empty")
     if allowed_media_dir is not None:
@@ -86,7 +117,7 @@ def run_server(model, host: str, port: int, api_key: str | None, allowed_media_d
         allowed_media_dir = os.path.realpath(allowed_media_dir)
     try:
         import fastapi  # noqa: F401
-        import uvicorn
+        import uvicorn  # noqa: F401
     except ImportError:
         _fail("ottvid serve needs FastAPI and uvicorn: pip install 'ottvid-cli[serve]'", code=EXIT_RUN)
     try:
@@ -97,12 +128,12 @@ def run_server(model, host: str, port: int, api_key: str | None, allowed_media_d
     backbone = _load(model, device, dtype, attention, max_pixels, progress, siglip_head)
     progress.stop()
 
-    from ..serve.app import MAX_PROMPT_CHARS, ServeSettings, create_app
+    from ..serve.app import ServeSettings, create_app
 
     settings = ServeSettings(model_id=model, api_key=api_key or None, allowed_media_dir=allowed_media_dir,
                              max_upload_mb=max_upload_mb, max_queue=max_queue, timeout=timeout,
-                             max_pixels=max_pixels, decoder=decoder,
-                             max_prompt_chars=max_prompt_chars or MAX_PROMPT_CHARS)
+                             max_pixels=max_pixels, decoder=decoder, host=host,
+                             **{k: v for k, v in (limits or {}).items() if v is not None})
     app = create_app(_engine(backbone, cache_dir, max_gb=cache_max_gb), settings)
     bound_host, bound_port = sock.getsockname()[:2]
     shown = f"[{bound_host}]" if ":" in bound_host else bound_host
@@ -113,16 +144,29 @@ def run_server(model, host: str, port: int, api_key: str | None, allowed_media_d
     if not _loopback(host) and not api_key:
         err.print(f"warning: listening on {host} without --api-key: anyone who reaches this port can use the model",
                   style="yellow", highlight=False, markup=False)
-    config = uvicorn.Config(app, log_level="warning" if quiet else "info", lifespan="on",
-                            timeout_graceful_shutdown=None)
+    if not serve_app(app, sock, quiet, timeout):
+        _fail("the server could not start (see the log above)", code=EXIT_RUN)
+
+
+def serve_app(app, sock: socket.socket, quiet: bool, timeout: float) -> bool:
+    """Run uvicorn with `app` on the bound `sock` until SIGTERM / SIGINT; False if it did not start.
+
+    The shutdown's grace period: the requests in flight have `timeout` seconds (each has at most
+    that anyway), then the model's thread `app.WORKER_GRACE` seconds; the process ends then, whatever
+    that thread is doing. A connection must send each request head within `connections.HEAD_TIMEOUT`."""
+    import uvicorn
+
+    from ..serve.connections import HeadTimeoutProtocol
+
+    config = uvicorn.Config(app, log_level="warning" if quiet else "info", lifespan="on", http=HeadTimeoutProtocol,
+                            timeout_graceful_shutdown=timeout)
     server = uvicorn.Server(config)
     # uvicorn re-raises the signal that stopped it once it has shut down gracefully; a handler that
     # does nothing makes that an ordinary return, and so exit code 0
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: None)
     server.run(sockets=[sock])
-    if not server.started:
-        _fail("the server could not start (see the log above)", code=EXIT_RUN)
+    return server.started
 
 
 def _bind(host: str, port: int) -> socket.socket:

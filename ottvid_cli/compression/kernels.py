@@ -18,6 +18,8 @@ import torch
 import triton
 import triton.language as tl
 
+from ..interrupt import checkpoint
+
 
 def interpreting() -> bool:
     """Whether Triton runs kernels in its interpreter: TRITON_INTERPRET=1 was set before `triton` was
@@ -257,6 +259,7 @@ def _run_sinkhorn(kernel, cost, log_a, log_b, a, b, plan, out, state, pairs, k, 
         done = 0
         previous = 0
         while done < max_iter:
+            checkpoint("Sinkhorn")  # between launches: a cancelled request stops here (no GPU wait)
             steps = min(chunk, max_iter - done)
             _launch(kernel, (pairs,), cost, log_a, log_b, a, b, state, err, halted, halted, plan, out,
                              pairs, k, -eps, tol, done, steps, previous, max_iter, chunk, FINISH=False, **common)

@@ -93,7 +93,7 @@ def average_components(features: torch.Tensor, collapse_: Collapse) -> torch.Ten
     out[:m] = features[collapse_.roots]
     out[m] = 0.0
     root_node = torch.zeros_like(collapse_.row, dtype=torch.bool)
-    root_node[collapse_.roots] = True
+    root_node.index_fill_(0, collapse_.roots, True)  # not `[roots] = True`: a scalar put waits for the device
     # Every node is added once, members to their row, the rest (roots, dropped) to the spare row m:
     # the same additions, in the same order, as adding the members alone, with no host round trip.
     target = torch.where((collapse_.row >= 0) & ~root_node, collapse_.row, m)

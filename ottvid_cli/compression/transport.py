@@ -11,6 +11,7 @@ import math
 import torch
 import torch.nn.functional as F
 
+from ..interrupt import checkpoint
 from .spatial import inverse_norms
 
 # exp() of float32 arguments below this is < 1e-34 of the largest term of a log-sum-exp and
@@ -199,6 +200,9 @@ def _sinkhorn_log(
     `early_stop=False` runs exactly max_iter iterations (the authors' code): no convergence check,
     no host synchronisation in the loop on GPUs; the error is measured once, at the end.
 
+    Every `check_every` iterations the loop also calls `interrupt.checkpoint()`: a run cancelled from
+    outside (a server request past its time) stops there with Interrupted.
+
     Two evaluations of the same LSEs (`absorb`, default: on for CPU tensors):
     - direct: each LSE exponentiates the whole (P, K, K) batch.
     - absorbed (log-stabilised, Schmitzer 2019): LSE_j(M_ij + g_j) = s_i + log sum_j R_ij exp(g_j - g0_j)
@@ -242,6 +246,8 @@ def _sinkhorn_log(
     if not early_stop:
         error = None
     for step in range(1, max_iter + 1):
+        if step % check_every == 0:  # a cancelled request stops here (a host flag: no GPU wait)
+            checkpoint("Sinkhorn")
         g_step = g_next
         f_new = rows(g_step, moved)
         g_next = cols(f_new, moved)

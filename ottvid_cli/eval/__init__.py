@@ -13,6 +13,14 @@ What a runner does (the model is the runner's business; see docs/eval.md):
                 reply = ...                                     # the model
                 store.add(make_record(sample, method, ratio, reply, prompt=prompt, duration=...))
     merge_shards(OUT); rescore(OUT)                             # -> OUT/summary.json
+
+Or the whole of `ottvid eval` (the command only parses, calls these and renders):
+
+    outcome = evaluate(EvalRequest("mvbench", ANNOTATIONS, VIDEOS, MODEL, methods=["none", "ottvid"]),
+                       load=lambda device: load_backbone(MODEL, device=device))   # run or resume: OUT's records
+    outcome = resume(OUT, load)                                  # the settings OUT/config.json records
+    summary = score_run(OUT, compare_with=OTHER)                 # --rescore: replies judged again
+    rows = table([OUT_MVBENCH, OUT_CHARADES])                    # --table: Table 1 over run folders
 """
 
 from .benchmarks import (
@@ -41,8 +49,23 @@ from .scoring import (
     relative,
     relative_scores,
 )
+from .results import compare, score_run, table
+from .runs import (
+    EvalRequest,
+    RunOutcome,
+    RunPlan,
+    RunStart,
+    RunStopped,
+    default_out,
+    evaluate,
+    parse_shard,
+    plan_run,
+    request_of,
+    resume,
+)
 from .store import (
     SampleStore,
+    StoreError,
     load_config,
     load_records,
     make_record,
@@ -61,5 +84,7 @@ __all__ = [
     "find_video", "load_samples", "missing_videos", "SYSTEM_PROMPT", "Protocol", "build_prompt", "protocol",
     "VANILLA", "Judgement", "clean_reply", "grounding_metrics", "iou", "judge", "mc_metrics", "metrics",
     "relative", "relative_scores", "SampleStore", "load_config", "load_records", "make_record", "merge_shards",
-    "rejudge", "rescore", "save_config", "score", "shard", "summarise", "write_summary",
+    "rejudge", "rescore", "save_config", "score", "shard", "summarise", "write_summary", "StoreError",
+    "compare", "score_run", "table", "EvalRequest", "RunOutcome", "RunPlan", "RunStart", "RunStopped", "default_out",
+    "evaluate", "parse_shard", "plan_run", "request_of", "resume",
 ]

@@ -606,20 +606,14 @@ def _save_config(path: Path, config: dict) -> dict:
     config = json.loads(json.dumps(config))  # normalise tuples, paths
     if path.exists():
         old = _absolute_folders(_read_config(path), config)
+        differences = config_differences(old, config)
+        if differences:
+            raise EvalError(f"{path}: this folder holds a run with other settings ({'; '.join(differences)}): use "
+                            "another output folder or the same settings (only methods and ratios may be added)")
         for key in PER_KIND:
             mine, theirs = config.get(key), old.get(key)
             if isinstance(mine, dict) and isinstance(theirs, dict):
-                for kind in sorted(set(mine) & set(theirs)):
-                    if mine[kind] != theirs[kind]:
-                        raise EvalError(f"{path}: this folder holds a run with {key}[{kind}]={theirs[kind]!r}, not "
-                                        f"{mine[kind]!r}; use another output folder or the same settings")
                 config[key] = {**theirs, **mine}
-        for key in sorted(set(old) | set(config)):
-            if key not in GROWABLE + UPDATABLE + PER_KIND and old.get(key) != config.get(key):
-                raise EvalError(
-                    f"{path}: this folder holds a run with {key}={old.get(key)!r}, not {config.get(key)!r}; "
-                    "use another output folder or the same settings (only methods and ratios may be added)"
-                )
         for key in GROWABLE:
             merged = list(old.get(key) or [])
             merged += [v for v in config.get(key) or [] if v not in merged]
@@ -629,6 +623,48 @@ def _save_config(path: Path, config: dict) -> dict:
     except OSError as exc:
         raise EvalError(f"{path}: cannot write: {one_line(exc)}") from None
     return config
+
+
+_SAME_AS = {"pixels": "max_pixels"}  # a per-kind sampling entry that follows a setting of the run
+
+
+def _shown(value: Any) -> str:
+    """A config value as a person reads it: unset, yes / no, a list without brackets, a plain string."""
+    if value is None:
+        return "unset"
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, (list, tuple)):
+        return ", ".join(_shown(v) for v in value) or "none"
+    if isinstance(value, dict):
+        return json.dumps(value, ensure_ascii=False)
+    return str(value)
+
+
+def config_differences(old: dict, config: dict) -> list[str]:
+    """What a resume with `config` would change in the run `old` records and may not: one
+    'setting X there, Y now' per setting (the kinds' sampling entries that follow from a setting
+    already named are left out; kinds only one of them has are no difference)."""
+    found, named = [], set()
+    for key in sorted(set(old) | set(config)):
+        if key not in GROWABLE + UPDATABLE + PER_KIND and old.get(key) != config.get(key):
+            found.append(f"{key} {_shown(old.get(key))} there, {_shown(config.get(key))} now")
+            named.add(key)
+    for key in PER_KIND:
+        mine, theirs = config.get(key), old.get(key)
+        if not (isinstance(mine, dict) and isinstance(theirs, dict)):
+            continue
+        for kind in sorted(set(mine) & set(theirs)):
+            before, now = theirs[kind], mine[kind]
+            if not (isinstance(before, dict) and isinstance(now, dict)):
+                if before != now:
+                    found.append(f"{key} of {kind} samples {_shown(before)} there, {_shown(now)} now")
+                continue
+            for entry in sorted(set(before) | set(now)):
+                if before.get(entry) != now.get(entry) and _SAME_AS.get(entry, entry) not in named:
+                    found.append(f"{key} {entry} of {kind} samples {_shown(before.get(entry))} there, "
+                                 f"{_shown(now.get(entry))} now")
+    return found
 
 
 def _absolute_folders(old: dict, config: dict) -> dict:

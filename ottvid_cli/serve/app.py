@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import shutil
 import tempfile
 import time
@@ -30,12 +31,15 @@ from fastapi.sse import EventSourceResponse, format_sse_event
 from starlette.datastructures import Headers
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from ..settings import DEFAULT_MAX_FRAMES, MAX_SINKHORN_ITER
 from .schema import DEFAULT_TOKENS, MAX_NEW_TOKENS, ChatCompletion, ChatRequest, ErrorResponse, Message, ModelCard, ModelList, usage_of
-from .security import ApiError, MediaPolicy, require_key
+from .security import ApiError, HostCheck, MediaPolicy, require_key
 from .page import add_page
 from .worker import INTERNAL_MESSAGE, Job, ModelWorker, QueueFull
 
 MAX_PROMPT_CHARS = 16384  # the question and its choices, in characters (about 4k tokens): --max-prompt-chars
+WORKER_GRACE = 10.0  # seconds the model's thread has at shutdown, once the requests in flight have ended
+log = logging.getLogger("ottvid.serve")
 
 
 @dataclass(frozen=True)
@@ -51,13 +55,17 @@ class ServeSettings:
     max_pixels: int | None = None
     decoder: str = "auto"
     max_prompt_chars: int = MAX_PROMPT_CHARS
+    max_request_frames: int = DEFAULT_MAX_FRAMES  # frames one request may sample: --max-request-frames
+    max_sinkhorn_iter: int = MAX_SINKHORN_ITER  # a request's `max_iter` method option at most
+    host: str = "127.0.0.1"  # the address listened on: a name here is one the server answers to
+    allowed_hosts: tuple[str, ...] = ()  # more names for the Host header (--allowed-host; "*": any)
 
     @property
     def max_upload_bytes(self) -> int:
         return int(self.max_upload_mb * (1 << 20))
 
 
-ERRORS = {status: {"model": ErrorResponse} for status in (400, 401, 403, 404, 413, 500, 503, 504)}
+ERRORS = {status: {"model": ErrorResponse} for status in (400, 401, 403, 404, 413, 421, 500, 503, 504)}
 
 
 def create_app(engine: Any, settings: ServeSettings) -> FastAPI:
@@ -71,16 +79,21 @@ def create_app(engine: Any, settings: ServeSettings) -> FastAPI:
         app.state.worker.start()
         try:
             yield
-        finally:  # uvicorn has let the requests in flight finish by now
-            await run_in_threadpool(app.state.worker.stop)
+        finally:  # uvicorn has let the requests in flight finish (or time out) by now
+            if not await run_in_threadpool(app.state.worker.stop, WORKER_GRACE):
+                log.warning("the model's thread did not stop within %g s of the shutdown (a call that does not "
+                            "return); exiting without it", WORKER_GRACE)
             shutil.rmtree(upload_dir, ignore_errors=True)
 
     # a base64 video is 4/3 of its size; 1 MiB more for the rest of the JSON. A body that declares a
     # larger size is refused at once; FastAPI's own limit on the route stops a body that declares none
     # (chunked) as it arrives
     limit = settings.max_upload_bytes * 4 // 3 + (1 << 20)
-    app = FastAPI(title="ottvid serve", version=_version(), lifespan=lifespan)
+    # no interactive /docs: Swagger UI's script would come from a CDN onto the origin that holds the page's
+    # API key; the schema itself stays at /openapi.json
+    app = FastAPI(title="ottvid serve", version=_version(), lifespan=lifespan, docs_url=None, redoc_url=None)
     app.add_middleware(_DeclaredSizeLimit, limit=limit)
+    app.add_middleware(HostCheck, names=(settings.host, *settings.allowed_hosts))  # outermost: first to run
     app.state.settings = settings
     app.state.engine = engine
     app.state.started = int(time.time())
@@ -144,15 +157,20 @@ def create_app(engine: Any, settings: ServeSettings) -> FastAPI:
 # a request into a job
 
 
-def _method_config(options: Any, ratio: float, backbone: Any) -> Any:
+def _method_config(options: Any, ratio: float, backbone: Any, max_iter: int) -> Any:
     """`ottvid.method_args` read by the library's one reader (`method_args.method_options`, as
-    `--method-arg`), built into the method's config for this model; a bad one is a 400."""
+    `--method-arg`), built into the method's config for this model; a bad one is a 400, and so is a
+    Sinkhorn iteration count over `max_iter` (the only option that sizes a loop beyond the frames)."""
     from ..method_args import MethodArgError, build_config, method_options
 
     try:
         chosen = method_options([options.method], [ratio], options.preset, options.method_args)[options.method]
     except MethodArgError as exc:
         raise ApiError(400, str(exc), code="invalid_value", param="ottvid.method_args") from None
+    asked = chosen.get("max_iter")
+    if asked is not None and asked > max_iter:
+        raise ApiError(400, f"max_iter={asked:,}: this server runs at most {max_iter:,} Sinkhorn iterations a "
+                            f"request (--max-sinkhorn-iter)", code="invalid_value", param="ottvid.method_args")
     return build_config(backbone, options.method, ratio, options.preset, chosen)
 
 
@@ -181,15 +199,23 @@ async def _job(body: ChatRequest, request: Request) -> Job:
                                 f"time spans", code="invalid_value", param="ottvid.task")
     elif options.point:
         raise ApiError(400, "point is for task ground, not ask", code="invalid_value", param="ottvid.point")
+    for field in ("frames", "max_frames"):
+        asked = getattr(options, field)
+        if asked is not None and asked > settings.max_request_frames:
+            raise ApiError(400, f"ottvid.{field} is {asked:,}: this server samples at most "
+                                f"{settings.max_request_frames:,} frames a request (--max-request-frames)",
+                           code="invalid_value", param=f"ottvid.{field}")
     try:
-        sampling = options.sampling(settings.max_pixels, settings.decoder)
+        sampling = options.sampling(settings.max_pixels, settings.decoder, settings.max_request_frames,
+                                    getattr(getattr(request.app.state.engine, "backbone", None), "default_frames", None))
     except ValueError as exc:
         raise ApiError(400, str(exc), param="ottvid") from None
     run = {"sampling": sampling, "method": options.method, "ratio": options.ratio if options.ratio is not None else 0.1,
            "preset": options.preset,
            "max_new_tokens": body.max_completion_tokens or body.max_tokens or DEFAULT_TOKENS[task]}
     if options.method_args:
-        run["config"] = _method_config(options, run["ratio"], getattr(request.app.state.engine, "backbone", None))
+        run["config"] = _method_config(options, run["ratio"], getattr(request.app.state.engine, "backbone", None),
+                                       settings.max_sinkhorn_iter)
     if task == "ask":
         run["options"] = options.choices or None
     else:
@@ -384,13 +410,17 @@ def _json_type(content_type: str) -> bool:
 def _validation_error(exc: RequestValidationError) -> ApiError:
     """Pydantic's first complaint, in one line; `param` is its place in the body (`ottvid.ratio`)."""
     errors = exc.errors()
-    first = errors[0] if errors else {}
-    loc = [str(part) for part in first.get("loc", ()) if part != "body"]
+    # our own checks (value_error) say more than a union's other members ("Input should be a valid list")
+    first = next((e for e in errors if e.get("type") == "value_error"), errors[0] if errors else {})
+    # the union member a value was tried as ("list[ContentPart]") is no place in the body
+    loc = [str(part) for part in first.get("loc", ()) if part != "body" and "[" not in str(part)]
     if first.get("type") == "json_invalid":
         return ApiError(400, f"the body is not valid JSON ({first.get('ctx', {}).get('error', 'parse error')})",
                         code="invalid_json")
     message = str(first.get("msg", "invalid request")).removeprefix("Value error, ")
-    if first.get("type") == "missing":
+    if first.get("type") == "missing" and not loc:  # no body at all
+        message = "the body is empty: send a JSON object with model and messages"
+    elif first.get("type") == "missing":
         message = f"missing field {'.'.join(loc)}"
     elif first.get("type") == "model_attributes_type" or not loc:
         message = f"the body must be a JSON object with model and messages ({message})"

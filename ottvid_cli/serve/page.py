@@ -2,12 +2,13 @@
 
     GET /                           the page: plain HTML, CSS and a script, shipped in the package
                                     (static/), no CDN; it holds no data, so it needs no key (the
-                                    script asks for the key when the server has one)
-    GET /page/{page.css,page.js}    its style and script
+                                    script asks for the key when the server has one); HEAD too
+    GET /page/{page.css,page.js}    its style and script; HEAD too
     GET /v1/ottvid/info             what the page offers: model, tasks, methods, upload cap, whether
                                     local videos are served
     GET /v1/ottvid/media            the videos under --allowed-media-dir (403 without the flag)
-    GET /v1/ottvid/media/{name}     one of them, for the page's player (Range requests work)
+    GET /v1/ottvid/media/{name}     one of them, for the page's player (Range requests work; a
+                                    malformed Range is ignored); HEAD too
 
 The /v1 routes need the API key like the rest of /v1, and the media routes read only what
 `MediaPolicy.resolve` lets a request read: after symlinks and `..` are resolved, a video file under
@@ -16,7 +17,6 @@ the folder.
 
 from __future__ import annotations
 
-import mimetypes
 import os
 from importlib import resources
 from pathlib import Path
@@ -26,13 +26,20 @@ from fastapi import Depends, FastAPI, Request
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import FileResponse, Response
 from starlette.background import BackgroundTask
+from starlette.convertors import Convertor, register_url_convertor
+from starlette.responses import MalformedRangeHeader
 
 from ..settings import METHODS, PRESETS
 from .schema import DEFAULT_TOKENS
 from .security import ApiError, Media, MediaPolicy, require_key
 
-VIDEO_SUFFIXES = (".mp4", ".m4v", ".mov", ".webm", ".mkv", ".avi", ".mpg", ".mpeg", ".ts", ".ogv", ".3gp", ".flv",
-                  ".wmv")
+# the video files listed and served, with the type they are served as (not the system's guess: .ts is
+# also Qt Linguist's translation format)
+VIDEO_TYPES = {".mp4": "video/mp4", ".m4v": "video/mp4", ".mov": "video/quicktime", ".webm": "video/webm",
+               ".mkv": "video/x-matroska", ".avi": "video/x-msvideo", ".mpg": "video/mpeg", ".mpeg": "video/mpeg",
+               ".ts": "video/mp2t", ".ogv": "video/ogg", ".3gp": "video/3gpp", ".flv": "video/x-flv",
+               ".wmv": "video/x-ms-wmv"}
+VIDEO_SUFFIXES = tuple(VIDEO_TYPES)
 MAX_LISTED = 2000  # videos listed at most (the reply says when there were more)
 MAX_DEPTH = 8  # folders below --allowed-media-dir that are listed
 ASSETS = {"page.css": "text/css; charset=utf-8", "page.js": "text/javascript; charset=utf-8"}
@@ -51,13 +58,13 @@ def _static(name: str) -> str:
 def add_page(app: FastAPI) -> None:
     """Add the page and its endpoints to `app` (made by `create_app`; settings in app.state)."""
 
-    @app.get("/", include_in_schema=False)
+    @app.api_route("/", methods=["GET", "HEAD"], include_in_schema=False)
     async def page(request: Request) -> Response:
         needs_key = "required" if request.app.state.settings.api_key else "none"
         html = _static("index.html").replace("{{API_KEY}}", needs_key)
         return Response(html, media_type="text/html; charset=utf-8", headers=HEADERS)
 
-    @app.get("/page/{name}", include_in_schema=False)
+    @app.api_route("/page/{name}", methods=["GET", "HEAD"], include_in_schema=False)
     async def asset(name: str) -> Response:
         if name not in ASSETS:
             raise ApiError(404, f"no such file in the page: {name}", code="unknown_url")
@@ -85,7 +92,7 @@ def add_page(app: FastAPI) -> None:
         data, more = await run_in_threadpool(list_media, policy)
         return {"object": "list", "data": data, "truncated": more}
 
-    @app.get("/v1/ottvid/media/{name:path}", dependencies=[Depends(require_key)])
+    @app.get("/v1/ottvid/media/{name:anypath}", dependencies=[Depends(require_key)])
     async def media_file(name: str, request: Request) -> FileResponse:
         """One video under --allowed-media-dir, as the folder listing names it."""
         policy: MediaPolicy = request.app.state.media
@@ -94,9 +101,40 @@ def add_page(app: FastAPI) -> None:
                            code="media_not_allowed")
         media = await run_in_threadpool(_video_file, policy, name)
         # served from the file that was checked (held open until the response is sent)
-        return FileResponse(media.path, media_type=mimetypes.guess_type(media.real)[0] or "application/octet-stream",
-                            headers={"Cache-Control": "no-cache", "X-Content-Type-Options": "nosniff"},
-                            background=BackgroundTask(media.cleanup))
+        kind = VIDEO_TYPES[os.path.splitext(media.real)[1].lower()]
+        return _VideoFile(media.path, media_type=kind, headers={"Cache-Control": "no-cache",
+                                                                "X-Content-Type-Options": "nosniff"},
+                          background=BackgroundTask(media.cleanup))
+
+    app.add_api_route("/v1/ottvid/media/{name:anypath}", media_file, methods=["HEAD"], include_in_schema=False,
+                      dependencies=[Depends(require_key)])
+
+
+class _VideoFile(FileResponse):
+    """A file answered with Range requests, a malformed Range header ignored (the whole file, 200), as
+    RFC 9110 lets a server do, rather than Starlette's plain-text 400."""
+
+    @classmethod
+    def _parse_range_header(cls, http_range: str, file_size: int) -> list[tuple[int, int]]:
+        try:
+            return super()._parse_range_header(http_range, file_size)
+        except MalformedRangeHeader:
+            return []
+
+
+class _AnyPath(Convertor):
+    """A path parameter that may hold any character, a newline too (Starlette's `path` stops at one)."""
+
+    regex = r"[\s\S]*"
+
+    def convert(self, value: str) -> str:
+        return value
+
+    def to_string(self, value: str) -> str:
+        return value
+
+
+register_url_convertor("anypath", _AnyPath())
 
 
 def _video_file(policy: MediaPolicy, name: str) -> Media:
@@ -119,9 +157,9 @@ def list_media(policy: MediaPolicy, limit: int = MAX_LISTED) -> tuple[list[dict[
     found: list[dict[str, Any]] = []
     for folder, subfolders, files in os.walk(root, followlinks=False):
         depth = 0 if folder == root else os.path.relpath(folder, root).count(os.sep) + 1
-        subfolders[:] = sorted(d for d in subfolders if not d.startswith(".")) if depth < MAX_DEPTH else []
+        subfolders[:] = sorted(d for d in subfolders if not d.startswith(".") and _utf8(d)) if depth < MAX_DEPTH else []
         for name in sorted(files):
-            if name.startswith(".") or not name.lower().endswith(VIDEO_SUFFIXES):
+            if name.startswith(".") or not name.lower().endswith(VIDEO_SUFFIXES) or not _utf8(folder, name):
                 continue
             path = os.path.join(folder, name)
             try:
@@ -137,3 +175,14 @@ def list_media(policy: MediaPolicy, limit: int = MAX_LISTED) -> tuple[list[dict[
             found.append({"name": Path(os.path.relpath(path, root)).as_posix(), "url": Path(path).as_uri(),
                           "bytes": size})
     return found, False
+
+
+def _utf8(*names: str) -> bool:
+    """Whether the names are UTF-8 text: one that is not (os.walk gives its bytes as lone surrogates)
+    cannot be written in a JSON reply or a URL the page sends back, so it is not listed."""
+    try:
+        for name in names:
+            name.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True

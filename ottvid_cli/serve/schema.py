@@ -5,9 +5,9 @@ ratio reads the same from the server as from `ottvid ask`."""
 from __future__ import annotations
 
 import json
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StrictBool, field_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StrictBool, field_validator
 
 from ..settings import DEFAULT_MAX_FRAMES, METHODS, PRESETS, check_choice, check_count, check_positive, check_ratio
 
@@ -20,8 +20,22 @@ DEFAULT_TOKENS = {"ask": 64, "ground": 48}  # `ottvid ask` / `ground`'s --max-ne
 # requests
 
 
+def _unicode(value: str) -> str:
+    """`value` if it is Unicode text: JSON's \\ud800 escapes can spell a lone surrogate, which no UTF-8
+    text holds (a tokenizer, a file name or a reply cannot carry it)."""
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise ValueError(f"holds a lone UTF-16 surrogate (\\u{ord(value[exc.start]):04x} at character "
+                         f"{exc.start}), which is not Unicode text") from None
+    return value
+
+
+Text = Annotated[str, AfterValidator(_unicode)]
+
+
 class VideoURL(BaseModel):
-    url: str
+    url: Text
 
 
 class ContentPart(BaseModel):
@@ -29,8 +43,8 @@ class ContentPart(BaseModel):
     types (`image_url`, `input_audio`) are refused by the app with a clear message."""
 
     model_config = ConfigDict(extra="allow")
-    type: str
-    text: str | None = None
+    type: Text
+    text: Text | None = None
     video_url: VideoURL | None = None
 
 
@@ -38,6 +52,11 @@ class Message(BaseModel):
     model_config = ConfigDict(extra="allow")
     role: Literal["system", "developer", "user", "assistant", "tool"]
     content: str | list[ContentPart] | None = None
+
+    @field_validator("content")
+    @classmethod
+    def _text(cls, v):
+        return _unicode(v) if isinstance(v, str) else v
 
 
 class OttvidOptions(BaseModel):
@@ -51,8 +70,8 @@ class OttvidOptions(BaseModel):
     frames: int | None = None
     fps: float | None = None
     max_frames: int | None = None
-    choices: list[str] | None = Field(default=None, description="Multiple-choice options ('A. a dog'), ask only.")
-    method_args: list[str] | None = Field(default=None, description="The method's options as `--method-arg` takes "
+    choices: list[Text] | None = Field(default=None, description="Multiple-choice options ('A. a dog'), ask only.")
+    method_args: list[Text] | None = Field(default=None, description="The method's options as `--method-arg` takes "
                                                                     "them: ['d=0.3', 'exact=false'].")
     picture: bool = Field(default=False, description="Also return the `show` picture of what compression kept "
                                                      "(`ottvid.picture.image`, a PNG data: URL).")
@@ -92,15 +111,20 @@ class OttvidOptions(BaseModel):
             raise ValueError(f"{info.field_name} must be true or false, got {json.dumps(v)[:40]}")
         return v
 
-    def sampling(self, max_pixels: int | None = None, decoder: str = "auto"):
-        """The frames to take, as the command line picks them: `frames`, or `fps` capped at
-        `max_frames` (768 by default); ground samples at 2 fps when neither is given. ValueError
-        for `frames` with `fps`, or `max_frames` without `fps`."""
+    def sampling(self, max_pixels: int | None = None, decoder: str = "auto", limit: int = DEFAULT_MAX_FRAMES,
+                 default_frames: int | None = None):
+        """The frames to take, as the command line picks them: `frames` (the model's `default_frames`,
+        or the server's `limit` if lower), or `fps` capped at `max_frames` (768, or `limit` if lower);
+        ground samples at 2 fps when neither is given. ValueError for `frames` with `fps`, or
+        `max_frames` without `fps`."""
         from ..sampling import Sampling
 
         fps = self.fps if self.frames is not None or self.fps is not None or self.task == "ask" else 2.0
-        max_frames = self.max_frames if self.max_frames is not None or fps is None else DEFAULT_MAX_FRAMES
-        return Sampling(frames=self.frames, fps=fps, max_frames=max_frames, max_pixels=max_pixels, decoder=decoder)
+        max_frames = self.max_frames if self.max_frames is not None or fps is None else min(DEFAULT_MAX_FRAMES, limit)
+        frames = self.frames
+        if frames is None and fps is None and default_frames is not None and default_frames > limit:
+            frames = limit
+        return Sampling(frames=frames, fps=fps, max_frames=max_frames, max_pixels=max_pixels, decoder=decoder)
 
 
 class StreamOptions(BaseModel):
@@ -112,7 +136,7 @@ class ChatRequest(BaseModel):
     accepted and ignored: decoding is greedy."""
 
     model_config = ConfigDict(extra="allow")
-    model: str
+    model: Text
     messages: list[Message] = Field(min_length=1)
     stream: StrictBool = False
     stream_options: StreamOptions | None = None
@@ -123,10 +147,10 @@ class ChatRequest(BaseModel):
 
     @field_validator("max_tokens", "max_completion_tokens", "n", mode="before")
     @classmethod
-    def _integer(cls, v, info):
-        if isinstance(v, bool):  # JSON true is not 1
+    def _integer(cls, v, info):  # a JSON integer only: not true, "4" or 4.0
+        if isinstance(v, bool):
             raise ValueError(f"{info.field_name} must be an integer, got {str(v).lower()}")
-        return v
+        return v if v is None else check_count(v, info.field_name)
 
 
 # ------------------------------------------------------------------------------------------------

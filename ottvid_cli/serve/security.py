@@ -11,12 +11,14 @@
 - `data:` URLs (base64) up to `--max-upload-mb` are written to a private temporary file (mode 0600
   in a 0700 folder) and deleted when the request ends.
 - `http(s)` and every other scheme are refused: the server downloads nothing.
+- The Host header must name a host the server answers to (`HostCheck`): DNS rebinding.
 """
 
 from __future__ import annotations
 
 import base64
 import binascii
+import ipaddress
 import os
 import secrets
 import stat
@@ -26,25 +28,33 @@ from pathlib import Path
 from urllib.parse import unquote, urlparse
 
 from fastapi import Depends, Request
+from fastapi.responses import JSONResponse
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+from starlette.datastructures import Headers
 
 
 class ApiError(Exception):
     """An error answered as OpenAI's `{"error": {"message", "type", "param", "code"}}`."""
 
-    TYPES = {400: "invalid_request_error", 401: "authentication_error", 403: "permission_error",
-             404: "not_found_error", 413: "invalid_request_error", 415: "invalid_request_error",
-             422: "invalid_request_error", 503: "overloaded_error", 504: "timeout_error"}
+    TYPES = {401: "authentication_error", 403: "permission_error", 404: "not_found_error", 503: "overloaded_error",
+             504: "timeout_error"}  # any other 4xx: invalid_request_error; 5xx: server_error
 
     def __init__(self, status: int, message: str, code: str | None = None, param: str | None = None,
                  headers: dict[str, str] | None = None, type: str | None = None):
+        message, param = _text(message), None if param is None else _text(param)
         super().__init__(message)
         self.status, self.message, self.code, self.param = status, message, code, param
         self.headers = headers or {}
-        self.type = type or self.TYPES.get(status, "server_error")
+        self.type = type or self.TYPES.get(status, "invalid_request_error" if status < 500 else "server_error")
 
     def body(self) -> dict:
         return {"error": {"message": self.message, "type": self.type, "param": self.param, "code": self.code}}
+
+
+def _text(value: str) -> str:
+    """`value` as UTF-8 can carry it: a lone surrogate (from a request's \\ud800, or a file name that is
+    not UTF-8) is written as its escape, so that an error about it can still be sent."""
+    return value.encode("utf-8", "backslashreplace").decode("utf-8")
 
 
 # ------------------------------------------------------------------------------------------------
@@ -62,6 +72,57 @@ def require_key(request: Request, credentials: HTTPAuthorizationCredentials | No
     if not secrets.compare_digest(given.encode("utf-8"), key.encode("utf-8")):
         raise ApiError(401, "missing or wrong API key: send `Authorization: Bearer KEY`" if given == ""
                        else "wrong API key", code="invalid_api_key", headers={"WWW-Authenticate": "Bearer"})
+
+
+# ------------------------------------------------------------------------------------------------
+# the Host header (DNS rebinding)
+
+
+class HostCheck:
+    """ASGI middleware: 421 for a request whose Host header names no host this server answers to.
+
+    A web page on another origin whose name its owner points at 127.0.0.1 (DNS rebinding) reaches a
+    loopback server from the user's browser, as its own origin: the Host it sends is that name.
+    Answered: IP addresses (a browser sends one only when the user typed it), `localhost` and
+    `*.localhost` (which browsers resolve to loopback themselves), and `names` (the listening
+    address, --allowed-host: a reverse proxy's name; "*" lets every name through). A request
+    without Host (HTTP/1.0, not a browser) is answered."""
+
+    def __init__(self, app, names: tuple[str, ...] = ()):
+        self.app = app
+        self.names = {_hostname(name) for name in names if name}
+
+    def allows(self, host: str) -> bool:
+        name = _hostname(host)
+        if "*" in self.names or name in self.names or name == "localhost" or name.endswith(".localhost"):
+            return True
+        try:
+            ipaddress.ip_address(name)
+        except ValueError:
+            return False
+        return True
+
+    async def __call__(self, scope, receive, send) -> None:
+        if scope["type"] in ("http", "websocket"):
+            host = Headers(scope=scope).get("host")
+            if host is not None and not self.allows(host):
+                error = ApiError(421, f"this server does not answer to the host {host[:100]!r} (a page on another "
+                                      f"site pointing its name here?): use localhost or an IP address, or start the "
+                                      f"server with --allowed-host NAME", code="host_not_allowed", param="Host")
+                return await JSONResponse(error.body(), status_code=421)(scope, receive, send)
+        await self.app(scope, receive, send)
+
+
+def _hostname(host: str) -> str:
+    """The name of a Host header value or --allowed-host, without its port or final dot, lowercased
+    ("[::1]:8000" -> "::1")."""
+    host = host.strip().lower()
+    if host.startswith("["):
+        return host[1:].partition("]")[0]
+    name, colon, port = host.rpartition(":")
+    if colon and port.isdigit() and ":" not in name:
+        host = name
+    return host.rstrip(".")
 
 
 # ------------------------------------------------------------------------------------------------

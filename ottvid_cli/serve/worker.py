@@ -6,7 +6,7 @@ A full queue refuses new work at once (`QueueFull`; the app answers 503 with Ret
 ahead times the mean duration of the last jobs run). A job whose client went away or timed out is
 cancelled: taken out of the queue if it has not started, or stopped at its next cancellation point
 if it has (the engine's `on_step` / `on_token` raise; the job's `cancelled` event, passed as `cancel`,
-stops hashing the video between two chunks).
+stops the engine's long loops: hashing the video, decoding it, Sinkhorn's iterations).
 A failing job (a video that does not decode, not enough memory, anything else) becomes an error for
 its own request only; the worker goes on with the next job and the model stays loaded.
 """
@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..blame import raised_by_ottvid
-from ..cache import HashCancelled
+from ..interrupt import Interrupted
 from .security import ApiError, Media
 
 log = logging.getLogger("ottvid.serve")
@@ -136,18 +136,25 @@ class ModelWorker:
                 return  # running (it stops at its next step) or finished
         job.media.cleanup()
 
-    def stop(self, timeout: float | None = None) -> None:
-        """Refuse new jobs, answer the queued ones with 503, let the one in flight finish, end the thread."""
+    def stop(self, timeout: float | None = None) -> bool:
+        """Refuse new jobs, answer the queued ones with 503, cancel the one in flight (the server calls
+        this once its requests have ended: nobody waits for it), and wait up to `timeout` seconds for
+        the thread to end. False if it is still running then (a call that does not return: the thread
+        is a daemon, so it does not keep the process alive)."""
         with self._cond:
             self._stopping = True
             left = list(self._pending)
             self._pending.clear()
+            current = self._current
             self._cond.notify_all()
+        if current is not None:
+            current.cancelled.set()
         for job in left:
             job.media.cleanup()
             job.emit("error", ApiError(503, "the server is shutting down", code="shutting_down"))
         if self._thread.is_alive():
             self._thread.join(timeout)
+        return not self._thread.is_alive()
 
     # -- the worker thread's side ----------------------------------------------------------------
 
@@ -213,7 +220,7 @@ class ModelWorker:
                 title = job.media.name if job.media.temporary else os.path.basename(job.media.name)
                 data["picture"] = picture_of(result, data, title)
             job.emit("done", data)
-        except (_Cancelled, HashCancelled):
+        except (_Cancelled, Interrupted):
             log.info("request cancelled: its client went away or timed out")
         except Exception as exc:  # noqa: BLE001 - every failure is this request's error, never the server's end
             error = error_for(exc)

@@ -38,7 +38,7 @@ def manifest():
     """The entry point's payload: lmms-eval model id `ottvid` -> `OTTVidLMM`."""
     from lmms_eval.models.registry_v2 import ModelManifest
 
-    return ModelManifest(model_id="ottvid", simple_class_path="ottvid_cli.lmms.OTTVidLMM")
+    return ModelManifest(model_id="ottvid", simple_class_path="ottvid_cli.integrations.lmms.OTTVidLMM")
 
 
 class PluginFailure(SystemExit):
@@ -56,7 +56,7 @@ def _number(value: Any, kind: type) -> Any:
 
 def _option_names(methods: Any, method: str) -> set[str]:
     """The option names `method` takes (none for an unknown method: `methods.get` names the known ones)."""
-    from .method_args import option_types
+    from ..method_args import option_types
 
     try:
         methods.get(method)
@@ -78,7 +78,7 @@ class OTTVidLMM(lmms):
                  max_batch_size: Any = None,
                  **unknown: Any) -> None:
         super().__init__()
-        from .compression import methods
+        from ..compression import methods
 
         # any other key is one of the method's options (as `--method-arg` takes them)
         stray = sorted(k for k in unknown if k == "ratio" or k not in _option_names(methods, method))
@@ -86,9 +86,9 @@ class OTTVidLMM(lmms):
             raise ValueError(f"unknown model_args for ottvid: {', '.join(stray)} (known: pretrained, "
                              "method, ratio, frames, fps, max_frames, preset, device, dtype, attention, max_pixels, "
                              "decoder, max_new_tokens, siglip_head, prefetch, and the method's options)")
-        from .backbones import load_backbone
-        from .eval.runner import FramePlan
-        from .method_args import method_options
+        from ..backbones import load_backbone
+        from ..eval.runner import FramePlan
+        from ..method_args import method_options
 
         methods.get(method)  # ValueError naming the known methods
         self.method = method
@@ -117,8 +117,8 @@ class OTTVidLMM(lmms):
     def _runs(self, path: str, loaded: Any = None):
         """The VideoRuns of `path`: the last video's again, or a new one (from `loaded`, the video
         decoded and preprocessed ahead, when given)."""
-        from .eval.benchmarks import VideoRef
-        from .eval.runner import VideoRuns
+        from ..eval.benchmarks import VideoRef
+        from ..eval.runner import VideoRuns
 
         key = str(path)
         if self._video is None or self._video[0] != key:
@@ -129,8 +129,8 @@ class OTTVidLMM(lmms):
         return self._video[1]
 
     def _load(self, path: str) -> Any:
-        from .eval.benchmarks import VideoRef
-        from .eval.runner import load_video
+        from ..eval.benchmarks import VideoRef
+        from ..eval.runner import load_video
 
         return load_video(self.backbone, VideoRef(path), self._sampling(), "")
 
@@ -158,7 +158,7 @@ class OTTVidLMM(lmms):
             raise PluginFailure(exc) from exc
 
     def _generate_until(self, requests) -> list[str]:
-        from .eval.prefetch import ahead, default_depth
+        from ..eval.prefetch import ahead, default_depth
 
         runs: list[tuple[str, list]] = []  # (video, its consecutive requests)
         for request in requests:

@@ -1,0 +1,26 @@
+"""vLLM's general plugin: ottvid's compression methods inside `vllm serve` (docs/vllm.md).
+
+Installed with `pip install "ottvid-cli[vllm]"`, which registers `register` in the entry-point group
+`vllm.general_plugins`; vLLM calls it in each of its processes. It replaces vLLM's Qwen2.5-VL
+architecture by a subclass (`qwen2_5_vl.OTTVidQwen2_5_VL`, imported only when vLLM builds the model)
+that runs the method named by `--hf-overrides '{"ottvid_method": ...}'` at `--video-pruning-rate` q,
+and behaves exactly as vLLM's own model otherwise. Nothing else in ottvid imports vLLM.
+"""
+
+from __future__ import annotations
+
+ARCHITECTURES = {"Qwen2_5_VLForConditionalGeneration": "ottvid_cli.integrations.vllm.qwen2_5_vl:OTTVidQwen2_5_VL"}
+
+
+def register() -> None:
+    """The plugin's entry point: register the subclasses; on vLLM's CPU build, the runner fix
+    (`cpu_runner`), which acts only for a model that names an ottvid method. Safe to call again."""
+    from vllm import ModelRegistry
+    from vllm.platforms import current_platform
+
+    for architecture, target in ARCHITECTURES.items():
+        ModelRegistry.register_model(architecture, target)
+    if current_platform.is_cpu():
+        from . import cpu_runner
+
+        cpu_runner.patch()

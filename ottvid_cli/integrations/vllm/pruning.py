@@ -1,0 +1,89 @@
+"""One video's embeddings compressed by a registered method, with the trained positions attached, as
+vLLM's path for pruned media carries them (docs/vllm.md). Torch only: no vLLM import.
+
+vLLM's own pruning (EVS) appends 4 channels to each kept embedding, (t, h, w, W') in the embeddings'
+dtype, which `recompute_mrope_positions` strips and turns into the positions. Two things there are not
+the rule Qwen2.5-VL was trained with (docs/positions.md): the text after the video starts at
+`start + W'` instead of the largest position of the whole video + 1, and the positions pass through
+the model's dtype (bfloat16 holds integers exactly only up to 256). So the embeddings here carry
+POSITION_CHANNELS channels instead: each of (t, h, w, next) relative to the video's start, as
+DIGITS base-256 digits (0..255, exact in every float dtype), and the model's `recompute_mrope_positions`
+decodes them into the 4-channel form vLLM's function takes, with `next` in place of W', so that the
+text that follows lands where vLLM puts it, at start + channel 3: the trained position.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from ...backbones.positions import vision_positions
+from ...compression import methods
+from ...compression.ottvid import Compressed
+
+DIGITS = 3  # base-256 digits per position: positions below 2**24
+BASE = 256
+POSITION_CHANNELS = 4 * DIGITS
+
+
+def retained(ratio: float, groups: int, tokens: int) -> int:
+    """Video placeholders, and tokens the method returns: max(1, round(ratio x V)), V = groups x tokens
+    (vLLM's EVS keeps max(tokens, int(V (1 - q))) instead: at least one whole group, truncated)."""
+    return methods.target_count(ratio, groups, tokens)
+
+
+def encode_positions(positions: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """(4, M) non-negative long positions -> (M, POSITION_CHANNELS) base-256 digits in `dtype`, most
+    significant first. ValueError past 256**DIGITS."""
+    if positions.numel() and int(positions.max()) >= BASE**DIGITS:
+        raise ValueError(f"a position of {int(positions.max())} does not fit {DIGITS} base-{BASE} digits")
+    powers = BASE ** torch.arange(DIGITS - 1, -1, -1, device=positions.device)  # (DIGITS,)
+    digits = (positions.long().unsqueeze(-1) // powers) % BASE  # (4, M, DIGITS)
+    return digits.permute(1, 0, 2).reshape(positions.shape[1], -1).to(dtype)
+
+
+def decode_positions(channels: torch.Tensor) -> torch.Tensor:
+    """(M, POSITION_CHANNELS) digits (any float dtype) -> (4, M) long positions."""
+    digits = channels.float().round().long().reshape(channels.shape[0], 4, DIGITS)
+    powers = BASE ** torch.arange(DIGITS - 1, -1, -1, device=channels.device)
+    return (digits * powers).sum(-1).t()
+
+
+def compress_video(embeds: torch.Tensor, grid: tuple[int, int, int], saliency: torch.Tensor | None,
+                   second_per_grid: float, tokens_per_second: float, method: str, config: Any,
+                   ) -> tuple[torch.Tensor, Compressed]:
+    """Compress one video's merged tokens and attach their positions.
+
+    embeds: (V, D) the encoder's output for the video, raster order (t, row, col), V = T' H' W';
+    grid: the merged grid (T', H', W'); saliency: (V,) or None. Returns the (M, D + POSITION_CHANNELS)
+    tensor vLLM's pipeline carries (features in `embeds`' dtype, then the encoded positions: each kept
+    or merged token at its root's (t, h, w), M = `retained`) and the method's `Compressed`.
+    """
+    t, h, w = (int(v) for v in grid)
+    if embeds.dim() != 2 or embeds.shape[0] != t * h * w:
+        raise ValueError(f"embeds must be ({t * h * w}, D) for the merged grid {t}x{h}x{w}, "
+                         f"got {tuple(embeds.shape)}")
+    features = embeds.reshape(t, h * w, -1)
+    sal = None if saliency is None else saliency.reshape(t, h * w)
+    out = methods.get(method).fn(features, sal, (h, w), config)
+    if out.order is not None:  # positions come from each row's root: a reordered layout has none to give
+        raise ValueError(f"{method} with a reordered output (layout='official') cannot keep M-RoPE positions; "
+                         f"use its default layout")
+    want = retained(config.ratio, t, h * w)
+    if out.index.numel() != want:
+        raise ValueError(f"{method} returned {out.index.numel()} tokens where the prompt holds {want} "
+                         f"placeholders (set its exact option to true)")
+    full = vision_positions(0, (t, h, w), second_per_grid, tokens_per_second, device=embeds.device)  # (3, V)
+    following = full.max() + 1  # the text after the video: largest position of the whole video + 1
+    kept = torch.cat([full[:, out.index.to(embeds.device)], following.expand(1, want)])  # (4, M)
+    return torch.cat([out.features.to(embeds.dtype), encode_positions(kept, embeds.dtype)], 1), out
+
+
+def image_channels(grid: tuple[int, int, int], dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+    """The (H' W', POSITION_CHANNELS) positions of an image's merged tokens (no time axis; the text after
+    it at max(H', W'), the largest position + 1), for a model whose pruning is on."""
+    t, h, w = (int(v) for v in grid)
+    full = vision_positions(0, (t, h, w), 0.0, 0.0, device=device)
+    following = (full.max() + 1).expand(1, full.shape[1])
+    return encode_positions(torch.cat([full, following]), dtype)

@@ -1,0 +1,172 @@
+"""vLLM's Qwen2.5-VL with an ottvid method on each video's embeddings (docs/vllm.md). Imports vLLM.
+
+`OTTVidQwen2_5_VL` subclasses vLLM's own model and processor; the plugin registers it under the
+architecture name `Qwen2_5_VLForConditionalGeneration`. Without `ottvid_method` in hf_overrides, or
+with `--video-pruning-rate` 0, every override below hands over to vLLM's own code (EVS included).
+With it:
+- the processor writes round((1 - q) x V) video placeholders (`pruning.retained`) before the encoder;
+- the encoder's last block gives the saliency (mean attention each merged token receives), recomputed
+  from that block's queries and keys as the transformers backbone does (`backbones.saliency`);
+- the method compresses each video; the kept and merged tokens carry their roots' trained (t, h, w)
+  positions and the next text's start, through vLLM's pruned-media path (`recompute_mrope_positions`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import torch
+from vllm.model_executor.models.qwen2_5_vl import (
+    Qwen2_5_VLDummyInputsBuilder,
+    Qwen2_5_VLForConditionalGeneration,
+    Qwen2_5_VLMultiModalProcessor,
+    Qwen2_5_VLProcessingInfo,
+)
+from vllm.multimodal import MULTIMODAL_REGISTRY
+from vllm.multimodal.processing import PromptReplacement
+from vllm.multimodal.video_prune.evs import recompute_mrope_positions
+from vllm.utils.gpu_sync_debug import gpu_sync_allowed
+
+from ...backbones.saliency import mean_attention_received
+from . import pruning, settings
+
+
+def _settings(ctx: Any) -> settings.Settings | None:
+    return settings.read(ctx.model_config.hf_config, ctx.get_mm_config().video_pruning_rate)
+
+
+class OTTVidQwen2_5_VLProcessor(Qwen2_5_VLMultiModalProcessor):
+    """vLLM's Qwen2.5-VL processor, with the ottvid method's placeholder count for each video."""
+
+    def _get_prompt_updates(self, mm_items: Any, hf_processor_mm_kwargs: Mapping[str, Any],
+                            out_mm_kwargs: Any) -> Sequence[Any]:
+        updates = super()._get_prompt_updates(mm_items, hf_processor_mm_kwargs, out_mm_kwargs)
+        chosen = _settings(self.info.ctx)
+        if chosen is None:
+            return updates
+        merge = self.info.get_image_processor(**hf_processor_mm_kwargs).merge_size
+        hf_processor = self.info.get_hf_processor(**hf_processor_mm_kwargs)
+        video_token = self.info.get_tokenizer().get_vocab()[hf_processor.video_token]
+
+        def video_placeholders(item_idx: int) -> list[int]:
+            t, h, w = (int(v) for v in out_mm_kwargs["video"][item_idx]["video_grid_thw"].data)
+            return [video_token] * pruning.retained(chosen.ratio, t, (h // merge) * (w // merge))
+
+        return [update if update.modality != "video"
+                else PromptReplacement(modality="video", target=update.target, replacement=video_placeholders)
+                for update in updates]
+
+
+@MULTIMODAL_REGISTRY.register_processor(OTTVidQwen2_5_VLProcessor, info=Qwen2_5_VLProcessingInfo,
+                                        dummy_inputs=Qwen2_5_VLDummyInputsBuilder)
+class OTTVidQwen2_5_VL(Qwen2_5_VLForConditionalGeneration):
+    """vLLM's Qwen2.5-VL; with `ottvid_method` set and q > 0, videos are compressed by that method."""
+
+    def __init__(self, *, vllm_config: Any, prefix: str = "") -> None:
+        super().__init__(vllm_config=vllm_config, prefix=prefix)
+        self.ottvid = settings.read(self.config, self.video_pruning_rate)
+        if self.ottvid is not None and self.use_data_parallel:
+            raise settings.SettingsError("ottvid_method needs the vision encoder's attention on one rank: "
+                                         "leave --mm-encoder-tp-mode at weights")
+        self.ottvid_last: list[dict[str, torch.Tensor]] = []  # the last call's kept tokens (tests, docs)
+        self._saliency: list[torch.Tensor] | None = None
+
+    # -- the encoder, with the saliency of its last block ---------------------------------------
+
+    def _process_video_input(self, video_input: Any) -> tuple[torch.Tensor, ...]:
+        if self.ottvid is None:
+            return super()._process_video_input(video_input)
+        if video_input["type"] != "pixel_values_videos":
+            raise ValueError(f"ottvid_method {self.ottvid.method} compresses videos given as frames (the vision "
+                             f"encoder's attention is its saliency), not as precomputed embeddings")
+        capture: dict[str, Any] = {}
+        attn = self.visual.blocks[-1].attn
+
+        def grab(module: Any, args: tuple, kwargs: dict) -> None:
+            capture["cu_seqlens"] = kwargs["cu_seqlens"]
+            capture["cos"], capture["sin"] = kwargs["rotary_pos_emb_cos"], kwargs["rotary_pos_emb_sin"]
+
+        def grab_qkv(module: Any, args: tuple, output: Any) -> None:
+            capture["qkv"] = output[0] if isinstance(output, tuple) else output
+
+        handles = [attn.register_forward_pre_hook(grab, with_kwargs=True), attn.qkv.register_forward_hook(grab_qkv)]
+        try:
+            embeds = super()._process_video_input(video_input)
+        finally:
+            for handle in handles:
+                handle.remove()
+        self._saliency = self._saliency_of(capture, video_input["video_grid_thw"].tolist())
+        return embeds
+
+    def _saliency_of(self, capture: dict[str, Any], grid_thw: list[list[int]]) -> list[torch.Tensor]:
+        """Each video's (V,) mean attention its merged tokens receive in the last vision block, raster
+        order: softmax(q k^T / sqrt(d)) within the block's segments (a temporal group for the full-attention
+        last block), averaged over heads and queries, summed over each merge group."""
+        attn = self.visual.blocks[-1].attn
+        heads, head_dim = attn.num_attention_heads_per_partition, attn.hidden_size_per_attention_head
+        qkv = capture["qkv"].reshape(capture["qkv"].shape[0], 3, heads, head_dim)  # (s, 3, H, d), b = 1
+        qk = attn.apply_rotary_emb(qkv[:, :2].permute(1, 0, 2, 3).contiguous(), capture["cos"], capture["sin"])
+        bounds = [int(v) for v in capture["cu_seqlens"].tolist()]
+        received = mean_attention_received(qk[0], qk[1], bounds, head_dim**-0.5)  # (s,) window order
+        if attn.tp_size > 1:  # each rank holds heads / tp of them: average over all heads
+            from vllm.distributed import tensor_model_parallel_all_reduce
+
+            received = tensor_model_parallel_all_reduce(received * heads) / (heads * attn.tp_size)
+        unit = self.visual.spatial_merge_unit
+        merged = received.reshape(-1, unit).sum(-1)  # one value per merged token, window order
+        order, offset = [], 0
+        for t, h, w in grid_thw:
+            order.append(self.visual.get_rope_by_thw(int(t), int(h), int(w))[2] + offset)
+            offset += int(t) * (int(h) // self.visual.spatial_merge_size) * (int(w) // self.visual.spatial_merge_size)
+        raster = merged[torch.argsort(torch.cat(order).to(merged.device))]
+        sizes = [int(t) * int(h) * int(w) // unit for t, h, w in grid_thw]
+        return list(raster.split(sizes))
+
+    # -- compression and positions ---------------------------------------------------------------
+
+    def _postprocess_video_embeds_evs(self, video_embeds_split: Sequence[torch.Tensor],
+                                      video_input: Any) -> tuple[torch.Tensor, ...]:
+        if self.ottvid is None:
+            return super()._postprocess_video_embeds_evs(video_embeds_split, video_input)
+        merge = self.visual.spatial_merge_size
+        seconds = video_input.get("second_per_grid_ts")
+        if seconds is None:
+            raise ValueError("second_per_grid_ts is needed to place a compressed video's tokens in time")
+        per_second = self.config.vision_config.tokens_per_second
+        saliency = self._saliency
+        out, self.ottvid_last = [], []
+        for emb, (t, h, w), second, sal in zip(video_embeds_split, video_input["video_grid_thw"].tolist(),
+                                               seconds.tolist(), saliency):
+            with gpu_sync_allowed():  # the methods read a few counts back from the device
+                rows, compressed = pruning.compress_video(emb, (t, h // merge, w // merge), sal, second, per_second,
+                                                          self.ottvid.method, self.ottvid.config)
+            out.append(rows)
+            self.ottvid_last.append({"index": compressed.index,
+                                     "positions": pruning.decode_positions(rows[:, -pruning.POSITION_CHANNELS:])})
+        self._saliency = None
+        return tuple(out)
+
+    def _postprocess_image_embeds_evs(self, image_embeds_split: Sequence[torch.Tensor],
+                                      image_input: Any) -> tuple[torch.Tensor, ...]:
+        if self.ottvid is None:
+            return super()._postprocess_image_embeds_evs(image_embeds_split, image_input)
+        merge = self.visual.spatial_merge_size
+        return tuple(torch.cat([emb, pruning.image_channels((t, h // merge, w // merge), emb.dtype, emb.device)], 1)
+                     for emb, (t, h, w) in zip(image_embeds_split, image_input["image_grid_thw"].tolist()))
+
+    def recompute_mrope_positions(self, input_ids: Any, multimodal_embeddings: Sequence[torch.Tensor],
+                                  mrope_positions: torch.Tensor, num_computed_tokens: int) -> tuple:
+        if self.ottvid is None:
+            return super().recompute_mrope_positions(input_ids, multimodal_embeddings, mrope_positions,
+                                                     num_computed_tokens)
+        device = multimodal_embeddings[0].device if len(multimodal_embeddings) else mrope_positions.device
+        ids = (input_ids if isinstance(input_ids, torch.Tensor)
+               else torch.tensor(input_ids, dtype=torch.long)).to(device=device, dtype=torch.long)
+        width = pruning.POSITION_CHANNELS
+        embeds = [mm[:, :-width] for mm in multimodal_embeddings]
+        positions = [pruning.decode_positions(mm[:, -width:]) for mm in multimodal_embeddings]
+        new, delta = recompute_mrope_positions(ids, positions, mrope_positions, num_computed_tokens,
+                                               self.config.vision_start_token_id, self.config.image_token_id,
+                                               self.config.video_token_id)
+        return embeds, new, delta

@@ -1,0 +1,118 @@
+"""Decoding with decord: its index judged against the header, random access where it gives the right
+frames; PyAV takes over (decoder "auto") where decord cannot open a file or cannot be trusted."""
+
+from __future__ import annotations
+
+import functools
+
+import numpy as np
+
+from ..settings import DECODERS
+from .probe import Header, _native_stderr_silenced, _pyav_stream, _header, _unreadable, judge_index
+from .pyav import _sample_pyav
+from .timeline import Plan, Timeline, VideoError, _reason
+
+
+@functools.lru_cache(maxsize=1)
+def decord_available() -> bool:
+    """Whether decord can be imported (its wheels exist for Linux and Windows x86-64 only)."""
+    try:
+        import decord  # noqa: F401
+    except Exception:  # ImportError, or a broken native library
+        return False
+    return True
+
+
+
+def resolve_decoder(decoder: str = "auto") -> str:
+    """The backend a `decoder` name stands for: "auto" is decord when it can be imported, else PyAV."""
+    if decoder not in DECODERS:
+        raise VideoError(f"unknown decoder {decoder!r}: choose one of {', '.join(DECODERS)}")
+    if decoder == "auto":
+        return "decord" if decord_available() else "pyav"
+    if decoder == "decord" and not decord_available():
+        raise VideoError("decoder 'decord' is not installed (pip install decord; Linux and Windows x86-64 only); "
+                         "use decoder 'pyav' or 'auto'")
+    return decoder
+
+
+
+def decord_file_errors() -> tuple[type[BaseException], ...]:
+    """What decord raises for a file it cannot read: its DECORDError, and RuntimeError, which its
+    native layer raises for FFmpeg's failures ("Error reading ..."), and OSError."""
+    from decord._ffi.base import DECORDError
+
+    return (DECORDError, RuntimeError, OSError)
+
+
+
+def _open_decord(path: str):
+    import decord
+
+    try:
+        with _native_stderr_silenced():  # FFmpeg/decord log their own lines for unreadable files
+            reader = decord.VideoReader(path, ctx=decord.cpu(0), num_threads=0)
+    except decord_file_errors() as exc:
+        if "video stream" in str(exc):
+            raise VideoError(f"video has no frames: {path} (no decodable video stream)") from None
+        raise _unreadable(path) from None
+    if len(reader) == 0:
+        raise VideoError(f"video has no frames: {path}")
+    return reader
+
+
+
+def decord_seeks_right(header: Header) -> bool:
+    """Whether decord 0.6.0's random access returns the right frames for this kind of file.
+
+    Measured on numbered test files (tests/test_video.py): right wherever frames are not reordered,
+    and for H.264 with B-frames in MP4/MOV or Matroska; wrong (other frames' pixels under valid-looking
+    timestamps) for B-frames of MPEG-4 Part 2, MPEG-2 and HEVC in any container, and for H.264 with
+    B-frames in MPEG-TS.
+    """
+    return not header.reordered or (header.codec == "h264" and header.format.split(",")[0] in ("mov", "matroska"))
+
+
+
+def read_timeline(reader, header: Header) -> Timeline:
+    """Frame times from decord's index (`reader`: a decord.VideoReader), judged against the header."""
+    count = len(reader)
+    try:
+        stamps = np.asarray(reader.get_frame_timestamp(range(count)), dtype=np.float64).reshape(count, 2)
+    except decord_file_errors():
+        stamps = np.full((count, 2), np.nan)
+    starts, end = stamps[:, 0], float(stamps[-1, 1])
+    problem = judge_index(starts, end, header)
+    if not problem and not decord_seeks_right(header):
+        problem = f"decord seeks to wrong frames in {header.codec} with B-frames in {header.format.split(',')[0]}"
+    return Timeline(starts=starts, duration=end, average_fps=float(reader.get_avg_fps() or header.average_fps),
+                    source="decord index", trusted=not problem, problem=problem)
+
+
+
+def _sample_decord(path: str, plan: Plan, fallback: bool) -> tuple[Timeline, list[int], np.ndarray]:
+    with _pyav_stream(path) as (container, stream):
+        header = _header(container, stream)
+    try:
+        reader = _open_decord(path)
+    except VideoError:  # PyAV read the header: FFmpeg can read the file, decord cannot
+        if not fallback:
+            raise
+        return _sample_pyav(path, plan, distrust="decord cannot open it")
+    timeline = read_timeline(reader, header)
+    if not timeline.trusted:
+        if not fallback:
+            raise VideoError(f"decord cannot be trusted on {path} ({timeline.problem}); use decoder 'pyav' or 'auto'")
+        return _sample_pyav(path, plan, distrust=f"decord's index: {timeline.problem}")
+    indices = plan(timeline)
+    try:
+        with _native_stderr_silenced():
+            frames = reader.get_batch(indices).asnumpy()
+        problem = "" if frames.ndim == 4 and frames.shape[-1] == 3 else f"frames of shape {frames.shape[1:]}, not RGB"
+    except decord_file_errors() as exc:
+        problem = _reason(exc)
+    if problem:  # e.g. decord 0.6.0 on a file shown turned by a quarter turn: PyAV decodes it
+        if not fallback:
+            raise VideoError(f"decord cannot decode frames of {path}: {problem}")
+        return _sample_pyav(path, plan)
+    return timeline, indices, frames

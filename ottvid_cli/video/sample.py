@@ -1,0 +1,115 @@
+"""The entry points: `check_video`, `sample_frames` and `sample_fps` choose the source (a file through
+decord or PyAV, a folder of frame images) and apply a sampling plan to its timeline."""
+
+from __future__ import annotations
+
+import math
+import os
+
+from ..settings import DECODERS
+from .decord import _open_decord, _sample_decord, resolve_decoder
+from .images import _frame_rate, _read_image, _sample_images, frame_files
+from .probe import _checked_path, _pyav_stream, _unreadable, pyav_file_errors
+from .pyav import _decoded, _sample_pyav
+from .timeline import Plan, Video, VideoError, _plan_count, _plan_rate, _rule, _segment, _within
+
+
+def _sample(path: str | os.PathLike, plan: Plan, decoder: str, start: float | None = None,
+            end: float | None = None, frame_rate: float | None = None) -> Video:
+    """Sample the file (or folder of frame images, at `frame_rate`) by `plan`; with `start` / `end`
+    (s), only that part of it, which the Video then describes (timestamps from `start`, its length,
+    its frame count)."""
+    if decoder not in DECODERS:
+        raise VideoError(f"unknown decoder {decoder!r}: choose one of {', '.join(DECODERS)}")
+    if os.path.isdir(path):  # a folder of frame images: Pillow reads them, the decoder does not apply
+        path = os.fspath(path)
+        plan = _within(plan, start, end)
+        timeline, indices, frames = _sample_images(path, plan, _frame_rate(frame_rate))
+        backend = "images"
+    else:
+        backend = resolve_decoder(decoder)
+        path = _checked_path(path)
+        plan = _within(plan, start, end)
+        if backend == "decord":
+            timeline, indices, frames = _sample_decord(path, plan, fallback=decoder == "auto")
+        else:
+            timeline, indices, frames = _sample_pyav(path, plan)
+        backend = "decord" if timeline.source == "decord index" else "pyav"
+    first, last, lo, duration = (0, len(timeline.starts), 0.0, timeline.duration) if start is None and end is None \
+        else _segment(timeline, start, end)
+    return Video(
+        path=path,
+        frames=frames,
+        timestamps=[max(0.0, float(timeline.starts[i]) - lo) for i in indices],
+        indices=indices,
+        duration=duration,
+        total_frames=last - first,
+        average_fps=timeline.average_fps,
+        timeline=timeline,
+        decoder=backend,
+    )
+
+
+
+def check_video(path: str | os.PathLike, decoder: str = "auto") -> None:
+    """Raise VideoError if the file is missing, unreadable or has no video frame that decodes (cheap:
+    the first frame is decoded).
+
+    PyAV reads the header and decodes up to the first frame (damaged packets skipped, as decoding
+    does): a file whose frames cannot be decoded (cut off after its header, a broken codec header, a
+    codec FFmpeg opens but cannot decode) is refused here, before a model is loaded, not after.
+    Decoder "decord" also has decord open the file ("auto" does not need to: PyAV takes over where
+    decord cannot open a file). A folder must hold frame images, the first of which must read.
+    """
+    if os.path.isdir(path):
+        if decoder not in DECODERS:
+            raise VideoError(f"unknown decoder {decoder!r}: choose one of {', '.join(DECODERS)}")
+        _read_image(frame_files(path)[0])
+        return
+    resolve_decoder(decoder)
+    path = _checked_path(path)
+    skipped = [0]
+    with _pyav_stream(path) as (container, stream):
+        stream.thread_type = "SLICE"  # one frame is wanted: frame threads would each decode one first
+        try:
+            decodes = next(_decoded(container, stream, skipped), None) is not None
+        except pyav_file_errors():
+            raise _unreadable(path) from None
+    if not decodes:
+        why = f"{skipped[0]} damaged packets, nothing decodes" if skipped[0] else "nothing decodes"
+        raise VideoError(f"video has no frames: {path} ({why})")
+    if decoder == "decord":
+        _open_decord(path)
+
+
+
+def sample_frames(path: str | os.PathLike, num_frames: int = 32, decoder: str = "auto",
+                  start: float | None = None, end: float | None = None, frame_rate: float | None = None,
+                  rule: str = "centre") -> Video:
+    """`num_frames` frames (made even; fewer for videos with fewer frames) uniformly in time; with
+    `start` / `end` (s), uniformly over that part only (MVBench's time-bounded questions). `path` may
+    be a folder of frame images shown at `frame_rate` a second (default `DEFAULT_FRAME_RATE`, 3).
+    `rule`: "centre" (the frame shown at each segment's centre) or an evaluation harness's
+    "linspace" / "linspace-floor" (`_frames_linspace`)."""
+    if num_frames < 1:
+        raise VideoError(f"the number of frames must be >= 1, got {num_frames}")
+    return _sample(path, _plan_count(num_frames, _rule(rule)), decoder, start, end, frame_rate)
+
+
+
+def sample_fps(path: str | os.PathLike, fps: float = 2.0, max_frames: int | None = None,
+               decoder: str = "auto", start: float | None = None, end: float | None = None,
+               frame_rate: float | None = None, rule: str = "centre") -> Video:
+    """Frames at `fps` per second of duration (an even count, at least 2), uniformly in time.
+
+    With `max_frames`, longer videos are subsampled uniformly to that many frames (made even). `path`
+    may be a folder of frame images shown at `frame_rate` a second (see `sample_frames`). With a
+    harness `rule` ("linspace" / "linspace-floor") the count is qwen-vl-utils' `smart_nframes`
+    (frames / average fps x fps, at least 4, at most `max_frames` (768 by default) and the frame
+    count, made even) and the frames are spread over the indices as that rule does.
+    """
+    if not (fps > 0 and math.isfinite(fps)):
+        raise VideoError(f"fps must be > 0, got {fps}")
+    if max_frames is not None and max_frames < 2:
+        raise VideoError(f"max_frames must be >= 2, got {max_frames}")
+    return _sample(path, _plan_rate(fps, max_frames, _rule(rule)), decoder, start, end, frame_rate)

@@ -1,0 +1,167 @@
+"""The types every decoding path shares: the error, a stream's frame times (`Timeline`), the sampled
+`Video`, and the sampling plans that choose frames on a timeline (counts, rates, the harnesses' rules,
+a part [start, end] of the video)."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Callable
+
+import numpy as np
+
+from ..settings import DEFAULT_MAX_FRAMES, SAMPLING_RULES as RULES
+
+
+class VideoError(ValueError):
+    """A video that cannot be used: missing, unreadable, or without frames. The message is one line."""
+
+
+
+@dataclass
+class Timeline:
+    """Every frame's start time in seconds, from the stream's start, and the duration (the last frame's end).
+
+    trusted: whether the index these times came from passed the checks of `judge_index` (always False
+    for times measured by decoding every frame, whose `problem` then says why that was needed).
+    """
+
+    starts: np.ndarray
+    duration: float
+    average_fps: float
+    source: str = "container"  # "decord index", "pyav index", or "decoded frames"
+    trusted: bool = True
+    problem: str = ""  # why the index was not trusted ("" when it was)
+
+
+
+@dataclass
+class Video:
+    """Sampled frames of one video file.
+
+    frames: (n, H, W, 3) uint8 RGB; timestamps: start time of each sampled frame (s, from the stream's
+    start); indices: their frame numbers in the file (presentation order); duration: the whole video's
+    length (s); decoder: the backend that produced the frames ("decord" or "pyav").
+    """
+
+    path: str
+    frames: np.ndarray
+    timestamps: list[float]
+    indices: list[int]
+    duration: float
+    total_frames: int
+    average_fps: float
+    timeline: Timeline = field(repr=False, default=None)  # type: ignore[assignment]
+    decoder: str = ""
+
+    @property
+    def sampled_fps(self) -> float:
+        """Frames per second of the sample over the video's duration."""
+        return len(self.indices) / self.duration if self.duration > 0 else float(len(self.indices))
+
+
+
+Plan = Callable[[Timeline], "list[int]"]
+
+HARNESS_MIN_FRAMES = 4  # qwen-vl-utils FPS_MIN_FRAMES: the fewest frames its fps sampling takes
+
+
+
+def _frames_at(timeline: Timeline, count: int) -> list[int]:
+    """Indices of the frames shown at `count` times spread uniformly over the duration (segment centres)."""
+    centres = (np.arange(count) + 0.5) * timeline.duration / count
+    idx = np.searchsorted(timeline.starts, centres, side="right") - 1
+    return np.clip(idx, 0, len(timeline.starts) - 1).astype(int).tolist()
+
+
+
+def _frames_linspace(timeline: Timeline, count: int, rule: str) -> list[int]:
+    """Indices spread evenly over the frame indices, first and last included, as the evaluation
+    harnesses take them: "linspace" rounds (qwen-vl-utils `_read_video_decord`:
+    `torch.linspace(0, total - 1, n).round()`, what lmms-eval's Qwen2.5-VL / Qwen3-VL read),
+    "linspace-floor" truncates (`np.linspace(0, total - 1, n, dtype=int)`, lmms-eval's LLaVA loaders)."""
+    total = len(timeline.starts)
+    if rule == "linspace":
+        import torch
+
+        return torch.linspace(0, total - 1, count).round().long().clamp(0, total - 1).tolist()
+    return np.linspace(0, total - 1, count, dtype=int).tolist()
+
+
+
+def _pick(timeline: Timeline, count: int, rule: str) -> list[int]:
+    return _frames_at(timeline, count) if rule == "centre" else _frames_linspace(timeline, count, rule)
+
+
+
+def _even(n: int) -> int:
+    """Largest even number <= n, at least 2 (Qwen2.5-VL encodes frames in pairs)."""
+    return max(2, n - n % 2)
+
+
+
+def harness_frames(total: int, average_fps: float, duration: float, fps: float) -> float:
+    """The frames qwen-vl-utils' `smart_nframes` wants at `fps`, before its bounds (at least
+    `HARNESS_MIN_FRAMES`, at most the cap and the frame count, made even): frames / average fps x fps."""
+    return total / average_fps * fps if average_fps > 0 else duration * fps
+
+
+
+def _plan_count(num_frames: int, rule: str = "centre") -> Plan:
+    return lambda timeline: _pick(timeline, _even(min(num_frames, len(timeline.starts))), rule)
+
+
+
+def _plan_rate(fps: float, max_frames: int | None, rule: str = "centre") -> Plan:
+    def plan(timeline: Timeline) -> list[int]:
+        total = len(timeline.starts)
+        if rule != "centre":  # qwen-vl-utils smart_nframes: frames / average fps * fps, in [4, cap], even
+            cap = min(max_frames or DEFAULT_MAX_FRAMES, total)
+            wanted = harness_frames(total, timeline.average_fps, timeline.duration, fps)
+            return _pick(timeline, _even(int(min(max(wanted, HARNESS_MIN_FRAMES), cap))), rule)
+        count = int(math.floor(timeline.duration * fps + 1e-9))
+        if max_frames is not None:
+            count = min(count, max_frames)
+        return _pick(timeline, _even(min(count, total) if total >= 2 else count), rule)
+
+    return plan
+
+
+
+def _rule(rule: str) -> str:
+    if rule not in RULES:
+        raise VideoError(f"unknown sampling rule {rule!r}: choose one of {', '.join(RULES)}")
+    return rule
+
+
+
+def _segment(timeline: Timeline, start: float | None, end: float | None) -> tuple[int, int, float, float]:
+    """The frames shown in [start, end] s (first, last + 1) and the part's start and length (s)."""
+    lo = max(0.0, start or 0.0)
+    hi = timeline.duration if end is None else min(float(end), timeline.duration)
+    if not hi > lo:
+        raise VideoError(f"the part [{start}, {end}] s is not within the video ({timeline.duration:.2f} s)")
+    first = max(int(np.searchsorted(timeline.starts, lo, side="right")) - 1, 0)
+    last = max(int(np.searchsorted(timeline.starts, hi, side="left")), first + 1)
+    return first, last, lo, hi - lo
+
+
+
+def _within(plan: Plan, start: float | None, end: float | None) -> Plan:
+    """`plan` applied to the frames shown in [start, end] s only (indices stay the file's)."""
+    if start is None and end is None:
+        return plan
+
+    def bounded(timeline: Timeline) -> list[int]:
+        first, last, lo, length = _segment(timeline, start, end)
+        part = Timeline(starts=timeline.starts[first:last] - lo, duration=length, average_fps=timeline.average_fps,
+                        source=timeline.source, trusted=timeline.trusted, problem=timeline.problem)
+        return [first + i for i in plan(part)]
+
+    return bounded
+
+
+
+def _reason(exc: Exception) -> str:
+    text = str(exc).strip()
+    return (text.splitlines()[0] if text else type(exc).__name__)[:120]

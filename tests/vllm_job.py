@@ -1,0 +1,101 @@
+"""Run by the vLLM environment's python (tests/vllm_env.py), never imported by the tests: one vLLM engine,
+in this process, on a job the test writes as JSON; prints one JSON line of results.
+
+    python tests/vllm_job.py job.json
+
+job: model, q (the pruning rate, 0 for none), overrides (hf_overrides), frames (.npy, (n, H, W, 3) uint8),
+fps, prompt (the full chat text with the video placeholder), methods (names to run in turn on the one
+engine; [] or [null]: the engine as configured), logprobs (top-k of the first generated token), plugins
+(False: VLLM_PLUGINS set so that no plugin loads: stock vLLM), cpu_fix ("all": the CPU runner fix for vLLM's
+own EVS too, `cpu_runner.patch("all")`).
+For each run: the prompt's token count, the generated text, the first token's top log-probabilities, and
+(with the plugin) the kept token indices, the positions the LLM received (3, L) and the model's class.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+
+
+def main() -> None:
+    job = json.load(open(sys.argv[1]))
+    os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"  # the engine in this process: the model is reachable
+    os.environ.setdefault("VLLM_TARGET_DEVICE", "cpu")
+    os.environ.setdefault("VLLM_CPU_NUM_OF_RESERVED_CPU", "0")
+    if not job.get("plugins", True):
+        os.environ["VLLM_PLUGINS"] = "no-plugin-at-all"  # an allowlist that names no installed plugin
+    import numpy as np
+    from vllm import LLM, SamplingParams
+
+    if job.get("cpu_fix") == "all":
+        from ottvid_cli.integrations.vllm import cpu_runner
+
+        cpu_runner.patch("all")
+
+    kwargs = {"video_pruning_rate": job["q"]} if job.get("q") else {}
+    if job.get("overrides"):
+        kwargs["hf_overrides"] = job["overrides"]
+    llm = LLM(model=job["model"], gpu_memory_utilization=0.1, enforce_eager=True, max_model_len=4096,
+              limit_mm_per_prompt={"video": 1}, dtype="float32", enable_prefix_caching=False,
+              mm_processor_cache_gb=0, seed=0, **kwargs)
+    frames = np.load(job["frames"])
+    n = frames.shape[0]
+    meta = {"fps": job["fps"], "duration": n / job["fps"], "total_num_frames": n, "frames_indices": list(range(n)),
+            "video_backend": "opencv", "do_sample_frames": False}
+    request = {"prompt": job["prompt"], "multi_modal_data": {"video": (frames, meta)}}
+    params = SamplingParams(max_tokens=job.get("max_tokens", 1), temperature=0, logprobs=job.get("logprobs", 5))
+
+    def record(model):  # the positions the runner hands the LLM, as the model's override returns them
+        if not hasattr(model, "recompute_mrope_positions") or hasattr(model, "seen_positions"):
+            return type(model).__name__
+        original = model.recompute_mrope_positions
+        model.seen_positions = []
+
+        def wrapped(*args, **kwargs):
+            out = original(*args, **kwargs)
+            model.seen_positions.append(out[1][:, :].tolist())
+            return out
+
+        model.recompute_mrope_positions = wrapped
+        return type(model).__name__
+
+    def runner_flags(worker):  # the CPU runner's pruning flag, and what the plugin's own scope would say
+        from ottvid_cli.integrations.vllm import cpu_runner
+
+        runner = worker.model_runner
+        scope = cpu_runner._scope["value"]
+        cpu_runner._scope["value"] = "ottvid"
+        try:
+            plugin_scope = cpu_runner.should_enable(runner)
+        finally:
+            cpu_runner._scope["value"] = scope
+        return {"pruning_flag": bool(runner.is_multimodal_pruning_enabled), "plugin_scope_enables": plugin_scope,
+                "ottvid_set": getattr(runner.get_model(), "ottvid", None) is not None}
+
+    flags = llm.collective_rpc(runner_flags)[0] if job.get("plugins", True) else {}
+    runs = []
+    for method in job.get("methods") or [None]:
+        if method is not None:
+            from types import SimpleNamespace
+
+            from ottvid_cli.integrations.vllm import settings
+
+            chosen = settings.read(SimpleNamespace(ottvid_method=method), job["q"])
+            llm.apply_model(lambda model: setattr(model, "ottvid", chosen))
+        name = llm.apply_model(record)[0]
+        out = llm.generate(request, params, use_tqdm=False)[0]
+        first = out.outputs[0].logprobs[0] if out.outputs[0].logprobs else {}
+        last = llm.apply_model(lambda model: {
+            "kept": [entry["index"].tolist() for entry in getattr(model, "ottvid_last", [])],
+            "positions": model.seen_positions[-1] if getattr(model, "seen_positions", None) else None})[0]
+        llm.apply_model(lambda model: setattr(model, "seen_positions", []) if hasattr(model, "seen_positions") else None)
+        runs.append({"method": method, "model_class": name, "prompt_tokens": len(out.prompt_token_ids),
+                     "prompt_token_ids": list(out.prompt_token_ids), "text": out.outputs[0].text,
+                     "logprobs": {str(k): v.logprob for k, v in first.items()}, **last, **flags})
+    print("RESULT " + json.dumps(runs))
+
+
+if __name__ == "__main__":
+    main()
