@@ -7,6 +7,7 @@
 (function () {
   const $ = (id) => document.getElementById(id);
   const KEY_STORE = "ottvid-api-key";
+  const CACHED = ["decode", "preprocess", "vision", "saliency"]; // the stages a cache hit skips
   const state = {
     needsKey: document.body.dataset.apiKey === "required",
     key: null,
@@ -138,21 +139,11 @@
     if (!info.tasks.includes("ground")) task.title = "ground needs a Qwen2.5-VL model";
     $("frames").placeholder = info.frames ? "default (" + info.frames + ")" : "default";
     updateTokenHint();
-    showWarmUp();
+    // the model's warm-up ran once, when the server started: said beside the model, never in a question's time
+    const warm = info.warmup_ms;
+    $("warmup").textContent = Number.isFinite(warm) ? "warmed up at start in " + Math.round(warm) + " ms" : "";
     if (info.media_folder) await listMedia();
     document.body.dataset.ready = "true"; // connected: the controls are filled (a hook for scripts)
-  }
-
-  // the model's warm-up ran once, when the server started: said beside the model, never in a question's time
-  async function showWarmUp() {
-    let health;
-    try {
-      health = await getJson("/health");
-    } catch (error) {
-      return; // only a note: the page works without it
-    }
-    const ms = health && health.warmup_ms;
-    $("warmup").textContent = Number.isFinite(ms) ? "warmed up at start in " + Math.round(ms) + " ms" : "";
   }
 
   function fill(select, values, chosen) {
@@ -539,6 +530,10 @@
     for (const [stage, ms] of Object.entries(run.timings_ms || {})) {
       // the model's loading and warm-up happened once, at the server's start: not this request's time
       if (stage === "load" || stage === "warmup" || ms === null || ms === undefined) continue;
+      if (run.cache_hit && CACHED.includes(stage)) { // not run: the video came from the cache
+        item(timings, stage, "cached");
+        continue;
+      }
       total += ms;
       item(timings, stage, ms.toFixed(ms < 10 ? 1 : 0));
     }
