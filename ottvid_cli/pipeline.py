@@ -19,13 +19,12 @@ import torch
 
 from .compression import Compressed, OTTVidConfig, compress, methods, token_counts
 from .sampling import Sampling
-from .settings import PRESETS
+from .settings import PRESETS, STAGES
 from .tasks import grounding, qa
 from .timing import Stopwatch
 from .video import Video
 
 DESCRIBE = "Describe the video."
-STAGES = ("decode", "preprocess", "vision", "saliency", "compression", "prefill", "generate")
 
 
 def make_config(ratio: float = 0.1, preset: str = "paper", backbone: Any = None,

@@ -48,25 +48,7 @@ def render_run(result: dict[str, Any], console: Console, streamed: bool = False,
     load: show the model's loading time (once per process: the first question's report);
     cache_dir: the --cache-dir folder a "disk" cache hit came from;
     server: the run was an `ottvid serve` at this address (its cache, its model loaded at its start)."""
-    if result["task"] == "ground":
-        span = result["span"]
-        if span is None:
-            headline = f"no time span: {result.get('span_note') or 'none could be read from the reply'}"
-        elif span[0] == span[1]:
-            headline = f"{span[0]:.2f} s"
-        else:
-            headline = f"{span[0]:.2f} s - {span[1]:.2f} s"
-        lines = [Text(headline, style="bold" if span is not None else "bold yellow")]
-        if not streamed:
-            lines.append(Text(f"model said: {result['answer']}", style="dim"))
-    else:
-        lines = [] if streamed else [Text(result["answer"] or "(empty reply)", style="bold")]
-        if result.get("letter") is not None:
-            lines.insert(0, Text(f"choice: {result['letter']}", style="bold green"))
-        elif choices:
-            lines.insert(0, Text("choice: no option letter could be read from the reply", style="bold yellow"))
-    if lines:
-        console.print(Panel(Group(*lines), title="answer" if result["task"] == "ask" else "when", expand=False))
+    _render_answer(result, console, streamed, choices)
 
     frames = result["frames"]
     sampled = Table(title="video", show_header=False, box=None, pad_edge=False)
@@ -267,4 +249,58 @@ def render_counts(data: dict[str, Any], ratio: float, gamma: float, console: Con
     table.add_row("temporal merge/prune", f"-{data['B_tot']}",
                   f"B_tot over {max(data['T'] - 1, 0)} pairs (r_t={data['r_t']:.3f})")
     table.add_row("output", str(data["output"]), f"{data['output'] / data['input']:.1%} of the input")
+    console.print(table)
+
+
+def _render_answer(result: dict[str, Any], console: Console, streamed: bool, choices: bool) -> None:
+    """The answer's panel: the chosen letter or the span first, then the reply unless it was streamed."""
+    if result["task"] == "ground":
+        span = result["span"]
+        if span is None:
+            headline = f"no time span: {result.get('span_note') or 'none could be read from the reply'}"
+        elif span[0] == span[1]:
+            headline = f"{span[0]:.2f} s"
+        else:
+            headline = f"{span[0]:.2f} s - {span[1]:.2f} s"
+        lines = [Text(headline, style="bold" if span is not None else "bold yellow")]
+        if not streamed:
+            lines.append(Text(f"model said: {result['answer']}", style="dim"))
+    else:
+        lines = [] if streamed else [Text(result["answer"] or "(empty reply)", style="bold")]
+        if result.get("letter") is not None:
+            lines.insert(0, Text(f"choice: {result['letter']}", style="bold green"))
+        elif choices:
+            lines.insert(0, Text("choice: no option letter could be read from the reply", style="bold yellow"))
+    if lines:
+        console.print(Panel(Group(*lines), title="answer" if result["task"] == "ask" else "when", expand=False))
+
+
+UNKNOWN = "unknown"
+
+
+def render_plain_run(result: dict[str, Any], console: Console, streamed: bool = False, choices: bool = False) -> None:
+    """A run at a plain OpenAI-compatible server (`serve/openai_compat.py`): the answer as `render_run`
+    shows it, then what the server returned; what it did not return is shown as unknown."""
+    _render_answer(result, console, streamed, choices)
+    server = result.get("server") or {}
+    tokens = result["tokens"]
+
+    def count(value: int | None) -> str:
+        return UNKNOWN if value is None else f"{value:,}"
+
+    table = Table(title=f"run at {server.get('url')} ({server.get('owned_by') or 'an OpenAI-compatible server'}, "
+                        f"not ottvid serve)", show_header=False, box=None, pad_edge=False)
+    table.add_column(overflow="fold")
+    table.add_column(overflow="fold")
+    table.add_row("file", result["video"])
+    table.add_row("model", result.get("model") or UNKNOWN)
+    table.add_row("frames", f"{UNKNOWN}: the server samples them and does not say which")
+    table.add_row("method, ratio", f"{UNKNOWN}: the server's, set when it started")
+    table.add_row("visual tokens", f"{UNKNOWN}: the server does not report what it kept")
+    table.add_row("into the LLM", f"{count(tokens.get('llm_input'))} tokens (the server's prompt_tokens: video + text)")
+    table.add_row("generated", f"{count(tokens.get('generated'))} tokens")
+    metrics = {k: v for k, v in (result.get("server_metrics") or {}).items() if isinstance(v, (int, float))}
+    timed = ", ".join(f"{k.removesuffix('_ms')} {_ms(v)} ms" for k, v in metrics.items() if k.endswith("_ms"))
+    table.add_row("time", f"the server's metrics: {timed}" if timed
+                  else f"{UNKNOWN}: the server reports no stage times")
     console.print(table)

@@ -33,6 +33,7 @@ METHODS = ("ottvid", "none", "topk", "divprune", "visionzip", "fastvid", "holito
 # decode at 2 fps up to this many frames and subsample uniformly beyond it.
 DEFAULT_MAX_FRAMES = 768
 MAX_SINKHORN_ITER = 10_000  # `ottvid serve`: a request's Sinkhorn iterations at most (50 times the paper's 200)
+STAGES = ("decode", "preprocess", "vision", "saliency", "compression", "prefill", "generate")  # a run's timings_ms
 
 
 class SettingsError(ValueError):

@@ -502,7 +502,7 @@ def test_ask_server_unreachable():
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     result = runner.invoke(cli_app, ["ask", str(DATA / "bikes.mp4"), "What?", "--server", f"http://127.0.0.1:{port}"])
-    assert result.exit_code == 1 and "cannot reach ottvid serve" in result.output
+    assert result.exit_code == 1 and "cannot reach the server at" in result.output
 
 
 # ------------------------------------------------------------------------------------------------

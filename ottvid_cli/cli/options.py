@@ -173,12 +173,13 @@ WarmUp = Annotated[Optional[bool], typer.Option(
          "seconds) are reported apart, as warmup, and not in the question's times.")]
 _SERVER = "Server"
 Server = Annotated[str, typer.Option("--server", metavar="URL", rich_help_panel=_SERVER,
-                                     help="Address of a running `ottvid serve`: ask it instead of loading the model "
-                                          "here (docs/serve.md).")]
+                                     help="Address of a running `ottvid serve`, or of an OpenAI-compatible server "
+                                          "such as vLLM's: ask it instead of loading the model here (docs/cli.md, "
+                                          "'--server URL').")]
 ApiKey = Annotated[str, typer.Option("--api-key", metavar="KEY", show_default="$OTTVID_API_KEY",
                                      rich_help_panel=_SERVER,
                                      help="With --server: the key the server was started with (`ottvid serve "
-                                          "--api-key`).")]
+                                          "--api-key`, vLLM's --api-key).")]
 
 # the prepared-video cache
 _CACHE = "Cache"

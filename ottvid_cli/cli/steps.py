@@ -287,11 +287,13 @@ def _remote(task, server, video, texts, options, ratio, frames, fps, max_frames,
             warm_up: bool | None = None, api_key: str | None = None) -> None:
     """ask / ground --server: the same checks as a local run (the flags only a local run uses are
     refused; --method-arg is read and checked here as for a local run, then sent as
-    `ottvid.method_args`), then one request per question to a running `ottvid serve`; prints as a
-    local run prints. Exit codes as a local run's (1: the server failed or cannot be reached).
-    `point`: ground --point, sent as `ottvid.point`; `api_key`: --api-key, else $OTTVID_API_KEY."""
-    from ..report import render_run
-    from ..serve.client import URL_SCHEMES, Client, ServerError, request_body, video_url
+    `ottvid.method_args`), then one request per question to a running `ottvid serve`, or to a plain
+    OpenAI-compatible server such as vLLM (`_plain_server`); prints as a local run prints. Exit codes
+    as a local run's (1: the server failed or cannot be reached). `point`: ground --point, sent as
+    `ottvid.point`; `api_key`: --api-key, else $OTTVID_API_KEY."""
+    from ..report import render_plain_run, render_run
+    from ..serve.client import URL_SCHEMES, Client, OttvidServer, ServerError, video_url
+    from ..serve.openai_compat import is_ottvid_serve
 
     local = {"--device": device, "--dtype": dtype, "--attention": attention, "--max-pixels": max_pixels,
              "--decoder": decoder, "--output": output, "--cache-dir": cache_dir, "--siglip-head": siglip_head,
@@ -318,7 +320,13 @@ def _remote(task, server, video, texts, options, ratio, frames, fps, max_frames,
     progress = _Progress(quiet)
     try:
         progress.step(f"asking {client.base}")
-        model = model or client.model()
+        card = client.model_card()
+        model = model or card["id"]
+        if is_ottvid_serve(card):
+            speaker = OttvidServer(task, settings, max_new_tokens)
+        else:
+            speaker = _plain_server(task, card, video, texts, options, point, max_new_tokens, fps,
+                                    sampling.max_frames, progress)
         url = video_url(video)
         for i, text in enumerate(texts):
             if len(texts) > 1 and not as_json:
@@ -327,13 +335,12 @@ def _remote(task, server, video, texts, options, ratio, frames, fps, max_frames,
             stream = _Stream(progress, "answer: " if task == "ask" else "model said: ")
 
             def send(url: str) -> dict:
-                body = request_body(model, task, url, text, settings, max_new_tokens)
-                return client.run(body, on_token=None if as_json else stream)
+                return speaker.send(client, model, url, text, on_token=None if as_json else stream)
 
             try:
                 data = send(url)
             except ServerError as exc:
-                if exc.code != "media_not_allowed" or video.startswith(URL_SCHEMES):
+                if not speaker.path_refused(exc) or video.startswith(URL_SCHEMES):
                     raise
                 url = video_url(video, upload=True)  # the server may not read our path: send the file
                 data = send(url)
@@ -342,14 +349,67 @@ def _remote(task, server, video, texts, options, ratio, frames, fps, max_frames,
                 data["video"] = video  # the file as named here (the server names an upload "the uploaded video")
             documents.append(data)
             if not as_json:
-                render_run(data, _tables(), streamed=stream.started, choices=bool(options), server=client.base)
+                if isinstance(speaker, OttvidServer):
+                    render_run(data, _tables(), streamed=stream.started, choices=bool(options), server=client.base)
+                else:
+                    render_plain_run(data, _tables(), streamed=stream.started, choices=bool(options))
     except ServerError as exc:
-        hint = ": give it with --api-key or OTTVID_API_KEY" if exc.code == "invalid_api_key" else ""
+        refused = exc.code == "invalid_api_key" or "(HTTP 401)" in str(exc)  # ottvid serve's, or vLLM's
+        hint = ": give it with --api-key or OTTVID_API_KEY" if refused else ""
         _fail(f"{exc}{hint}", code=exc.exit_code)
     finally:
         progress.stop()
         client.close()
     _conclude(task, documents, as_json)
+
+
+def _plain_server(task, card: dict, video: str, texts: list[str], options, point: bool, max_new_tokens, fps,
+                  max_frames, progress: _Progress):
+    """How ask / ground talk to a plain OpenAI-compatible server (vLLM): the flags that only `ottvid
+    serve` takes per request are refused (vLLM sets them when it starts; --frames: vLLM samples by
+    rate), --fps goes as vLLM's `media_io_kwargs` (the config file's frames are not sent); ground reads
+    the local file's duration, which a local run clips the span to; the prompts are built here, so
+    bad options (-c) are refused here. docs/vllm.md, "From ottvid's command line"."""
+    from ..serve.client import URL_SCHEMES
+    from ..serve.openai_compat import PlainServer, media_io_kwargs, not_per_request
+
+    refusal = not_per_request(_given_flags(), card.get("owned_by"))
+    duration = None
+    if refusal is None and task == "ground" and not video.startswith(URL_SCHEMES):
+        from ..video import VideoError, video_duration
+
+        try:
+            duration = video_duration(video)
+        except VideoError as exc:
+            refusal = str(exc)
+    plain = PlainServer(task, card.get("owned_by"), list(options) if options else None, point, max_new_tokens,
+                        media_io_kwargs(fps, max_frames if fps is not None else None), video, duration)
+    try:
+        for text in texts if refusal is None else ():
+            plain.prompt(text)
+    except ValueError as exc:  # an empty option, more than 26 (tasks/qa.py)
+        refusal = str(exc)
+    if refusal is not None:
+        progress.stop()
+        _fail(refusal)
+    return plain
+
+
+def _given_flags() -> list[str]:
+    """The long flags of this command line that were given (not left at their defaults)."""
+    try:  # typer >= 0.20 carries its own copy of click (as errors.py reads it)
+        from typer._click.core import ParameterSource
+        from typer._click.globals import get_current_context
+    except ImportError:
+        from click.core import ParameterSource
+        from click.globals import get_current_context
+
+    context = get_current_context(silent=True)
+    if context is None:
+        return []
+    given = (ParameterSource.COMMANDLINE, ParameterSource.ENVIRONMENT)
+    return [next((o for o in p.opts if o.startswith("--")), p.opts[0]) for p in context.command.params
+            if p.name and context.get_parameter_source(p.name) in given]
 
 
 def _engine(backbone, cache_dir: str | None, keep_saliency: bool = False, max_gb: float | None = None):

@@ -9,8 +9,8 @@ import os
 from ..settings import DECODERS
 from .decord import _open_decord, _sample_decord, resolve_decoder
 from .images import _frame_rate, _read_image, _sample_images, frame_files
-from .probe import _checked_path, _pyav_stream, _unreadable, pyav_file_errors
-from .pyav import _decoded, _sample_pyav
+from .probe import _checked_path, _header, _pyav_stream, _unreadable, pyav_file_errors
+from .pyav import _decoded, _demux, _pyav_timeline, _sample_pyav
 from .timeline import Plan, Video, VideoError, _plan_count, _plan_rate, _rule, _segment, _within
 
 
@@ -81,6 +81,17 @@ def check_video(path: str | os.PathLike, decoder: str = "auto") -> None:
     if decoder == "decord":
         _open_decord(path)
 
+
+
+def video_duration(path: str | os.PathLike) -> float | None:
+    """The video file's length in seconds (its last frame's end) as its container's index lists the
+    frames, nothing decoded; None when the demuxer lists no frame with a time. VideoError when the file
+    cannot be opened."""
+    path = _checked_path(path)
+    with _pyav_stream(path) as (container, stream):
+        header = _header(container, stream)
+        packets = _demux(container, stream)
+    return _pyav_timeline(packets, header).duration if len(packets.pts) else None
 
 
 def sample_frames(path: str | os.PathLike, num_frames: int = 32, decoder: str = "auto",
