@@ -64,8 +64,18 @@ def test_a_method_without_options_says_so():
                       "no options)"
 
 
-COMMANDS = [["ask"], ["ground"], ["chat"], ["serve"], ["show"], ["profile"], ["eval"], ["counts"], ["methods"],
-            ["convert", "llava-video"], ["cache", "ls"], ["cache", "clear"]]
+def _commands():
+    """Every command of the app, as its words (["ask"], ["cache", "ls"], ...)."""
+    from typer.main import get_command
+
+    def walk(group, path):
+        for name, command in group.commands.items():
+            yield from walk(command, [*path, name]) if hasattr(command, "commands") else [[*path, name]]
+
+    return list(walk(get_command(app), []))
+
+
+COMMANDS = _commands()
 
 
 def _help(*command, columns=80):
