@@ -231,6 +231,7 @@ class PreparedCache:
         self.entries: OrderedDict[str, Entry] = OrderedDict()
         self.sizes: dict[str, int] = {}
         self.hits = self.misses = self.disk_hits = 0
+        self.source: str | None = None  # where the last `get` found its entry: "memory", "disk" or None
         self.warnings: list[str] = []
         self._unwritable = False  # the folder could not be written: said once
 
@@ -247,18 +248,22 @@ class PreparedCache:
         return out
 
     def get(self, key: dict[str, Any], backbone: Any) -> Entry | None:
-        """The entry for this key: from memory, else from disk (None when neither holds a valid one)."""
+        """The entry for this key: from memory, else from disk (None when neither holds a valid one);
+        `source` says which."""
         name = _digest(key)
         entry = self.entries.get(name)
         if entry is not None:
             self.entries.move_to_end(name)
             self.hits += 1
+            self.source = "memory"
             return entry
         base = self._load(name, key, backbone) if self.directory is not None else None
         if base is None:
             self.misses += 1
+            self.source = None
             return None
         self.disk_hits += 1
+        self.source = "disk"
         entry = Entry(base=base)
         self._remember(name, entry)
         return entry

@@ -273,6 +273,7 @@ class RunResult:
     timings_ms: dict[str, float | None]
     prepared: Prepared = field(repr=False)
     cache_hit: bool = False  # the prepared video came from the cache (session.Engine), not from the encoder
+    cache_source: str | None = None  # on a hit, which cache held it: "memory" or "disk" (PreparedCache.source)
     prefix: Any = field(default=None, repr=False)  # the KV cache of the prompt's prefix this run used or kept
     prefilled_tokens: int | None = None  # tokens this run prefilled: the LLM input less a reused prefix
     span_note: str | None = None  # ground without a span: what the reply held ("one time, 7 s, not a start ...")
@@ -316,7 +317,7 @@ class RunResult:
             "compression": self.compression,
             "timings_ms": {"load": getattr(p.backbone, "load_ms", None), **_warmup_ms(p.backbone),
                            **{k: self.timings_ms.get(k) for k in STAGES}},
-            "cache_hit": self.cache_hit,
+            "cache_hit": self.cache_hit, "cache_source": self.cache_source if self.cache_hit else None,
             **({"span_note": self.span_note} if self.task == "ground" else {}),
         }
 

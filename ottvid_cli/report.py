@@ -18,10 +18,11 @@ PIPED_WIDTH = 1 << 12
 
 def table_console(console: Console) -> Console:
     """`console` on a terminal; for a pipe or a file, a console on the same output as wide as any
-    table needs, so that no number or heading is cut or folded there."""
+    table needs, so that no number or heading is cut or folded there (of `console`'s class, so that a
+    closed pipe is handled as `console` handles it)."""
     if console.is_terminal:
         return console
-    return Console(file=console.file, width=PIPED_WIDTH, no_color=console.no_color)
+    return type(console)(file=console.file, width=PIPED_WIDTH, no_color=console.no_color)
 
 
 def to_json(data: dict[str, Any]) -> str:
@@ -38,10 +39,15 @@ def _times(stamps: list[float], limit: int = 12) -> str:
     return ", ".join(shown) + more
 
 
-def render_run(result: dict[str, Any], console: Console, streamed: bool = False, choices: bool = False) -> None:
-    """The answer (or span) first, then what was sampled, how many tokens each stage kept, and timings.
+def render_run(result: dict[str, Any], console: Console, streamed: bool = False, choices: bool = False,
+               load: bool = True, cache_dir: str | None = None, server: str | None = None) -> None:
+    """The answer (or span) first, then what was sampled, whether the video came from the cache, how
+    many tokens each stage kept, and timings.
     streamed: the reply's text was already printed as it was generated (then it is not repeated);
-    choices: the question had options (-c), so a reply without a readable letter says so."""
+    choices: the question had options (-c), so a reply without a readable letter says so;
+    load: show the model's loading time (once per process: the first question's report);
+    cache_dir: the --cache-dir folder a "disk" cache hit came from;
+    server: the run was an `ottvid serve` at this address (its cache, its model loaded at its start)."""
     _render_answer(result, console, streamed, choices)
 
     frames = result["frames"]
@@ -54,6 +60,7 @@ def render_run(result: dict[str, Any], console: Console, streamed: bool = False,
     for note in frames.get("notes", []):
         sampled.add_row("", Text(note, style="yellow"))
     sampled.add_row("times (s)", _times(frames["timestamps"]))
+    sampled.add_row("cache", _cache_words(result, cache_dir, server))
     console.print(sampled)
 
     tokens = result["tokens"]
@@ -79,18 +86,35 @@ def render_run(result: dict[str, Any], console: Console, streamed: bool = False,
                   f"{tokens['visual_after']:,} visual + {tokens['text']:,} text{newline}")
     console.print(table)
 
-    timings = Table(title=f"time (ms) on {result['device']}")
-    names = ["load", "decode", "preprocess", "vision", "saliency", "compression", "prefill", "generate"]
+    timings = Table(title=f"time (ms) on {result['device']}" + (f" at {server}" if server else ""))
+    names = ["load"] * (load and server is None) + ["decode", "preprocess", "vision", "saliency", "compression",
+                                                    "prefill", "generate"]
     for name in names:
         timings.add_column(name, justify="right", overflow="fold")
-    timings.add_row(*(_ms(result["timings_ms"].get(n)) for n in names))
-    if result["timings_ms"].get("warmup") is not None:  # the first-call overheads, paid before the question
+    timings.add_row(*("cached" if result.get("cache_hit") and n in CACHED_STAGES else _ms(result["timings_ms"].get(n))
+                      for n in names))
+    if result["timings_ms"].get("warmup") is not None and server is None:  # first-call overheads, before the question
         timings.caption = f"warm-up before the first question (first-call overheads): {_ms(result['timings_ms']['warmup'])} ms"
     console.print(timings)
     if result.get("picture"):
         p = result["picture"]
         console.print(f"picture: {p['path']} ({p['width']}x{p['height']}, {p['tiles']} tiles)", highlight=False,
                       markup=False)
+
+
+CACHED_STAGES = ("decode", "preprocess", "vision", "saliency")  # what a cache hit skips
+
+
+def _cache_words(result: dict[str, Any], cache_dir: str | None, server: str | None) -> str:
+    """Whether the video came from the cache, and from which one, in words."""
+    if not result.get("cache_hit"):
+        return "miss: decoded and encoded for this question"
+    whose = "the server's" if server else "the"
+    if result.get("cache_source") == "disk":
+        where = f"{whose} cache folder" + (f" {cache_dir}" if cache_dir and not server else "")
+        return f"hit: the video came from {where} (prepared by an earlier run), not decoded or encoded again"
+    return (f"hit: the video came from {whose} cache in memory (prepared by an earlier question), not decoded or "
+            f"encoded again")
 
 
 def render_show(data: dict[str, Any], console: Console) -> None:
@@ -180,10 +204,13 @@ def render_profile(data: dict[str, Any], console: Console) -> None:
                                  None),
                 "compression": next((r["timings_ms"].get("compression") for r in rows if r["method"] != "none"), None),
                 "prefill": rows[0]["timings_ms"].get("prefill")}
-        parts = [f"{k} {_ms_short(v)}" + (f" (warm {_ms_short(warm[k]['median'])})" if warm.get(k) else "")
-                 for k, v in first.items()]
-        console.print("first calls in this process (ms, with their first-call overheads): " + ", ".join(parts),
-                      highlight=False, markup=False)
+        calls = Table(title="first calls in this process (ms)", title_justify="left")
+        calls.add_column("step", overflow="fold")
+        calls.add_column("first call", justify="right", overflow="fold")
+        calls.add_column("warm (median)", justify="right", overflow="fold")
+        for k, v in first.items():  # the difference is what the first-call overheads cost
+            calls.add_row(k, _ms_short(v), _ms_short(warm[k]["median"]) if warm.get(k) else "-")
+        console.print(calls)
     console.print(f"[dim]times in ms: median, then min-max of {data['repeats']} runs after {data['warmup']} "
                   f"warm-up; preprocess, vision and saliency: one encoding shared by every run; TTFT = vision + "
                   f"saliency + compression + prefill; memory: {rows[0]['memory_kind']}; "

@@ -120,12 +120,14 @@ class Engine:
         with self._lock, stop_when(cancel):  # the long loops check `cancel` too (interrupt.checkpoint)
             prepared, entry, key, hit = self.prepared(video, sampling, method, config, prompt, on_step, cancel,
                                                       video_name)
+            source = self.cache.source if hit else None
             if history:
                 prepared = prepared.reprompt(prompt, history)
             ckey = compression_key(method, config)
             prefix = entry.prefixes.get(ckey)
             result = answer(prepared, task, max_new_tokens, on_step, on_token, options=options, prefix=prefix,
                             keep_prefix=prefix is None, cache_hit=hit, point=point)
+            result.cache_source = source
             if prefix is None and result.prefix is not None:
                 entry.prefixes[ckey] = result.prefix
                 self.cache.resize(key)
@@ -160,6 +162,7 @@ CHAT_HELP = """commands:
   /ratio R         share of visual tokens kept, in (0, 1] (recompresses the cached encoder output)
   /method M        ottvid, none (the uncompressed model) or another method (`ottvid methods` lists them)
   /preset P        paper or official (OTT-Vid's)
+  /method-arg K=V  an option of the method (`ottvid methods` lists them; /method clears them)
   /frames N        frames sampled uniformly (a new sampling: decodes and encodes again)
   /fps F           frames a second instead (at most /max-frames, 768 by default; decodes and encodes again)
   /max-frames N    with /fps, at most this many frames
@@ -176,25 +179,31 @@ class Chat:
     questions answered with reuse (and, with history on, the earlier turns sent along)."""
 
     def __init__(self, engine: Engine, video, sampling: Sampling | None = None, ratio: float = 0.1,
-                 method: str = "ottvid", preset: str = "paper", max_new_tokens: int = 64, history: bool = False):
+                 method: str = "ottvid", preset: str = "paper", max_new_tokens: int = 64, history: bool = False,
+                 options: dict | None = None):
+        """`options`: the method's options (`method_args.method_options`, as --method-arg gives them)."""
         self.engine, self.video = engine, video
         self.sampling = sampling or Sampling()
         self.ratio, self.method, self.preset = ratio, method, preset
+        self.options = dict(options or {})
         self.max_new_tokens = max_new_tokens
         self.history = history
         self.turns: list[tuple[str, str]] = []
 
     def ask(self, question: str, on_token=None, on_step=None) -> RunResult:
+        config = make_config(self.ratio, self.preset, self.engine.backbone, method=self.method,
+                             options=self.options) if self.options else None
         result = self.engine.ask(self.video, question, sampling=self.sampling, method=self.method, ratio=self.ratio,
-                                 preset=self.preset, max_new_tokens=self.max_new_tokens, on_token=on_token,
-                                 on_step=on_step, history=self.turns if self.history else ())
+                                 preset=self.preset, config=config, max_new_tokens=self.max_new_tokens,
+                                 on_token=on_token, on_step=on_step, history=self.turns if self.history else ())
         self.turns.append((question, result.answer))
         return result
 
     def settings(self) -> str:
         s = self.sampling
         frames = f"{s.fps:g} fps (at most {s.max_frames})" if s.fps is not None else f"{s.frames or 'default'} frames"
-        return (f"ratio {self.ratio:g}, method {self.method}, preset {self.preset}, {frames}, "
+        options = "".join(f" {k}={_text(v)}" for k, v in self.options.items())
+        return (f"ratio {self.ratio:g}, method {self.method}{options}, preset {self.preset}, {frames}, "
                 f"replies of at most {self.max_new_tokens} tokens, {self.history_state()}")
 
     def history_state(self) -> str:
@@ -209,11 +218,12 @@ class Chat:
         """Apply one `/command [value]`; returns what to tell the user, or None for /quit. Raises
         ValueError (one line) for an unknown command or a bad value; the settings are then unchanged,
         as they are when KeyboardInterrupt (Ctrl-C) stops the command."""
-        saved = (self.ratio, self.method, self.preset, self.sampling, self.max_new_tokens, self.history)
+        saved = (self.ratio, self.method, self.preset, self.options, self.sampling, self.max_new_tokens, self.history)
         try:
             return self._command(line)
         except KeyboardInterrupt:
-            self.ratio, self.method, self.preset, self.sampling, self.max_new_tokens, self.history = saved
+            (self.ratio, self.method, self.preset, self.options, self.sampling, self.max_new_tokens,
+             self.history) = saved
             raise
 
     def _command(self, line: str) -> str | None:
@@ -233,8 +243,8 @@ class Chat:
         if name == "/reset":
             self.turns.clear()
             return "history cleared"
-        saved = (self.ratio, self.method, self.preset)
-        takes = {"/ratio", "/method", "/preset", "/frames", "/fps", "/max-frames", "/tokens", "/history"}
+        saved = (self.ratio, self.method, self.preset, self.options)
+        takes = {"/ratio", "/method", "/preset", "/method-arg", "/frames", "/fps", "/max-frames", "/tokens", "/history"}
         if name not in takes:
             raise ValueError(f"unknown command {name} (/help lists them)")
         if not value:  # the setting as it is
@@ -243,7 +253,16 @@ class Chat:
             if name == "/ratio":
                 self.ratio = check_ratio(_number(value, float), "/ratio")
             elif name == "/method":
-                self.method = check_choice(value, "/method", METHODS)
+                method = check_choice(value, "/method", METHODS)
+                if method != self.method:  # options belong to a method
+                    self.method, self.options = method, {}
+            elif name == "/method-arg":
+                from .method_args import parse_method_args
+
+                try:
+                    self.options = {**self.options, **parse_method_args(self.method, [value])}
+                except ValueError as exc:  # named as the command it came from
+                    raise ValueError(str(exc).replace("--method-arg", "/method-arg", 1)) from None
             elif name == "/preset":
                 self.preset = check_choice(value, "/preset", PRESETS)
             elif name == "/frames":
@@ -263,7 +282,7 @@ class Chat:
         except SettingsError as exc:
             raise ValueError(str(exc)) from None
         finally:
-            if name in ("/ratio", "/method", "/preset"):
+            if name in ("/ratio", "/method", "/preset", "/method-arg"):
                 self._check_compression(saved)
         return self.settings()
 
@@ -272,6 +291,9 @@ class Chat:
         s = self.sampling
         now = {"/ratio": f"ratio {self.ratio:g}", "/method": f"method {self.method}",
                "/preset": f"preset {self.preset}",
+               "/method-arg": (f"{self.method} options: " + ", ".join(f"{k}={_text(v)}"
+                                                                      for k, v in self.options.items())
+                               if self.options else f"{self.method} at its defaults"),
                "/frames": (f"{s.frames} frames" if s.frames else "the model's default frame count") if s.fps is None
                else f"sampling by /fps {s.fps:g}",
                "/fps": f"{s.fps:g} frames a second" if s.fps is not None else "/fps is off (frames are counted)",
@@ -283,10 +305,15 @@ class Chat:
     def _check_compression(self, saved: tuple) -> None:
         """A method, preset and ratio that do not go together are refused here, not at the next question."""
         try:
-            make_config(self.ratio, self.preset, self.engine.backbone, method=self.method)
+            make_config(self.ratio, self.preset, self.engine.backbone, method=self.method, options=self.options)
         except ValueError:
-            self.ratio, self.method, self.preset = saved
+            self.ratio, self.method, self.preset, self.options = saved
             raise
+
+
+def _text(value) -> str:
+    """An option's value as --method-arg spells it (true/false, not Python's True/False)."""
+    return str(value).lower() if isinstance(value, bool) else str(value)
 
 
 def _number(text: str, kind: type):

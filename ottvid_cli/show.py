@@ -41,6 +41,9 @@ class Layout:
     panel_top: int = 0
     text_px: int = 0
     words: list[str] = field(default_factory=list)
+    caption: dict[str, Any] = field(default_factory=dict)  # the words by part: header, legend, budget
+    swatches: dict[int, tuple[int, int, int, int]] = field(default_factory=dict)  # legend class -> its swatch's box
+    axis: tuple[str, str] = ("", "")  # the labels under the first and the last bar
 
 
 def token_classes(assignment: np.ndarray, index: np.ndarray, selected: np.ndarray | None, tokens: int) -> np.ndarray:
@@ -139,9 +142,13 @@ def captions(classes: np.ndarray, assignment: np.ndarray, groups: int, grid: tup
     pairs = max(len(budgets), 1)
     arithmetic = (f", so {selected_count} after the spatial stage - {removed} = {alone + chains} to the LLM"
                   if selected_count - removed == alone + chains else "")
-    budget = [f"temporal stage (bars): B_t tokens merged or pruned between frame pairs t, t+1; {removed} in all"
-              + arithmetic,
-              f"green line: transport difficulty W_t; dashed line: uniform budget {removed / pairs:.1f} per pair"]
+    budget = [f"across frames (bars): each bar is the tokens merged or pruned between one group of frames and the "
+              f"next (B_t); {removed} in all" + arithmetic,
+              "green line: how hard the two groups' tokens are to match (the transport cost W_t); the easier the "
+              f"match, the more tokens go there; dashed line: an even spread, {removed / pairs:.1f} a pair"]
+    if report.get("overflow_rounds", 0) > 0 and any(b >= int(report.get("K", 0) or 1 << 30) for b in budgets):
+        budget.append(f"orange bars: pairs at the most one pair can remove, K = {int(report['K'])} (every token the "
+                      "spatial stage kept in a group); the rest of their share went to the other pairs")
     return header, legend, budget
 
 
@@ -201,8 +208,10 @@ def draw(frames: list[np.ndarray], timestamps: list[float], grid: tuple[int, int
     height = header_h + rows * (tile_h + label_h + pad) + pad + legend_h + panel_h + pad
     image = Image.new("RGB", (sheet_w, height), (18, 18, 22))
     pen = ImageDraw.Draw(image)
+    budget = budget if groups > 1 and staged else []
     layout = Layout(cell=(float(cell), float(cell)), step=step, text_px=size,
-                    words=[header, *(text for text, _ in legend), *(budget if groups > 1 and staged else [])])
+                    words=[header, *(text for text, _ in legend), *budget],
+                    caption={"header": header, "legend": [text for text, _ in legend], "budget": budget})
 
     default_title = "OTT-Vid token decisions" if selected is not None else f"{report.get('method', '')} token decisions"
     pen.text((pad, pad), title or default_title, fill=(235, 235, 235), font=title_font)
@@ -246,26 +255,43 @@ def draw(frames: list[np.ndarray], timestamps: list[float], grid: tuple[int, int
             if kind >= 0:
                 top = y + (line - swatch) // 2
                 box = [x, top, x + swatch, top + swatch]
+                layout.swatches[kind] = tuple(box)
                 if kind == HEAD:  # a kept token framed in its chain's colour
                     pen.rectangle(box, fill=colours[0], outline=component_colour(3), width=max(2, swatch // 4))
                 elif kind == 1 and other:  # merged: filled with the (dimmed) colour of its absorbing token
                     tinted = tuple(int(c * TINT + 40 * DIM * (1 - TINT)) for c in component_colour(3))
                     pen.rectangle(box, fill=tinted, outline=tinted, width=2)
+                elif kind == 1:  # OTT-Vid's chains: outlined in one colour each, so the swatch shows several
+                    _chain_swatch(pen, box)
                 else:
                     pen.rectangle(box, fill=colours[kind] if kind != 1 else None, outline=colours[kind], width=2)
                 x += swatch + size // 2
             pen.text((x, y), text, fill=(220, 220, 220), font=font)
     if groups > 1 and staged:
         top = legend_y + legend_h
-        _budget_panel(pen, font, report, budget_lines, line, (pad, top, sheet_w - pad, top + panel_h), layout)
+        _budget_panel(pen, font, report, budget_lines, line, (pad, top, sheet_w - pad, top + panel_h), layout,
+                      list(timestamps))
     return image, layout
 
 
+SWATCH_CHAINS = 4  # chain colours the legend's "merged" swatch shows
+
+
+def _chain_swatch(pen, box: list[int]) -> None:
+    """The legend's swatch for merged tokens: side by side, the outlines of the first chains' colours."""
+    x0, y0, x1, y1 = box
+    width = (x1 - x0 + 1) / SWATCH_CHAINS
+    for row in range(SWATCH_CHAINS):
+        left = int(x0 + row * width)
+        pen.rectangle([left, y0, max(left, int(x0 + (row + 1) * width) - 1), y1], fill=component_colour(row))
+
+
 def _budget_panel(pen, font, report: dict[str, Any], caption: list[str], line: int,
-                  box: tuple[int, int, int, int], layout: Layout) -> None:
+                  box: tuple[int, int, int, int], layout: Layout, timestamps: list[float] | None = None) -> None:
     """Per pair: budget B_t as bars (overflow pairs, those at the cap K after redistribution, in
-    orange), transport difficulty W_t as a line, the uniform budget B_tot/(T-1) dashed. `caption`:
-    the lines above it; `line`: the height of a line of text."""
+    orange), transport difficulty W_t as a line, the uniform budget B_tot/(T-1) dashed; the first and
+    last bars labelled with the times of their groups (`timestamps`, one per group). `caption`: the
+    lines above it; `line`: the height of a line of text."""
     left, top, right, bottom = box
     layout.panel_top = top
     budgets, difficulty = list(report.get("B", [])), list(report.get("W", []))
@@ -306,9 +332,16 @@ def _budget_panel(pen, font, report: dict[str, Any], caption: list[str], line: i
             pen.ellipse([x - 3, y - 3, x + 3, y + 3], fill=(120, 230, 140))
         label = f"W_t in [{low:.3f}, {high:.3f}]"
         pen.text((right - pen.textlength(label, font=font), top), label, fill=(120, 230, 140), font=font)
-    pen.text((left, base + 2), "pair 1", fill=(160, 160, 160), font=font)
-    label = f"pair {pairs}"
-    pen.text((right - pen.textlength(label, font=font), base + 2), label, fill=(160, 160, 160), font=font)
+    first, last = layout.axis = _pair_label(timestamps, 0), _pair_label(timestamps, pairs - 1)
+    pen.text((left, base + 2), first, fill=(160, 160, 160), font=font)
+    pen.text((right - pen.textlength(last, font=font), base + 2), last, fill=(160, 160, 160), font=font)
+
+
+def _pair_label(timestamps: list[float] | None, pair: int) -> str:
+    """A bar's label: the times of the two groups it is between, e.g. "0.50 s -> 1.17 s"."""
+    if not timestamps or pair + 1 >= len(timestamps):
+        return f"pair {pair + 1}"
+    return f"{timestamps[pair]:.2f} s -> {timestamps[pair + 1]:.2f} s"
 
 
 def picture(video, compressed, grid: tuple[int, int], frames_per_group: int, title: str = "",
@@ -343,6 +376,7 @@ class ShowResult:
     B: list[int]  # OTT-Vid's per-pair budgets; empty for another method
     B_tot: int | None  # None for another method
     method: str = "ottvid"
+    words: dict[str, Any] = field(default_factory=dict)  # what the picture says: header, legend, budget (lines)
 
     def to_dict(self) -> dict[str, Any]:
         return dict(self.__dict__)
@@ -363,7 +397,7 @@ def write_picture(video, compressed, grid: tuple[int, int], frames_per_group: in
     save(image, output)
     return ShowResult(path=str(output), width=image.width, height=image.height, tiles=len(layout.tiles),
                       every=layout.step, groups=r.T, kept=r.kept, total=r.T * r.N, B=list(getattr(r, "B", [])),
-                      B_tot=getattr(r, "B_tot", None), method=method)
+                      B_tot=getattr(r, "B_tot", None), method=method, words=layout.caption)
 
 
 def draw_run(drawing, path, max_tiles: int | None = None, name: str | None = None) -> dict[str, Any]:

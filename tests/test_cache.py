@@ -401,6 +401,10 @@ def test_the_cache_commands_the_bound_and_the_warning_through_the_cli(tiny_qwen,
 
     folder = tmp_path / "c"
     ask = ["--model", tiny_qwen, "--frames", "4", "--max-new-tokens", "1", "--cache-dir", folder, "--json"]
+    missing = invoke("cache", "ls", "--cache-dir", folder)  # issue 34: a typo is no empty cache
+    assert missing.exit_code == 2 and missing.stderr == f"error: --cache-dir: no such folder: {folder}\n"
+    assert invoke("cache", "clear", "--cache-dir", folder).exit_code == 2
+    folder.mkdir()
     empty = invoke("cache", "ls", "--cache-dir", folder)
     assert empty.exit_code == 0 and "no cached videos" in empty.stdout
     first = invoke("ask", DATA / "bikes.mp4", "What?", *ask)

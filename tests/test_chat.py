@@ -2,6 +2,7 @@
 
 import json
 import os
+import re
 import sys
 from pathlib import Path
 
@@ -78,6 +79,21 @@ def test_a_command_without_a_value_shows_the_setting_and_the_wait_is_reported_wi
     assert "decoding video" in result.stderr and "generating" in result.stderr  # progress while preparing
 
 
+def test_chat_takes_method_args_on_the_command_line_and_as_a_command(tiny_qwen):
+    """Issue 34: chat had no --method-arg (ask, ground, show and profile have it). EVS with
+    exact=false keeps half the tokens at any ratio; /method-arg changes it, /method clears it."""
+    result = chat(tiny_qwen, "What?\n/method-arg nope=1\n/method-arg exact=true\nWhat?\n/method topk\n/method-arg\n",
+                  "--method", "evs", "--ratio", "0.25", "--method-arg", "exact=false", "--frames", "4")
+    assert result.exit_code == 0, result.output
+    assert "\nratio 0.25, method evs exact=false, preset paper" in result.stderr
+    assert "error: /method-arg nope=1: unknown option 'nope' (evs options: exact" in result.stderr
+    assert "method evs exact=true, preset paper" in result.stderr and "topk at its defaults" in result.stderr
+    loose, exact = (int(n.replace(",", "")) for n in re.findall(r"([\d,]+) tokens into the LLM", result.stderr))
+    assert loose > exact
+    bad = chat(tiny_qwen, "", "--method", "evs", "--method-arg", "nope=1")
+    assert bad.exit_code == 2 and "--method-arg nope=1: unknown option 'nope'" in bad.stderr
+
+
 def test_chat_history_is_sent_with_the_next_question(tiny_qwen):
     from ottvid_cli.backbones import load_backbone
     from ottvid_cli.sampling import Sampling
@@ -109,6 +125,25 @@ def test_ask_with_several_questions_prints_one_object_each(tiny_qwen):
     assert docs[0]["prompt"] != docs[1]["prompt"] and docs[1]["prompt"] == alone["prompt"]
     empty = runner.invoke(app, ["ask", str(DATA / "yoga.mp4"), "What happens?", " ", *args[1:]])
     assert empty.exit_code == 2 and "the question is empty" in empty.stderr
+
+
+def test_the_text_report_says_cache_hit_and_from_which_cache_and_loading_once(tiny_qwen, tmp_path):
+    """Issue 34: a second question, or a --cache-dir reuse, showed decode ... saliency as 0.0 and the
+    model's load time again under each question, as if it loaded again."""
+    args = ["--model", str(tiny_qwen), "--frames", "4", "--max-new-tokens", "2", "--cache-dir", str(tmp_path)]
+    env = {"COLUMNS": "300"}
+    both = runner.invoke(app, ["ask", str(DATA / "yoga.mp4"), "What happens?", "Who is there?", *args], env=env)
+    assert both.exit_code == 0, both.output
+    first, second = both.stdout.split("question 2:")
+    assert "cache      miss: decoded and encoded for this question" in first
+    assert "hit: the video came from the cache in memory (prepared by an earlier question)" in second
+    assert "load" in first.split("time (ms)")[1] and "load" not in second.split("time (ms)")[1]
+    assert second.split("time (ms)")[1].count("cached") == 4  # decode, preprocess, vision, saliency
+    again = runner.invoke(app, ["ask", str(DATA / "yoga.mp4"), "What happens?", *args, "--json"])
+    assert json.loads(again.stdout)["cache_source"] == "disk"
+    text = runner.invoke(app, ["ask", str(DATA / "yoga.mp4"), "What happens?", *args], env=env).stdout
+    assert f"hit: the video came from the cache folder {tmp_path} (prepared by an earlier run)" in text
+    assert "load" in text.split("time (ms)")[1]  # this process loaded the model: once
 
 
 # ------------------------------------------------------------------------------------------------

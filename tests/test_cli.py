@@ -1,6 +1,7 @@
 """The `ottvid` console script."""
 
 import json
+import os
 import subprocess
 import sys
 
@@ -41,13 +42,13 @@ def test_each_help_speaks_of_its_own_command():
     chat) misled a newcomer."""
     import re
 
-    helps = {c: runner.invoke(app, [c, "--help"], env={"COLUMNS": "300"}).stdout
+    helps = {c: " ".join(runner.invoke(app, [c, "--help"], env={"COLUMNS": "300"}).stdout.split())
              for c in ("ask", "ground", "chat", "show", "profile", "eval")}
     for command, text in helps.items():
         assert "profile" not in text.replace("`ottvid profile`", "") or command == "profile", command
         if command != "ground":
             assert not re.search(r"\bground\b", text), command
-    assert "(2)" in helps["ground"] and "ground samples by --fps" in helps["ground"]
+    assert "(default: 2)" in helps["ground"] and "ground samples by --fps" in helps["ground"]
     assert "the benchmark's protocol" in helps["eval"] and "lmms-eval's model sizes it" in helps["eval"]
     assert "[t, t]" not in helps["ground"] and "the span starts and ends there" in helps["ground"]
 
@@ -61,3 +62,60 @@ def test_a_method_without_options_says_so():
         message = str(exc)
     assert message == "--method-arg exact=false: unknown option 'exact' (--method none compresses nothing: it has " \
                       "no options)"
+
+
+def _commands():
+    """Every command of the app, as its words (["ask"], ["cache", "ls"], ...)."""
+    from typer.main import get_command
+
+    def walk(group, path):
+        for name, command in group.commands.items():
+            yield from walk(command, [*path, name]) if hasattr(command, "commands") else [[*path, name]]
+
+    return list(walk(get_command(app), []))
+
+
+COMMANDS = _commands()
+
+
+def _help(*command, columns=80):
+    result = subprocess.run([sys.executable, "-m", "ottvid_cli", *command, "--help"], capture_output=True, text=True,
+                            env={**os.environ, "COLUMNS": str(columns)})
+    assert result.returncode == 0 and result.stderr == "", result.stderr
+    return result.stdout
+
+
+def test_ask_help_reads_cleanly_at_80_columns():
+    """Issue 34: `COLUMNS=80 ottvid ask --help` was 155 lines with a ~23-character description column,
+    every flag showed `<bool>` as if it took a value, and --attention did not name sdpa."""
+    text = _help("ask")
+    lines = text.splitlines()
+    assert len(lines) < 110 and max(len(line) for line in lines) <= 80
+    assert lines[0] == "Usage: ottvid ask VIDEO QUESTION... [options]"
+    ratio = next(line for line in lines if "--ratio" in line)
+    assert ratio.startswith("  -r, --ratio SHARE ") and len(ratio.split("SHARE", 1)[1].strip()) >= 40
+    json_line = next(line for line in lines if line.startswith("      --json"))
+    assert json_line.split()[:2] == ["--json", "Print"]  # a flag takes no value
+    for heading in ("Arguments", "Question", "Compression", "Frames", "Model", "Output", "Server", "Cache"):
+        assert heading in lines, heading
+    assert "sdpa (transformers' own everywhere)" in " ".join(text.split())
+
+
+def test_no_help_shows_a_python_type_or_jargon():
+    """Issue 34: `<bool>`, `<list[str]>`, `{video}` and "prefilled", "temporal group", "vanilla"."""
+    import re
+
+    for command in COMMANDS:
+        text = _help(*command, columns=100)
+        assert not re.search(r"<\w|\{\w", text), (command, text)
+        assert not re.search(r"prefill|temporal group|vanilla|\bint\b|\bfloat\b|\bbool\b", text, re.I), command
+        assert max(len(line) for line in text.splitlines()) <= 100, command
+
+
+def test_commands_are_listed_ask_first_under_headings():
+    lines = _help().splitlines()
+    names = [line.split()[0] for line in lines if line.startswith("  ") and line[2] not in " -"]
+    assert names[:4] == ["ask", "ground", "chat", "serve"] and names[-2:] == ["convert", "cache"]
+    assert "Ask and answer" in lines and "Exit codes: 0 done, 1 the model or run failed" in " ".join(lines)
+    short = subprocess.run([sys.executable, "-m", "ottvid_cli", "ask", "-h"], capture_output=True, text=True)
+    assert short.returncode == 0 and short.stdout.startswith("Usage: ottvid ask VIDEO QUESTION...")

@@ -288,7 +288,7 @@ def test_frame_adjustments_are_reported(tiny_qwen):
 
 
 def test_help_states_defaults():
-    ask = invoke("ask", "--help", env={"COLUMNS": "200"}).stdout
+    ask = " ".join(invoke("ask", "--help", env={"COLUMNS": "200"}).stdout.split())
     assert "the model's: 32, or 64 for LLaVA-Video" in ask and "--choice" in ask and "--output" in ask
     ground = invoke("ground", "--help", env={"COLUMNS": "200"}).stdout
     assert "768" in ground
@@ -497,6 +497,37 @@ def test_a_reader_that_goes_away_is_no_traceback():
     err = proc.stderr.read().decode()
     code = proc.wait(timeout=60)
     assert "Traceback" not in err and code in (0, 1)
+
+
+def test_the_spinner_says_each_step_at_once(monkeypatch):
+    """Issue 34: the spinner said `loading <model>` while the video was decoded: decord holds the GIL
+    for the whole decode, so the display's thread never drew "decoding video". A step is drawn by
+    the thread that starts it, before the work."""
+    import io
+
+    from rich.console import Console
+
+    from ottvid_cli.cli import progress
+
+    screen = io.StringIO()
+    monkeypatch.setattr(progress, "err", Console(file=screen, force_terminal=True, width=80))
+    shown = progress._Progress(quiet=False)
+    try:
+        shown.step("loading tiny")
+        shown.step("decode")
+        assert "decoding video ..." in screen.getvalue()  # drawn already, not at the next tick
+    finally:
+        shown.stop()
+
+
+def test_a_closed_pipe_is_no_failure(tiny_qwen):
+    """Issue 34: `ottvid ask ... | head -1` exited 1 (the run failed) under `set -o pipefail`. head
+    leaves after "question 1: ...", while the model still answers: exit 0, nothing on stderr."""
+    command = (f"{sys.executable} -m ottvid_cli ask {VIDEO} 'what happens?' 'and then?' --model {tiny_qwen} "
+               f"--frames 4 --max-new-tokens 4 --quiet | head -1")
+    proc = subprocess.run(["bash", "-o", "pipefail", "-c", command], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout == "question 1: what happens?\n" and proc.stderr == ""
 
 
 def test_tables_never_cut_a_number_piped_or_on_a_narrow_terminal(tiny_qwen):

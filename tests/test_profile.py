@@ -101,6 +101,32 @@ def test_vision_flops_by_hand(tiny_qwen):
     assert vision_flops(config, (1, 4, 4), [16]) == 2 * s * (3 * 2 * 14 * 14) * 64 + 2 * block + merger
 
 
+def test_first_calls_fold_into_a_narrow_terminal():
+    """Issue 34: the first-call note was one 120-column line that folded badly at 100 columns."""
+    import io
+
+    from rich.console import Console
+
+    from ottvid_cli.report import render_profile
+
+    timings = {k: {"median": 12.0, "min": 11.0, "max": 13.0} for k in ("decode", "preprocess", "vision",
+                                                                       "saliency", "compression", "prefill", "ttft")}
+    row = {"method": "none", "ratio": 1.0, "visual_tokens": 100, "llm_input_tokens": 130, "timings_ms": timings,
+           "ttft_speedup": 1.0, "peak_memory_mb": 10.0, "prefill_tflops": 0.1, "vision_tflops": 0.1,
+           "memory_kind": "peak RSS growth"}
+    data = {"rows": [row, {**row, "method": "ottvid", "ratio": 0.1}], "model": "m", "device": "cpu",
+            "frames": {"count": 8, "duration": 3.0}, "repeats": 1, "warmup": 0,
+            "first_call_ms": {"preprocess": 2345.6, "vision": 3456.7, "saliency": 456.7, "compression": 56.7,
+                              "prefill": 1234.5}}
+    screen = io.StringIO()
+    render_profile(data, Console(file=screen, width=100, color_system=None))
+    lines = screen.getvalue().splitlines()
+    assert max(len(line) for line in lines) <= 100
+    first = lines.index(next(line for line in lines if "first calls in this process (ms)" in line))
+    table = "\n".join(lines[first:first + 12])
+    assert "2,346" in table and "3,457" in table and "first-call overheads):" not in screen.getvalue()
+
+
 def test_profile_without_a_video_uses_a_synthetic_clip(tiny_qwen):
     result = invoke("profile", "--model", tiny_qwen, "--repeats", "1", "--warmup", "0", "--seconds", "3",
                     "--size", "224x168", "--frames", "8", "--json")

@@ -406,6 +406,22 @@ def test_ask_server_prints_what_ask_prints(served, media):
     assert result.stdout.count("answer: ") == 2 and "into the LLM" in result.stdout
 
 
+def test_ask_server_takes_the_key_and_names_the_local_file(served, media):
+    """Issue 34: `ask --server` had no --api-key (a 401 named neither it nor OTTVID_API_KEY), named an
+    uploaded file "the uploaded video", and showed the server's start-up load as this request's."""
+    video = str(media[1] / "short.mp4")  # outside the server's folder: sent as an upload
+    args = ["ask", video, "What?", "--server", served.url, "--frames", "4", "--max-new-tokens", "2"]
+    done = runner.invoke(cli_app, [*args, "--api-key", KEY], env={"OTTVID_API_KEY": "", "COLUMNS": "300"})
+    assert done.exit_code == 0, done.output
+    assert f"file       {video}" in done.stdout and "the uploaded video" not in done.stdout
+    assert "load" not in done.stdout.split("time (ms)")[1] and f"at {served.url}" in done.stdout
+    wrong = runner.invoke(cli_app, [*args, "--api-key", "wrong"], env={"OTTVID_API_KEY": KEY})
+    assert wrong.exit_code == 2
+    assert wrong.stderr.strip().endswith("wrong API key (HTTP 401): give it with --api-key or OTTVID_API_KEY")
+    local = runner.invoke(cli_app, ["ask", video, "What?", "--api-key", KEY])
+    assert local.exit_code == 2 and "--api-key is the key of a server: it goes with --server" in local.stderr
+
+
 def test_ground_server(served, media):
     result = runner.invoke(cli_app, ["ground", str(media[0] / "bikes.mp4"), "riding", "--server", served.url,
                                      "--json", "--fps", "1"], env={"OTTVID_API_KEY": KEY})
@@ -639,6 +655,7 @@ def test_sigterm_finishes_the_request_in_flight_and_exits_0(tiny_qwen, media, tm
             assert time.monotonic() < deadline, log.read_text()
             found = re.search(r"on (http://127\.0\.0\.1:\d+)/v1", log.read_text())
             url = found.group(1) if found else time.sleep(0.1)
+        assert f"(the page: {url}/; no API key;" in log.read_text()  # issue 34: the banner names the page
         while True:
             try:
                 if httpx.get(url + "/health").status_code == 200:

@@ -259,3 +259,33 @@ def test_another_methods_picture_shows_kept_merged_and_dropped_apart(tiny_qwen, 
     counts = [int(re.search(r"(\d+)", text)[1]) for text in legend[1:]]
     assert counts == [seen["kept"], seen["head"], seen["merged"], seen["dropped"]]
     assert legend[2].startswith("kept, absorbing merged tokens") and legend[3].startswith("merged ")
+
+
+def test_the_budget_panel_explains_itself_and_labels_bars_by_time():
+    """Issue 34: orange bars ("at the cap") were unexplained, B_t / W_t / "transport difficulty"
+    undefined, the "merged" swatch one magenta while chains are drawn in many colours, and the bars
+    labelled "pair 1" ... "pair 78" instead of times."""
+    groups, grid = 6, (2, 3)
+    frames = [np.full((40, 60, 3), 40 * t, np.uint8) for t in range(groups)]
+    stamps = [0.5 * t for t in range(groups)]
+    tokens = grid[0] * grid[1]
+    selected = np.tile(np.arange(2), (groups, 1))  # K = 2 a group
+    assignment = np.full(groups * tokens, -1)
+    assignment[0], assignment[tokens] = 0, 0  # one chain over the first two groups
+    for t in range(1, groups):
+        assignment[t * tokens + 1] = t
+    index = np.arange(groups)
+    report = {"T": groups, "K": 2, "B": [2, 2, 1, 1, 0], "B_tot": 6, "W": [0.1, 0.2, 0.5, 0.6, 0.9],
+              "overflow_rounds": 1}
+    image, layout = show.draw(frames, stamps, grid, assignment, index, selected, report)
+    budget = layout.caption["budget"]
+    assert any(line.startswith("orange bars: pairs at the most one pair can remove, K = 2") for line in budget)
+    assert "(B_t)" in budget[0] and "the transport cost W_t" in budget[1] and "difficulty" not in " ".join(budget)
+    assert layout.axis == ("0.00 s -> 0.50 s", "2.00 s -> 2.50 s")
+    x0, y0, x1, y1 = layout.swatches[1]  # "merged": the chains' colours side by side
+    row = np.asarray(image)[(y0 + y1) // 2, x0:x1 + 1]
+    seen = {tuple(int(c) for c in pixel) for pixel in row}
+    assert {show.component_colour(r) for r in range(show.SWATCH_CHAINS)} <= seen
+    calm = dict(report, overflow_rounds=0)  # no pair at the cap after redistribution: no orange to explain
+    assert not any("orange" in line for line in show.draw(frames, stamps, grid, assignment, index, selected,
+                                                          calm)[1].caption["budget"])

@@ -14,6 +14,7 @@ import typer
 
 from .errors import _error, _fail, err
 from .options import (
+    ApiKey,
     Attention,
     CacheDir,
     CacheMaxGb,
@@ -48,6 +49,7 @@ from .steps import (
     _check_video,
     _engine,
     _load,
+    _method_options,
     _remote,
     _run,
     _sampling,
@@ -58,9 +60,9 @@ from .steps import (
 
 def ask(
     video: Video,
-    questions: list[str] = typer.Argument(..., help="Question(s) about the video: one preparation and one prefill "
-                                                    "of the video for all, one answer each."),
-    choice: list[str] = typer.Option(None, "--choice", "-c", "--options",
+    questions: list[str] = typer.Argument(..., metavar="QUESTION", help="One question or more: the video is read "
+                                                                        "and encoded once for all of them."),
+    choice: list[str] = typer.Option(None, "--choice", "-c", "--options", metavar="TEXT", rich_help_panel="Question",
                                      help="A multiple-choice option, e.g. 'A. a dog'. Repeat for each."),
     ratio: Ratio = None,
     frames: Frames = None,
@@ -84,13 +86,18 @@ def ask(
     cache_max_gb: CacheMaxGb = None,
     warm_up: WarmUp = None,
     server: Server = None,
+    api_key: ApiKey = None,
 ) -> None:
-    """Answer questions about a video, with OTT-Vid (or --method) compressing the visual tokens (several
-    questions: the video is prepared and prefilled once; --json prints a list)."""
+    """Answer questions about a video.
+
+    OTT-Vid (or --method) cuts down the video's tokens before the language model reads them. Several
+    questions: the video is read and encoded once, and --json prints a list."""
     if server is not None:  # a running `ottvid serve` answers (ottvid_cli/serve/client.py)
         return _remote("ask", server, video, questions, choice, ratio, frames, fps, max_frames, model, method, preset,
                        as_json, quiet, max_new_tokens, device, dtype, attention, max_pixels, decoder, output, cache_dir,
-                       siglip_head=siglip_head, cache_max_gb=cache_max_gb, warm_up=warm_up, method_args=method_args)
+                       siglip_head=siglip_head, cache_max_gb=cache_max_gb, warm_up=warm_up, method_args=method_args,
+                       api_key=api_key)
+    _no_key_without_server(api_key)
     _answer("ask", video, questions, choice, ratio, frames, fps, max_frames, model, method, preset, as_json, device,
             dtype, attention, max_pixels, max_new_tokens, output, decoder, quiet, _cache_path(cache_dir, cache_max_gb),
             method_args, siglip_head=siglip_head, cache_max_gb=cache_max_gb, warm_up=warm_up)
@@ -98,7 +105,7 @@ def ask(
 
 def ground(
     video: Video,
-    query: str = typer.Argument(..., help="What happens, e.g. 'person opens the door'."),
+    query: str = typer.Argument(..., metavar="QUERY", help="What happens, e.g. 'person opens the door'."),
     ratio: Ratio = None,
     fps: GroundFps = None,
     max_frames: MaxFrames = None,
@@ -121,30 +128,41 @@ def ground(
     cache_max_gb: CacheMaxGb = None,
     warm_up: WarmUp = None,
     server: Server = None,
-    point: bool = typer.Option(False, "--point", help="The query names a moment, not an event: ask for one time "
-                                                      "(the span starts and ends there); without it a reply "
-                                                      "holding one time is no span (exit 3)."),
+    api_key: ApiKey = None,
+    point: bool = typer.Option(False, "--point", rich_help_panel="Question",
+                               help="The query names a moment, not an event: ask for one time (the span starts and "
+                                    "ends there); without it a reply holding one time is no span (exit 3)."),
 ) -> None:
-    """Find when something happens in a video: start and end in seconds (exit 3 if the reply holds no
-    start and end, with the JSON's span_note saying what it held)."""
+    """Find when something happens in a video: start and end in seconds.
+
+    Exit 3 if the reply holds no start and end (the JSON's span_note says what it held)."""
     if server is not None:
         return _remote("ground", server, video, query, None, ratio, frames, fps, max_frames, model, method, preset,
                        as_json, quiet, max_new_tokens, device, dtype, attention, max_pixels, decoder, output, cache_dir,
-                       siglip_head=siglip_head, cache_max_gb=cache_max_gb, warm_up=warm_up, method_args=method_args, point=point)
+                       siglip_head=siglip_head, cache_max_gb=cache_max_gb, warm_up=warm_up, method_args=method_args, point=point,
+                       api_key=api_key)
+    _no_key_without_server(api_key)
     _answer("ground", video, query, None, ratio, frames, fps, max_frames, model, method, preset, as_json, device,
             dtype, attention, max_pixels, max_new_tokens, output, decoder, quiet, _cache_path(cache_dir, cache_max_gb),
             method_args, siglip_head=siglip_head, cache_max_gb=cache_max_gb, warm_up=warm_up, point=point)
 
 
+def _no_key_without_server(api_key: str | None) -> None:
+    if api_key is not None:
+        _fail("--api-key is the key of a server: it goes with --server")
+
+
 def chat(
     video: Video,
-    history: bool = typer.Option(False, "--history", help="Send the earlier questions and answers with each question."),
+    history: bool = typer.Option(False, "--history", rich_help_panel="Question",
+                                 help="Send the earlier questions and answers with each question."),
     ratio: Ratio = None,
     frames: Frames = None,
     fps: Fps = None,
     max_frames: MaxFrames = None,
     model: Model = None,
     method: Method = "ottvid",
+    method_args: MethodArgs = None,
     preset: Preset = "paper",
     quiet: Quiet = False,
     device: Device = None,
@@ -157,9 +175,11 @@ def chat(
     cache_dir: CacheDir = None,
     cache_max_gb: CacheMaxGb = None,
 ) -> None:
-    """Talk about a video: one question a line, each reply streamed; /ratio 0.25 and the like change
-    settings without encoding again, /help lists the commands. Ctrl-C stops an answer or a /command
-    and keeps the session; /quit, Ctrl-D (end of input) or Ctrl-C twice at the prompt leaves."""
+    """Talk about a video: one question a line, each reply printed as it comes.
+
+    /ratio 0.25 and the like change settings without encoding the video again; /help lists the
+    commands. Ctrl-C stops an answer or a /command and keeps the session; /quit, Ctrl-D (end of
+    input) or Ctrl-C twice at the prompt leaves."""
     from ..session import Chat
 
     if sys.stdin is None:  # started with stdin closed (`<&-`): no question can come
@@ -168,12 +188,13 @@ def chat(
     sampling = _sampling(frames, fps, max_frames, max_pixels, decoder)
     cache_dir = _cache_path(cache_dir, cache_max_gb)
     _check_video(video, decoder)
+    options = _method_options([method], [1.0 if method == "none" else ratio], preset, method_args)[method]
     progress = _Progress(quiet)
     backbone = _load(model, device, dtype, attention, max_pixels, progress, siglip_head)
     engine = _engine(backbone, cache_dir, keep_saliency=True, max_gb=cache_max_gb)
     _warm_up(engine, progress)
     progress.stop()
-    session = Chat(engine, video, sampling, ratio, method, preset, max_new_tokens, history)
+    session = Chat(engine, video, sampling, ratio, method, preset, max_new_tokens, history, options)
     interactive = sys.stdin.isatty()
     if not quiet:
         leave = "/quit or Ctrl-D leaves" if interactive else "/quit or end of input leaves"

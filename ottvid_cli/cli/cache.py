@@ -7,19 +7,19 @@ their temporary files, NAME a 32-digit hex hash); anything else in the folder is
 from __future__ import annotations
 
 import json
+import os
 import time
 
 import typer
-from rich.console import Console
-
-from .errors import _fail, out
+from .errors import PipeConsole, _fail, out
+from .help import HelpCommand, HelpGroup
 from .steps import _cache_path
 
-cache_app = typer.Typer(help="The prepared-video cache on disk (--cache-dir): list it, empty it.",
+cache_app = typer.Typer(cls=HelpGroup, help="The prepared-video cache on disk (--cache-dir): list it, empty it.",
                         no_args_is_help=True)
 
-FOLDER = typer.Option("default", "--cache-dir", help="The cache folder; 'default' is $XDG_CACHE_HOME/ottvid "
-                                                     "(~/.cache/ottvid).")
+FOLDER = typer.Option("default", "--cache-dir", metavar="DIR", show_default="$XDG_CACHE_HOME/ottvid (~/.cache/ottvid)",
+                      help="The cache folder ('default' is the default folder).")
 
 
 def _videos(n: int) -> str:
@@ -34,7 +34,16 @@ def _size(n: int) -> str:
     return f"{n:.1f} GiB"
 
 
-@cache_app.command("ls")
+def _existing(cache_dir: str) -> str:
+    """The folder --cache-dir names; one named by the user must exist (a typo would otherwise read as
+    an empty cache). The default folder may not exist yet: nothing was cached there."""
+    folder = _cache_path(cache_dir)
+    if cache_dir != "default" and not os.path.isdir(folder):
+        _fail(f"--cache-dir: no such folder: {cache_dir}")
+    return folder
+
+
+@cache_app.command("ls", cls=HelpCommand)
 def list_entries(
     cache_dir: str = FOLDER,
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object on stdout and nothing else there."),
@@ -44,7 +53,7 @@ def list_entries(
 
     from ..cache import disk_entries
 
-    folder = _cache_path(cache_dir)
+    folder = _existing(cache_dir)
     entries = disk_entries(folder, details=True)
     total = sum(e.bytes for e in entries)
     if as_json:
@@ -63,15 +72,15 @@ def list_entries(
         if video == "":  # prepared by `ottvid serve` from an upload: there is no file to name
             video = "(no file: uploaded to a server)"
         table.add_row(when, _size(e.bytes), "-" if e.frames is None else str(e.frames), e.model or "-", video or "-")
-    (out if out.is_terminal else Console(width=max(out.width, 200))).print(table)  # a file: no column cut
+    (out if out.is_terminal else PipeConsole(width=max(out.width, 200))).print(table)  # a file: no column cut
 
 
-@cache_app.command("clear")
+@cache_app.command("clear", cls=HelpCommand)
 def clear(cache_dir: str = FOLDER) -> None:
     """Delete every cached video of the folder (ottvid's files only; the folder itself stays)."""
     from ..cache import clear_disk
 
-    folder = _cache_path(cache_dir)
+    folder = _existing(cache_dir)
     try:
         count, freed = clear_disk(folder)
     except OSError as exc:

@@ -5,12 +5,13 @@ from __future__ import annotations
 import typer
 
 from .errors import _fail, err, out
+from .help import HelpCommand, HelpGroup
 
-convert_app = typer.Typer(help="Convert checkpoints into formats transformers (and ottvid) load.",
+convert_app = typer.Typer(cls=HelpGroup, help="Convert checkpoints into formats transformers (and ottvid) load.",
                           no_args_is_help=True)
 
 
-@convert_app.command("llava-video")
+@convert_app.command("llava-video", cls=HelpCommand)
 def convert_llava_video(
     source: str = typer.Argument(..., help="Folder of a LLaVA-NeXT checkpoint (e.g. LLaVA-Video-7B-Qwen2)."),
     destination: str = typer.Argument(..., help="Folder to write the LLaVA-OneVision checkpoint to."),

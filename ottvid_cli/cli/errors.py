@@ -3,11 +3,11 @@ group that turns every usage error and unexpected exception into one such line."
 
 from __future__ import annotations
 
+import errno
 import sys
 
 import typer
 from rich.console import Console
-from typer.core import TyperGroup
 
 try:  # typer >= 0.20 carries its own copy of click, without Abort (typer has its own)
     from typer._click import exceptions as click
@@ -17,14 +17,24 @@ except ImportError:
 
     _Abort = click.Abort
 
+from .help import HelpGroup
+
 EXIT_RUN, EXIT_USAGE, EXIT_NO_SPAN, EXIT_WRITE = 1, 2, 3, 4
 
 
 _NO_ARGS = getattr(click, "NoArgsIsHelpError", ())
 
 
-class _OneLineErrors(TyperGroup):
+class _OneLineErrors(HelpGroup):
     """Usage errors (unknown option, bad number, missing argument) as one `error:` line, exit 2."""
+
+    def invoke(self, ctx):
+        """A reader that went away (`ottvid ask ... | head -1`) is no failure: exit 0, quietly."""
+        try:
+            return super().invoke(ctx)
+        except BrokenPipeError:
+            _reader_gone()
+            raise typer.Exit(0) from None
 
     def main(self, args=None, prog_name=None, complete_var=None, standalone_mode=True, **extra):
         _closed_streams_to_devnull()
@@ -70,6 +80,29 @@ def _closed_streams_to_devnull() -> None:
             setattr(sys, name, open(os.devnull, "w"))
 
 
+def _reader_gone() -> None:
+    """stdout's reader closed the pipe: what is still to be written there (and Python's flush at exit)
+    goes to /dev/null instead of failing again."""
+    import os
+
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError):  # no file descriptor behind sys.stdout (a test's capture)
+        pass
+    finally:
+        os.close(devnull)
+
+
+class PipeConsole(Console):
+    """A rich console whose closed pipe raises BrokenPipeError (the command then exits 0, see
+    `_OneLineErrors.invoke`) where rich's own would exit 1."""
+
+    def on_broken_pipe(self) -> None:
+        self.quiet = True
+        raise BrokenPipeError(errno.EPIPE, "the reader closed the pipe")
+
+
 def _internal(exc: BaseException) -> str:
     """One line for an exception nothing expected: its type and first line, said to be ours."""
     from rich.markup import escape
@@ -86,8 +119,8 @@ def _usage_message(exc: click.UsageError) -> str:
     return exc.format_message().rstrip(".")
 
 
-out = Console()
-err = Console(stderr=True)
+out = PipeConsole()
+err = PipeConsole(stderr=True)
 
 
 def _tables() -> Console:

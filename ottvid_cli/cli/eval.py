@@ -43,39 +43,49 @@ if TYPE_CHECKING:
 
 
 def eval_command(
-    bench: str = typer.Argument(None, help="Benchmark: mvbench, videomme, longvideobench, mlvu, charades, activitynet, "
-                                           "timelens or jsonl (ours)."),
-    data: str = typer.Option(None, "--data", help="The benchmark's annotation file or folder (docs/eval.md)."),
-    videos: str = typer.Option(None, "--videos", help="Folder holding the benchmark's videos."),
+    bench: str = typer.Argument(None, metavar="BENCH",
+                                help="Benchmark: mvbench, videomme, longvideobench, mlvu, charades, activitynet, "
+                                     "timelens or jsonl (ours)."),
+    data: str = typer.Option(None, "--data", metavar="PATH", rich_help_panel="Benchmark",
+                             help="The benchmark's annotation file or folder (docs/eval.md)."),
+    videos: str = typer.Option(None, "--videos", metavar="DIR", rich_help_panel="Benchmark",
+                               help="Folder holding the benchmark's videos."),
     model: Model = None,
     method: Methods = None,
     ratio: Ratios = None,
     frames: EvalFrames = None,
     fps: EvalFps = None,
     max_frames: MaxFrames = None,
-    limit: int = typer.Option(None, "--limit", callback=_checked(check_count, "--limit"),
-                              help="Only the first N samples of the file."),
-    out_dir: str = typer.Option(None, "--out", show_default="runs/BENCH-MODEL",
+    limit: int = typer.Option(None, "--limit", metavar="N", rich_help_panel="Benchmark",
+                              callback=_checked(check_count, "--limit"), help="Only the first N samples of the file."),
+    out_dir: str = typer.Option(None, "--out", metavar="DIR", rich_help_panel="Benchmark",
+                                show_default="runs/BENCH-MODEL",
                                 help="Run folder: config.json, samples.jsonl, summary.json. Rerunning resumes it."),
-    shard: str = typer.Option(None, "--shard", help="Run shard I of N (I from 0), e.g. 0/4; torchrun sets it."),
-    skip_missing: bool = typer.Option(False, "--skip-missing", help="Run although some videos are missing "
-                                                                    "(they are recorded as errors)."),
-    retry_errors: bool = typer.Option(False, "--retry-errors", help="Run again the samples recorded with an error."),
-    sampling_rule: str = typer.Option("lmms", "--sampling", help="Which frames a count picks: lmms (the ones "
-                                      "lmms-eval's own model reads: qwen-vl-utils' rounded linspace for Qwen, "
-                                      "truncated for LLaVA), centre (ottvid ask's: each segment's centre), "
-                                      "linspace or linspace-floor."),
-    prefetch: int = typer.Option(None, "--prefetch", min=0, show_default="1 on a GPU, 0 on the CPU",
+    shard: str = typer.Option(None, "--shard", metavar="I/N", rich_help_panel="Benchmark",
+                              help="Run shard I of N (I from 0), e.g. 0/4; torchrun sets it."),
+    skip_missing: bool = typer.Option(False, "--skip-missing", rich_help_panel="Benchmark",
+                                      help="Run although some videos are missing (they are recorded as errors)."),
+    retry_errors: bool = typer.Option(False, "--retry-errors", rich_help_panel="Benchmark",
+                                      help="Run again the samples recorded with an error."),
+    sampling_rule: str = typer.Option("lmms", "--sampling", metavar="RULE", rich_help_panel="Frames",
+                                      help="Which frames a count picks: lmms (the ones lmms-eval's own model reads: "
+                                           "qwen-vl-utils' rounded linspace for Qwen, truncated for LLaVA), centre "
+                                           "(ottvid ask's: each segment's centre), linspace or linspace-floor."),
+    prefetch: int = typer.Option(None, "--prefetch", min=0, metavar="N", rich_help_panel="Benchmark",
+                                 show_default="1 on a GPU, 0 on the CPU",
                                  help="Videos decoded and preprocessed ahead, in background threads, while the "
                                       "model works (0: none)."),
-    rescore: str = typer.Option(None, "--rescore", help="Judge every stored reply of RUN again with today's parsers "
-                                                        "and metrics (samples.jsonl.bak keeps the old file), then "
-                                                        "rebuild RUN/summary.json; no model."),
-    table: list[str] = typer.Option(None, "--table", help="Table 1 from these run folders (repeat: one per "
-                                                          "benchmark): each setting's score per benchmark and its "
-                                                          "VQA / grounding Avg. (%) of vanilla; no model."),
-    compare: str = typer.Option(None, "--compare", help="Another run folder whose vanilla (method none) scores "
-                                                        "give the relative %."),
+    rescore: str = typer.Option(None, "--rescore", metavar="RUN", rich_help_panel="Scores",
+                                help="Judge every stored reply of RUN again with today's parsers and metrics "
+                                     "(samples.jsonl.bak keeps the old file), then rebuild RUN/summary.json; no "
+                                     "model."),
+    table: list[str] = typer.Option(None, "--table", metavar="RUN", rich_help_panel="Scores",
+                                    help="Table 1 from these run folders (repeat: one per benchmark): each setting's "
+                                         "score per benchmark and its VQA / grounding average as a % of the "
+                                         "uncompressed model's; no model."),
+    compare: str = typer.Option(None, "--compare", metavar="RUN", rich_help_panel="Scores",
+                                help="Another run folder whose uncompressed (--method none) scores give the "
+                                     "relative %."),
     preset: Preset = "paper",
     as_json: Json = False,
     quiet: Quiet = False,

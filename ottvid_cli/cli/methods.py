@@ -10,7 +10,7 @@ from .options import Json
 
 
 def list_methods(as_json: Json = False) -> None:
-    """The compression methods --method takes: what each does, its options (--method-arg) and defaults."""
+    """List the compression methods (--method), their options (--method-arg) and defaults."""
     from ..compression import methods
     from ..report import render_methods, to_json
 

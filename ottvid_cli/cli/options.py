@@ -51,47 +51,62 @@ def _png(value):
 
 
 # the input
-Video = Annotated[str, typer.Argument(help="Video file, or a folder of frame images (read at 3 fps).")]
+Video = Annotated[str, typer.Argument(metavar="VIDEO", help="Video file, or a folder of frame images (read at 3 fps).")]
 
-# the model and where it runs
-Model = Annotated[str, typer.Option("--model", "-m", show_default="Qwen/Qwen2.5-VL-7B-Instruct, or OTTVID_MODEL, or "
-                                    "the config file", help="Hugging Face model id or local checkpoint folder.",
+# the model and where it runs (help headings: `help.PANELS`)
+_MODEL = "Model"
+Model = Annotated[str, typer.Option("--model", "-m", metavar="ID_OR_DIR", rich_help_panel=_MODEL,
+                                    show_default="Qwen/Qwen2.5-VL-7B-Instruct, or OTTVID_MODEL, or the config file",
+                                    help="Hugging Face model id or local checkpoint folder.",
                                     callback=_checked(check_model))]
-Device = Annotated[str, typer.Option("--device", "-d", show_default="auto", callback=_checked(check_device),
-                                     help="auto (cuda > mps > cpu), cpu, cuda, cuda:N or mps.")]
-Dtype = Annotated[str, typer.Option("--dtype", show_default="auto", callback=_checked(check_choice, "--dtype", DTYPES),
-                                    help="auto (bfloat16 on GPU, float32 on CPU), float32, bfloat16 or float16.")]
-Attention = Annotated[str, typer.Option("--attention", callback=_checked(check_choice, "--attention", ATTENTIONS),
-                                        help="auto (sdpa), eager, or flash (needs flash-attn).")]
-MaxPixels = Annotated[int, typer.Option("--max-pixels", show_default="448*448 (Qwen2.5-VL), 512*512 (Qwen3-VL)",
+Device = Annotated[str, typer.Option("--device", "-d", metavar="DEVICE", show_default="auto", rich_help_panel=_MODEL,
+                                     callback=_checked(check_device),
+                                     help="auto (cuda, else mps, else cpu), cpu, cuda, cuda:N or mps.")]
+Dtype = Annotated[str, typer.Option("--dtype", metavar="TYPE", show_default="auto", rich_help_panel=_MODEL,
+                                    callback=_checked(check_choice, "--dtype", DTYPES),
+                                    help="Number format of the weights: auto (bfloat16 on a GPU, float32 on the CPU), "
+                                         "float32, bfloat16 or float16.")]
+Attention = Annotated[str, typer.Option("--attention", metavar="KIND", rich_help_panel=_MODEL,
+                                        callback=_checked(check_choice, "--attention", ATTENTIONS),
+                                        help="Attention code: auto (sdpa, and Qwen's vision encoder in one call a "
+                                             "layer), sdpa (transformers' own everywhere), eager, or flash (needs "
+                                             "the flash-attn package).")]
+MaxPixels = Annotated[int, typer.Option("--max-pixels", metavar="N", rich_help_panel="Frames",
+                                        show_default="448*448 (Qwen2.5-VL), 512*512 (Qwen3-VL)",
                                         callback=_checked(check_count, "--max-pixels"),
                                         help="Pixels per frame at most (Qwen2.5-VL, Qwen3-VL).")]
-EvalMaxPixels = Annotated[int, typer.Option("--max-pixels", callback=_checked(check_count, "--max-pixels"),
+EvalMaxPixels = Annotated[int, typer.Option("--max-pixels", metavar="N", rich_help_panel="Frames",
+                                            callback=_checked(check_count, "--max-pixels"),
                                             show_default="each frame sized as lmms-eval's model sizes it",
                                             help="Pixels per frame at most (Qwen2.5-VL, Qwen3-VL), instead of "
                                                  "lmms-eval's sizing.")]
-SiglipHead = Annotated[str, typer.Option("--siglip-head", metavar="ID_OR_DIR",
-                                         help="LLaVA-OneVision / LLaVA-Video: a SigLIP checkpoint with its "
-                                              "attention-pooling head (e.g. google/siglip-so400m-patch14-384), whose "
-                                              "signals FastVID and UniComp read as their official code does "
-                                              "(docs/llava.md).")]
-Decoder = Annotated[str, typer.Option("--decoder", callback=_checked(check_choice, "--decoder", DECODERS),
+SiglipHead = Annotated[str, typer.Option("--siglip-head", metavar="ID_OR_DIR", rich_help_panel=_MODEL,
+                                         help="LLaVA-OneVision / LLaVA-Video only: a SigLIP checkpoint with its "
+                                              "attention-pooling head (e.g. google/siglip-so400m-patch14-384), which "
+                                              "FastVID and UniComp read as their official code does (docs/llava.md).")]
+Decoder = Annotated[str, typer.Option("--decoder", metavar="NAME", rich_help_panel="Frames",
+                                      callback=_checked(check_choice, "--decoder", DECODERS),
                                       help="Video decoder: auto, decord or pyav.")]
 
 # compression
-Ratio = Annotated[float, typer.Option("--ratio", "-r", show_default="0.1", callback=_checked(check_ratio),
-                                      help="Share of visual tokens kept, in (0, 1].")]
-Ratios = Annotated[list[float], typer.Option("--ratio", "-r", show_default="0.1", callback=_checked(check_ratio),
-                                             help="Share of visual tokens kept, in (0, 1]; repeat for several (each "
-                                                  "method runs at each).")]
-Preset = Annotated[str, typer.Option("--preset", callback=_checked(check_choice, "--preset", PRESETS),
-                                     help="Compression settings: paper (the paper's text) or official (the authors' "
-                                          "code).")]
-_METHOD_HELP = ("Compression method: ottvid, none (the uncompressed model) or a peer method (`ottvid methods` lists "
-                "them)")
-Method = Annotated[str, typer.Option("--method", callback=_checked(check_choice, "--method", METHODS),
-                                     help=f"{_METHOD_HELP}.")]
-Methods = Annotated[list[str], typer.Option("--method", callback=_checked(check_choice, "--method", METHODS),
+_COMPRESSION = "Compression"
+Ratio = Annotated[float, typer.Option("--ratio", "-r", metavar="SHARE", show_default="0.1",
+                                      rich_help_panel=_COMPRESSION, callback=_checked(check_ratio),
+                                      help="Share of the video's tokens the model gets: more than 0, at most 1.")]
+Ratios = Annotated[list[float], typer.Option("--ratio", "-r", metavar="SHARE", show_default="0.1",
+                                             rich_help_panel=_COMPRESSION, callback=_checked(check_ratio),
+                                             help="Share of the video's tokens the model gets (more than 0, at most "
+                                                  "1); repeat for several (each method runs at each).")]
+Preset = Annotated[str, typer.Option("--preset", metavar="NAME", rich_help_panel=_COMPRESSION,
+                                     callback=_checked(check_choice, "--preset", PRESETS),
+                                     help="OTT-Vid's settings: paper (as the paper states them) or official (as the "
+                                          "authors' code sets them).")]
+_METHOD_HELP = ("How the video's tokens are cut down: ottvid, none (no compression) or another method (`ottvid "
+                "methods` lists them)")
+Method = Annotated[str, typer.Option("--method", metavar="NAME", rich_help_panel=_COMPRESSION,
+                                     callback=_checked(check_choice, "--method", METHODS), help=f"{_METHOD_HELP}.")]
+Methods = Annotated[list[str], typer.Option("--method", metavar="NAME", rich_help_panel=_COMPRESSION,
+                                            callback=_checked(check_choice, "--method", METHODS),
                                             show_default="ottvid", help=f"{_METHOD_HELP}; repeat for several, each run "
                                                                         f"on the same frames.")]
 
@@ -102,59 +117,78 @@ def _method_arg_form(value):
     return value
 
 
-MethodArgs = Annotated[list[str], typer.Option("--method-arg", metavar="KEY=VALUE", callback=_checked(_method_arg_form),
-                                               help="A method option, e.g. exact=false (typed by the option; repeat "
-                                                    "for several; `ottvid methods` lists them). With several "
-                                                    "--method: METHOD.KEY=VALUE for one.")]
+MethodArgs = Annotated[list[str], typer.Option("--method-arg", metavar="KEY=VALUE", rich_help_panel=_COMPRESSION,
+                                               callback=_checked(_method_arg_form),
+                                               help="An option of the method, e.g. exact=false; repeat for several "
+                                                    "(`ottvid methods` lists them). With several --method, "
+                                                    "METHOD.KEY=VALUE sets one method's.")]
 
 # which frames
-Frames = Annotated[int, typer.Option("--frames", "-f", callback=_checked(check_count, "--frames"),
+_FRAMES = "Frames"
+Frames = Annotated[int, typer.Option("--frames", "-f", metavar="N", rich_help_panel=_FRAMES,
+                                     callback=_checked(check_count, "--frames"),
                                      show_default="the model's: 32, or 64 for LLaVA-Video",
-                                     help="Frames sampled uniformly in time (made even, at most the video's).")]
-Fps = Annotated[float, typer.Option("--fps", callback=_checked(check_positive, "--fps"), show_default="off",
-                                    help="Sample this many frames a second instead of --frames.")]
-GroundFrames = Annotated[int, typer.Option("--frames", "-f", callback=_checked(check_count, "--frames"),
+                                     help="Frames taken evenly over the video (made even, at most the video's).")]
+Fps = Annotated[float, typer.Option("--fps", metavar="RATE", rich_help_panel=_FRAMES,
+                                    callback=_checked(check_positive, "--fps"), show_default="off",
+                                    help="Take this many frames a second instead of --frames.")]
+GroundFrames = Annotated[int, typer.Option("--frames", "-f", metavar="N", rich_help_panel=_FRAMES,
+                                           callback=_checked(check_count, "--frames"),
                                            show_default="off: ground samples by --fps",
-                                           help="Frames sampled uniformly in time instead of --fps (made even, at "
+                                           help="Frames taken evenly over the video instead of --fps (made even, at "
                                                 "most the video's).")]
-GroundFps = Annotated[float, typer.Option("--fps", callback=_checked(check_positive, "--fps"), show_default="2",
-                                          help="Frames a second to sample (the paper's grounding protocol: 2).")]
-EvalFrames = Annotated[int, typer.Option("--frames", "-f", callback=_checked(check_count, "--frames"),
+GroundFps = Annotated[float, typer.Option("--fps", metavar="RATE", rich_help_panel=_FRAMES,
+                                          callback=_checked(check_positive, "--fps"), show_default="2",
+                                          help="Frames a second to take (the paper's grounding protocol: 2).")]
+EvalFrames = Annotated[int, typer.Option("--frames", "-f", metavar="N", rich_help_panel=_FRAMES,
+                                         callback=_checked(check_count, "--frames"),
                                          show_default="the benchmark's protocol, as lmms-eval runs it (docs/eval.md)",
-                                         help="Frames sampled from each video instead of the protocol's count.")]
-EvalFps = Annotated[float, typer.Option("--fps", callback=_checked(check_positive, "--fps"),
+                                         help="Frames taken from each video instead of the protocol's count.")]
+EvalFps = Annotated[float, typer.Option("--fps", metavar="RATE", rich_help_panel=_FRAMES,
+                                        callback=_checked(check_positive, "--fps"),
                                         show_default="the benchmark's protocol (grounding: 2)",
-                                        help="Frames a second to sample instead of the protocol's, for every sample.")]
-MaxFrames = Annotated[int, typer.Option("--max-frames", callback=_checked(check_count, "--max-frames"),
+                                        help="Frames a second to take instead of the protocol's, for every sample.")]
+MaxFrames = Annotated[int, typer.Option("--max-frames", metavar="N", rich_help_panel=_FRAMES,
+                                        callback=_checked(check_count, "--max-frames"),
                                         show_default=f"{DEFAULT_MAX_FRAMES}, as qwen-vl-utils",
-                                        help="With --fps: at most this many frames; longer videos are subsampled "
-                                             "uniformly (the report says so).")]
+                                        help="With --fps: at most this many frames; a longer video gets fewer a "
+                                             "second (the report says so).")]
 
 # what a run prints and writes
-Picture = Annotated[str, typer.Option("--output", "-o", "--show", callback=_checked(_png),
-                                      help="Also write a PNG of the tokens compression kept (not with --method "
-                                           "none).")]
-Json = Annotated[bool, typer.Option("--json", help="Print the result as JSON on stdout (see docs/cli.md) and nothing "
-                                                   "else there.")]
-Quiet = Annotated[bool, typer.Option("--quiet", "-q", help="No progress and no library warnings on stderr (errors "
-                                                           "still print).")]
-MaxNewTokens = Annotated[int, typer.Option("--max-new-tokens", callback=_checked(check_count, "--max-new-tokens"),
+_OUTPUT = "Output"
+Picture = Annotated[str, typer.Option("--output", "-o", "--show", metavar="FILE.png", rich_help_panel=_OUTPUT,
+                                      callback=_checked(_png),
+                                      help="Also draw which of the video's tokens were kept, as a PNG (not with "
+                                           "--method none).")]
+Json = Annotated[bool, typer.Option("--json", rich_help_panel=_OUTPUT,
+                                    help="Print the result as JSON on stdout, and nothing else there (docs/cli.md).")]
+Quiet = Annotated[bool, typer.Option("--quiet", "-q", rich_help_panel=_OUTPUT,
+                                     help="No progress and no library warnings on stderr (errors still print).")]
+MaxNewTokens = Annotated[int, typer.Option("--max-new-tokens", metavar="N", rich_help_panel="Question",
+                                           callback=_checked(check_count, "--max-new-tokens"),
                                            help="Longest reply, in tokens.")]
 WarmUp = Annotated[Optional[bool], typer.Option(
-    "--warm-up/--no-warm-up", show_default="on a GPU",
-    help="First run one small question through the model, so that its first-call overheads (CUDA context, "
-         "kernels built on first use) are paid and reported apart (timings: warmup) and the question's stages "
-         "are timed warm. On the CPU it only adds time, so it is off there unless asked for.")]
-Server = Annotated[str, typer.Option("--server", help="URL of a running `ottvid serve`, or of an OpenAI-compatible "
-                                                      "server such as vLLM's: send the request there instead of "
-                                                      "loading the model here (docs/cli.md, '--server URL').")]
+    "--warm-up/--no-warm-up", show_default="on a GPU", rich_help_panel=_MODEL,
+    help="First run one small question through the model, so that its one-time start-up costs (on a GPU: "
+         "seconds) are reported apart, as warmup, and not in the question's times.")]
+_SERVER = "Server"
+Server = Annotated[str, typer.Option("--server", metavar="URL", rich_help_panel=_SERVER,
+                                     help="Address of a running `ottvid serve`, or of an OpenAI-compatible server "
+                                          "such as vLLM's: ask it instead of loading the model here (docs/cli.md, "
+                                          "'--server URL').")]
+ApiKey = Annotated[str, typer.Option("--api-key", metavar="KEY", show_default="$OTTVID_API_KEY",
+                                     rich_help_panel=_SERVER,
+                                     help="With --server: the key the server was started with (`ottvid serve "
+                                          "--api-key`, vLLM's --api-key).")]
 
 # the prepared-video cache
-CacheDir = Annotated[str, typer.Option("--cache-dir", show_default="memory only",
-                                       help="Also keep prepared videos on disk in this folder, so a later run on the "
-                                            "same video skips decoding and encoding; 'default' is "
-                                            "$XDG_CACHE_HOME/ottvid (~/.cache/ottvid).")]
-CacheMaxGb = Annotated[float, typer.Option("--cache-max-gb", callback=_checked(check_positive, "--cache-max-gb"),
-                                           show_default="4", help="Bound of the --cache-dir folder in GiB: least "
-                                                                  "recently used entries are deleted first (`ottvid "
-                                                                  "cache ls` lists them).")]
+_CACHE = "Cache"
+CacheDir = Annotated[str, typer.Option("--cache-dir", metavar="DIR", show_default="memory only", rich_help_panel=_CACHE,
+                                       help="Also keep read and encoded videos in this folder, so that a later run on "
+                                            "the same video skips that work; 'default' is $XDG_CACHE_HOME/ottvid "
+                                            "(~/.cache/ottvid).")]
+CacheMaxGb = Annotated[float, typer.Option("--cache-max-gb", metavar="GB", rich_help_panel=_CACHE,
+                                           callback=_checked(check_positive, "--cache-max-gb"),
+                                           show_default="4", help="Size bound of the --cache-dir folder in GiB: the "
+                                                                  "least recently used videos go first (`ottvid cache "
+                                                                  "ls` lists them).")]

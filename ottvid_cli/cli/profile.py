@@ -44,15 +44,18 @@ from .steps import (
 
 
 def counts(
-    groups: int = typer.Option(16, "--groups", "-t", callback=_checked(check_count, "--groups"),
-                               help="Temporal groups T (Qwen2.5-VL: frames / 2)."),
-    tokens: int = typer.Option(256, "--tokens", "-n", callback=_checked(check_count, "--tokens"),
-                               help="Visual tokens per group N (e.g. 256 = 16x16)."),
+    groups: int = typer.Option(16, "--groups", "-t", metavar="T", callback=_checked(check_count, "--groups"),
+                               help="Groups of frames the model encodes together (Qwen2.5-VL: 2 frames a group, so "
+                                    "frames / 2)."),
+    tokens: int = typer.Option(256, "--tokens", "-n", metavar="N", callback=_checked(check_count, "--tokens"),
+                               help="Tokens per group (e.g. 256 = 16x16)."),
     ratio: Ratio = 0.1,
-    gamma: float = typer.Option(0.3, "--gamma", help="Temporal share: r_s = r^(1-gamma), r_t = r^gamma."),
+    gamma: float = typer.Option(0.3, "--gamma", metavar="G", rich_help_panel="Compression",
+                                help="How the cut is shared between the two stages: within frames keeps r^(1-G), "
+                                     "across frames r^G (r: --ratio)."),
     as_json: Json = False,
 ) -> None:
-    """How many visual tokens each OTT-Vid stage keeps, before running anything."""
+    """How many of the video's tokens each OTT-Vid stage keeps, worked out without a model."""
     from ..pipeline import plan_counts
     from ..report import render_counts, to_json
 
@@ -69,7 +72,8 @@ def counts(
 
 def show(
     video: Video,
-    output: str = typer.Option("kept.png", "--output", "-o", callback=_checked(_png), help="PNG file to write."),
+    output: str = typer.Option("kept.png", "--output", "-o", metavar="FILE.png", rich_help_panel="Output",
+                               callback=_checked(_png), help="PNG file to write."),
     ratio: Ratio = None,
     frames: Frames = None,
     fps: Fps = None,
@@ -78,8 +82,10 @@ def show(
     method: Method = "ottvid",
     method_args: MethodArgs = None,
     preset: Preset = "paper",
-    max_tiles: int = typer.Option(48, "--max-tiles", callback=_checked(check_count, "--max-tiles"),
-                                  help="Show every n-th group beyond this many tiles."),
+    max_tiles: int = typer.Option(48, "--max-tiles", metavar="N", rich_help_panel="Output",
+                                  callback=_checked(check_count, "--max-tiles"),
+                                  help="At most this many pictures of frames; a longer video shows every second, "
+                                       "third, ... one."),
     as_json: Json = False,
     quiet: Quiet = False,
     device: Device = None,
@@ -89,8 +95,9 @@ def show(
     siglip_head: SiglipHead = None,
     decoder: Decoder = "auto",
 ) -> None:
-    """Draw which visual tokens OTT-Vid keeps, merges and prunes, and how the budget is spread (another
-    --method: which tokens it kept, merged and dropped)."""
+    """Draw which of the video's tokens compression keeps, merges and drops, as a PNG.
+
+    For OTT-Vid, also how many tokens it removes between each pair of frames (docs/show.md)."""
     model, device, dtype, ratio, frames = _settle(model, device, dtype, ratio, frames, fps)
     sampling = _sampling(frames, fps, max_frames, max_pixels, decoder)
     _check_output(output, video, method)
@@ -115,7 +122,7 @@ def show(
 
 
 def profile(
-    video: str = typer.Argument(None, help="Video file; without one, a synthetic clip made in memory."),
+    video: str = typer.Argument(None, metavar="VIDEO", help="Video file; without one, a made-up clip."),
     model: Model = None,
     ratios: Ratios = None,
     methods: Methods = None,
@@ -124,14 +131,19 @@ def profile(
     fps: Fps = None,
     max_frames: MaxFrames = None,
     preset: Preset = "paper",
-    repeats: int = typer.Option(5, "--repeats", callback=_checked(check_count, "--repeats"),
-                                help="Timed runs per row (median, min, max); the encoder runs this often in all."),
-    warmup: int = typer.Option(1, "--warmup", callback=_checked(check_count, "--warmup", 0),
-                               help="Untimed runs per row first (and of the encoder)."),
-    seconds: float = typer.Option(10.0, "--seconds", callback=_checked(check_positive, "--seconds"),
-                                  help="Length of the synthetic clip (no VIDEO)."),
-    size: str = typer.Option("640x360", "--size", help="WIDTHxHEIGHT of the synthetic clip (no VIDEO)."),
-    prompt: str = typer.Option("Describe what happens in the video.", "--prompt", help="Text prompt."),
+    repeats: int = typer.Option(5, "--repeats", metavar="N", rich_help_panel="Run",
+                                callback=_checked(check_count, "--repeats"),
+                                help="Timed runs of each setting (median, min, max shown)."),
+    warmup: int = typer.Option(1, "--warmup", metavar="N", rich_help_panel="Run",
+                               callback=_checked(check_count, "--warmup", 0),
+                               help="Untimed runs of each setting first."),
+    seconds: float = typer.Option(10.0, "--seconds", metavar="S", rich_help_panel="Run",
+                                  callback=_checked(check_positive, "--seconds"),
+                                  help="Length of the made-up clip (no VIDEO)."),
+    size: str = typer.Option("640x360", "--size", metavar="WxH", rich_help_panel="Run",
+                             help="Width x height of the made-up clip (no VIDEO)."),
+    prompt: str = typer.Option("Describe what happens in the video.", "--prompt", metavar="TEXT",
+                               rich_help_panel="Run", help="The question asked."),
     as_json: Json = False,
     quiet: Quiet = False,
     device: Device = None,
@@ -141,8 +153,10 @@ def profile(
     siglip_head: SiglipHead = None,
     decoder: Decoder = "auto",
 ) -> None:
-    """Time and memory of each step, uncompressed vs each --method at each --ratio (the paper's Table 4),
-    on the same frames and the same encoder output (encoded once for every run)."""
+    """Time and memory of each step, uncompressed and compressed (the paper's Table 4).
+
+    Each --method at each --ratio against the uncompressed model, on the same frames, the video
+    encoded once for all of them."""
     model, device, dtype, ratio, frames = _settle(model, device, dtype, None, frames, fps)
     ratios = ratios or [ratio]
     methods = [m for m in dict.fromkeys(methods or ["ottvid"]) if m != "none"]

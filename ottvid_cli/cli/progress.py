@@ -17,15 +17,23 @@ class _Progress:
     def __init__(self, quiet: bool):
         self.quiet = quiet
         self.start = time.perf_counter()
-        self.spinner = None
+        self.spinner = None  # a rich Live showing `self.dots`
         if not quiet and err.is_terminal:
-            self.spinner = err.status("starting ...")
+            from rich.live import Live
+            from rich.spinner import Spinner
+
+            self.dots = Spinner("dots", text="starting ...")
+            self.spinner = Live(self.dots, console=err, transient=True, refresh_per_second=12.5)
             self.spinner.start()
 
     def step(self, name: str) -> None:
+        """Say the step now starting. The new words are drawn at once, in this thread: the step that
+        follows may hold the GIL (decord decodes a whole batch in one call), and the display's own
+        thread would go on showing the last step meanwhile."""
         label = self.LABELS.get(name, name)
         if self.spinner is not None:
-            self.spinner.update(label + " ...")
+            self.dots.update(text=label + " ...")
+            self.spinner.refresh()
         elif not self.quiet:
             err.print(f"[{time.perf_counter() - self.start:6.1f} s] {label}", highlight=False, markup=False)
 

@@ -33,35 +33,47 @@ from .progress import _Progress
 from .steps import _cache_path, _engine, _load, _settle
 
 
+_SERVING = "Serving"  # serve's own options: the first heading of its --help
+
+
 def serve(
     model: Model = None,
-    host: str = typer.Option("127.0.0.1", "--host", help="Address to listen on; 0.0.0.0 exposes the model to your "
-                             "network (then set --api-key)."),
-    port: int = typer.Option(8000, "--port", callback=_checked(check_count, "--port", 0),
+    host: str = typer.Option("127.0.0.1", "--host", metavar="ADDRESS", rich_help_panel=_SERVING,
+                             help="Address to listen on; 0.0.0.0 exposes the model to your network (then set "
+                                  "--api-key)."),
+    port: int = typer.Option(8000, "--port", metavar="PORT", rich_help_panel=_SERVING,
+                             callback=_checked(check_count, "--port", 0),
                              help="TCP port (0: any free one; the address is printed)."),
-    api_key: str = typer.Option(None, "--api-key", envvar="OTTVID_API_KEY", show_default="none",
-                                help="Require `Authorization: Bearer KEY` on /v1 requests."),
-    allowed_media_dir: str = typer.Option(None, "--allowed-media-dir", show_default="none",
+    api_key: str = typer.Option(None, "--api-key", metavar="KEY", rich_help_panel=_SERVING, envvar="OTTVID_API_KEY",
+                                show_default="none", help="Require `Authorization: Bearer KEY` on /v1 requests."),
+    allowed_media_dir: str = typer.Option(None, "--allowed-media-dir", metavar="DIR", rich_help_panel=_SERVING,
+                                          show_default="none",
                                           help="Serve local videos (file:// or absolute paths) from under this folder "
                                                "only, symlinks and .. resolved."),
-    max_upload_mb: float = typer.Option(100.0, "--max-upload-mb", callback=_checked(check_positive, "--max-upload-mb"),
+    max_upload_mb: float = typer.Option(100.0, "--max-upload-mb", metavar="MB", rich_help_panel=_SERVING,
+                                        callback=_checked(check_positive, "--max-upload-mb"),
                                         help="Largest video sent as a data: URL (413 beyond)."),
-    max_queue: int = typer.Option(16, "--max-queue", callback=_checked(check_count, "--max-queue", 0),
+    max_queue: int = typer.Option(16, "--max-queue", metavar="N", rich_help_panel=_SERVING,
+                                  callback=_checked(check_count, "--max-queue", 0),
                                   help="Requests waiting for the model at most (503 with Retry-After beyond)."),
-    timeout: float = typer.Option(300.0, "--timeout", callback=_checked(check_positive, "--timeout"),
+    timeout: float = typer.Option(300.0, "--timeout", metavar="SECONDS", rich_help_panel=_SERVING,
+                                  callback=_checked(check_positive, "--timeout"),
                                   help="Seconds a request may take, waiting included (504 beyond)."),
-    max_prompt_chars: int = typer.Option(16384, "--max-prompt-chars",
+    max_prompt_chars: int = typer.Option(16384, "--max-prompt-chars", metavar="N", rich_help_panel=_SERVING,
                                          callback=_checked(check_count, "--max-prompt-chars"),
                                          help="Longest question (with its choices) in characters (400 beyond)."),
-    max_request_frames: int = typer.Option(DEFAULT_MAX_FRAMES, "--max-request-frames",
+    max_request_frames: int = typer.Option(DEFAULT_MAX_FRAMES, "--max-request-frames", metavar="N",
+                                           rich_help_panel=_SERVING,
                                            callback=_checked(check_count, "--max-request-frames"),
                                            help="Most frames one request may sample (ottvid.frames, max_frames; "
                                                 "400 beyond)."),
-    max_sinkhorn_iter: int = typer.Option(MAX_SINKHORN_ITER, "--max-sinkhorn-iter",
+    max_sinkhorn_iter: int = typer.Option(MAX_SINKHORN_ITER, "--max-sinkhorn-iter", metavar="N",
+                                          rich_help_panel=_SERVING,
                                           callback=_checked(check_count, "--max-sinkhorn-iter"),
                                           help="Most Sinkhorn iterations one request may ask for (method_args "
                                                "max_iter; 400 beyond)."),
-    allowed_host: list[str] = typer.Option(None, "--allowed-host", show_default="none",
+    allowed_host: list[str] = typer.Option(None, "--allowed-host", metavar="NAME", rich_help_panel=_SERVING,
+                                           show_default="none",
                                            help="Another name the server answers to in the Host header (a reverse "
                                                 "proxy's; repeatable; '*' for any). Always: localhost, IP addresses, "
                                                 "--host."),
@@ -75,9 +87,10 @@ def serve(
     siglip_head: SiglipHead = None,
     decoder: Decoder = "auto",
 ) -> None:
-    """Serve an OpenAI-compatible HTTP API (/v1/chat/completions with a video_url part), the model loaded once.
+    """Serve the model over HTTP: a web page at / and an OpenAI-compatible API at /v1.
 
-    Needs the serve extra (FastAPI, uvicorn); API, errors and security rules: docs/serve.md."""
+    The model is loaded once; /v1/chat/completions takes a video_url part. Needs the serve extra
+    (FastAPI, uvicorn); API, errors and security rules: docs/serve.md."""
     limits = {"max_prompt_chars": max_prompt_chars, "max_request_frames": max_request_frames,
               "max_sinkhorn_iter": max_sinkhorn_iter, "allowed_hosts": tuple(allowed_host or ())}
     run_server(model, host, port, api_key, allowed_media_dir, max_upload_mb, max_queue, timeout,
@@ -124,7 +137,7 @@ def run_server(model, host: str, port: int, api_key: str | None, allowed_media_d
     app = create_app(_engine(backbone, cache_dir, max_gb=cache_max_gb), settings)
     bound_host, bound_port = sock.getsockname()[:2]
     shown = f"[{bound_host}]" if ":" in bound_host else bound_host
-    err.print(f"ottvid serve: {model} on http://{shown}:{bound_port}/v1 ("
+    err.print(f"ottvid serve: {model} on http://{shown}:{bound_port}/v1 (the page: http://{shown}:{bound_port}/; "
               f"{'API key required' if api_key else 'no API key'}; local videos: "
               f"{allowed_media_dir or 'none'}; uploads up to {max_upload_mb:g} MB)", highlight=False, markup=False,
               soft_wrap=True)

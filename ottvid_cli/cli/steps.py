@@ -240,7 +240,8 @@ def _answer(task: str, video: str, texts, options, ratio, frames, fps, max_frame
                 data["picture"] = picture
         documents.append(data)
         if not as_json:
-            render_run(data, _tables(), streamed=stream.started, choices=bool(options))
+            render_run(data, _tables(), streamed=stream.started, choices=bool(options), load=i == 0,
+                       cache_dir=cache_dir)
     _conclude(task, documents, as_json, failure)
 
 
@@ -283,13 +284,13 @@ def _cache_path(value: str | None, max_gb: float | None = None) -> str | None:
 def _remote(task, server, video, texts, options, ratio, frames, fps, max_frames, model, method, preset, as_json, quiet,
             max_new_tokens, device, dtype, attention, max_pixels, decoder, output, cache_dir,
             siglip_head=None, cache_max_gb=None, method_args=None, point: bool = False,
-            warm_up: bool | None = None) -> None:
+            warm_up: bool | None = None, api_key: str | None = None) -> None:
     """ask / ground --server: the same checks as a local run (the flags only a local run uses are
     refused; --method-arg is read and checked here as for a local run, then sent as
     `ottvid.method_args`), then one request per question to a running `ottvid serve`, or to a plain
     OpenAI-compatible server such as vLLM (`_plain_server`); prints as a local run prints. Exit codes
     as a local run's (1: the server failed or cannot be reached). `point`: ground --point, sent as
-    `ottvid.point`."""
+    `ottvid.point`; `api_key`: --api-key, else $OTTVID_API_KEY."""
     from ..report import render_plain_run, render_run
     from ..serve.client import URL_SCHEMES, Client, OttvidServer, ServerError, video_url
     from ..serve.openai_compat import is_ottvid_serve
@@ -312,7 +313,9 @@ def _remote(task, server, video, texts, options, ratio, frames, fps, max_frames,
     settings = {"ratio": ratio, "method": method, "preset": preset, "frames": sampling.frames, "fps": sampling.fps,
                 "max_frames": sampling.max_frames, "choices": list(options) if options else None,
                 "method_args": list(method_args) if method_args else None, "point": point or None}
-    client = Client(server, os.environ.get("OTTVID_API_KEY") or None)
+    if api_key is not None and not api_key.strip():
+        _fail("--api-key is empty")
+    client = Client(server, api_key or os.environ.get("OTTVID_API_KEY") or None)
     documents = []
     progress = _Progress(quiet)
     try:
@@ -342,12 +345,18 @@ def _remote(task, server, video, texts, options, ratio, frames, fps, max_frames,
                 url = video_url(video, upload=True)  # the server may not read our path: send the file
                 data = send(url)
             stream.close()
+            if not video.startswith(URL_SCHEMES):
+                data["video"] = video  # the file as named here (the server names an upload "the uploaded video")
             documents.append(data)
             if not as_json:
-                render = render_run if isinstance(speaker, OttvidServer) else render_plain_run
-                render(data, _tables(), streamed=stream.started, choices=bool(options))
+                if isinstance(speaker, OttvidServer):
+                    render_run(data, _tables(), streamed=stream.started, choices=bool(options), server=client.base)
+                else:
+                    render_plain_run(data, _tables(), streamed=stream.started, choices=bool(options))
     except ServerError as exc:
-        _fail(str(exc), code=exc.exit_code)
+        refused = exc.code == "invalid_api_key" or "(HTTP 401)" in str(exc)  # ottvid serve's, or vLLM's
+        hint = ": give it with --api-key or OTTVID_API_KEY" if refused else ""
+        _fail(f"{exc}{hint}", code=exc.exit_code)
     finally:
         progress.stop()
         client.close()

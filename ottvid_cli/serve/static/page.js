@@ -7,6 +7,7 @@
 (function () {
   const $ = (id) => document.getElementById(id);
   const KEY_STORE = "ottvid-api-key";
+  const CACHED = ["decode", "preprocess", "vision", "saliency"]; // the stages a cache hit skips
   const state = {
     needsKey: document.body.dataset.apiKey === "required",
     key: null,
@@ -82,15 +83,20 @@
   }
 
   function handle(error) {
-    if (error instanceof ApiError && error.status === 401) askForKey();
+    if (error instanceof ApiError && error.status === 401) {
+      askForKey(error.message); // said under the key, where it is fixed
+      return;
+    }
     showError(error.message || String(error));
   }
 
   // ---------------------------------------------------------------------------------------------
   // the key
 
-  function askForKey() {
+  function askForKey(message) {
     $("key-form").hidden = false;
+    $("key-error").textContent = message || "";
+    $("key-error").hidden = !message;
     $("api-key").focus();
   }
 
@@ -123,6 +129,7 @@
       return;
     }
     $("key-form").hidden = true;
+    $("key-error").hidden = true;
     const info = state.info;
     $("model").textContent = info.model;
     $("model").title = info.model;
@@ -132,6 +139,9 @@
     if (!info.tasks.includes("ground")) task.title = "ground needs a Qwen2.5-VL model";
     $("frames").placeholder = info.frames ? "default (" + info.frames + ")" : "default";
     updateTokenHint();
+    // the model's warm-up ran once, when the server started: said beside the model, never in a question's time
+    const warm = info.warmup_ms;
+    $("warmup").textContent = Number.isFinite(warm) ? "warmed up at start in " + Math.round(warm) + " ms" : "";
     if (info.media_folder) await listMedia();
     document.body.dataset.ready = "true"; // connected: the controls are filled (a hook for scripts)
   }
@@ -170,6 +180,8 @@
     if (state.objectUrl) URL.revokeObjectURL(state.objectUrl);
     state.objectUrl = src.startsWith("blob:") ? src : null;
     state.duration = null;
+    $("t-end").textContent = ""; // not the last video's: the player, or the server's reply, says this one's
+    $("playhead").style.left = "0";
     drawSpan(undefined);
     $("player").src = src;
     document.body.classList.add("has-video");
@@ -367,6 +379,7 @@
     for (const id of ["cache", "tokens", "timings"]) $(id).replaceChildren();
     $("picture-box").hidden = true;
     $("picture").removeAttribute("src");
+    $("picture-words").replaceChildren();
     drawSpan(undefined);
   }
 
@@ -434,9 +447,9 @@
       });
       if (!run) throw new ApiError("the reply ended before the answer was complete", 0, "incomplete");
       if (body.ottvid.picture) state.shown = { key: key, picture: run.picture };
-      render(run, finish, state.shown ? state.shown.picture : null);
+      render(run, finish, state.shown ? state.shown.picture : null, Boolean(body.ottvid.choices));
     } catch (error) {
-      if (error.name === "AbortError") showError("stopped");
+      if (error.name === "AbortError") stopped();
       else if (error instanceof TypeError) showError("cannot reach the server (" + error.message + ")");
       else handle(error);
     } finally {
@@ -444,6 +457,13 @@
       state.controller = null;
       busy(false);
     }
+  }
+
+  // the person pressed Stop: a note in the answer's place, not an error
+  function stopped() {
+    const answer = $("answer");
+    answer.classList.add("done");
+    item(answer, "stopped", "you pressed Stop; the server stopped working on it", "stopped");
   }
 
   $("ask-form").addEventListener("submit", ask);
@@ -468,11 +488,15 @@
     return row;
   }
 
-  function render(run, finish, picture) {
+  function render(run, finish, picture, choices) {
     const answer = $("answer");
     answer.textContent = run.answer || "(empty answer)";
     answer.classList.add("done");
-    if (run.letter) item(answer, "letter", run.letter, "letter");
+    if (run.letter) item(answer, "choice", run.letter, "letter");
+    else if (choices) item(answer, "choice", "no option letter could be read from the reply", "letter none");
+    if (run.task === "ground" && !Array.isArray(run.span)) {
+      item(answer, "no time span", run.span_note || "none could be read from the reply", "nospan");
+    }
     if (finish === "length") item(answer, "note", "cut at the token limit (Max tokens)", "cut");
 
     const cache = $("cache");
@@ -504,7 +528,12 @@
     timings.append(title);
     let total = 0;
     for (const [stage, ms] of Object.entries(run.timings_ms || {})) {
-      if (stage === "load" || ms === null || ms === undefined) continue;
+      // the model's loading and warm-up happened once, at the server's start: not this request's time
+      if (stage === "load" || stage === "warmup" || ms === null || ms === undefined) continue;
+      if (run.cache_hit && CACHED.includes(stage)) { // not run: the video came from the cache
+        item(timings, stage, "cached");
+        continue;
+      }
       total += ms;
       item(timings, stage, ms.toFixed(ms < 10 ? 1 : 0));
     }
@@ -515,16 +544,42 @@
       $("picture-caption").textContent = "What compression kept: " + picture.kept + " of " + picture.total +
         " visual tokens, " + picture.groups + " frame groups" + (picture.every > 1 ? " (1 in " + picture.every +
         " shown)" : "") + ". Click the picture to zoom.";
+      pictureWords(picture.words);
       $("picture-box").hidden = false;
     } else if (picture && picture.error) {
       $("picture-caption").textContent = picture.error;
       $("picture-box").hidden = false;
     }
 
-    if (run.task === "ground") {
-      if (!state.duration && run.frames && run.frames.duration) state.duration = run.frames.duration;
-      drawSpan(Array.isArray(run.span) ? run.span : null);
+    if (!state.duration && run.frames && run.frames.duration) { // a video this browser cannot play (AVI)
+      state.duration = run.frames.duration;
+      $("t-end").textContent = clock(state.duration);
     }
+    if (run.task === "ground") {
+      drawSpan(Array.isArray(run.span) ? run.span : null);
+      if (!Array.isArray(run.span) && run.span_note) $("span").title = "No span: " + run.span_note;
+    }
+  }
+
+  // what the picture says, as text under it: readable at any width (on a phone the picture's own
+  // lettering is a few pixels high)
+  function pictureWords(words) {
+    const box = $("picture-words");
+    box.replaceChildren();
+    if (!words) return;
+    const add = (tag, text) => {
+      const node = document.createElement(tag);
+      node.textContent = text;
+      return node;
+    };
+    if (words.header) box.append(add("p", words.header));
+    const legend = words.legend || [];
+    if (legend.length) {
+      const list = add("ul", "");
+      for (const text of legend.slice(1)) list.append(add("li", text));
+      box.append(add("p", legend[0]), list);
+    }
+    for (const text of words.budget || []) box.append(add("p", text));
   }
 
   $("picture").addEventListener("click", () => $("picture-box").classList.toggle("zoom"));
