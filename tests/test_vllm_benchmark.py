@@ -153,17 +153,13 @@ def test_threads_bind_names_the_cores_this_process_may_use():
 
 
 @pytest.mark.slow
-def test_smoke_in_the_vllm_environment(tmp_path):
+def test_smoke_in_the_vllm_environment(vllm_env, tmp_path):
     """The whole script on the tiny model (head_dim 64) in vLLM's environment: every run's video tokens
     are the counts each asks for (V, vLLM's EVS count, round(0.1 V)); no time is asserted."""
-    from vllm_env import VllmEnvError, vllm_env
+    from vllm_env import run_env
 
-    try:
-        env = vllm_env()
-    except VllmEnvError as exc:
-        pytest.skip(f"the vLLM environment could not be built here: {exc}")
-    run = subprocess.run([str(env.python), str(SCRIPT), "--smoke", "--frames", "8", "--json"], capture_output=True,
-                         text=True, timeout=900, cwd=ROOT)
+    run = subprocess.run([str(vllm_env.python), str(SCRIPT), "--smoke", "--frames", "8", "--json"],
+                         capture_output=True, text=True, timeout=900, cwd=ROOT, env=run_env())
     assert run.returncode == 0, run.stderr[-3000:]
     data = json.loads(run.stdout)
     tokens = {name: data["runs"][name]["runs"][0]["video_tokens"] for name in bench.RUNS}

