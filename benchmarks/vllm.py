@@ -49,9 +49,10 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 # This file is named vllm.py: run as a script, its folder comes first on sys.path, where `import vllm`
 # would find this file instead of vLLM. Take it off (`provenance` is loaded by its path); the tests'
-# folder goes last (tiny_models).
-sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != HERE]
-sys.path.append(str(ROOT / "tests"))
+# folder goes last (tiny_models). Only when run: imported (by its tests), it leaves the importer's path alone.
+if __name__ == "__main__":
+    sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != HERE]
+    sys.path.append(str(ROOT / "tests"))
 
 RUNS = ("stock", "evs", "ottvid")
 PROMPT = "Describe what happens in the video."
