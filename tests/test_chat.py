@@ -157,11 +157,16 @@ class Terminal:
     def __init__(self, *args):
         import os
         import pty
+        import signal
         import sys
 
         env = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1", "COLUMNS": "200"}
         self.pid, self.fd = pty.fork()
         if self.pid == 0:  # the child: the command, with the terminal as stdin, stdout and stderr
+            # SIGINT as a terminal program finds it, even where the test run was started with it ignored (a
+            # background job of a non-interactive shell: the child would inherit that, and Python then
+            # installs no KeyboardInterrupt handler)
+            signal.signal(signal.SIGINT, signal.SIG_DFL)
             os.execve(sys.executable, [sys.executable, "-m", "ottvid_cli", *map(str, args)], env)
         self.seen = ""
 
@@ -296,7 +301,7 @@ def test_ctrl_d_at_the_prompt_leaves(tiny_qwen):
 
 
 @pytest.mark.skipif(os.name != "posix", reason="a pty and select on a terminal")
-def test_ctrl_c_at_the_prompt_is_raised_whichever_thread_the_kernel_hands_it_to(monkeypatch):
+def test_ctrl_c_at_the_prompt_is_raised_whichever_thread_the_kernel_hands_it_to(monkeypatch, request):
     """The kernel may deliver a terminal's SIGINT to any thread (torch's workers): a main thread blocked in
     read() then waited for Enter, and Ctrl-C at chat's prompt did nothing (a flaky pty test showed it).
     The prompt's reader wakes on the signal's wakeup byte instead."""
@@ -307,6 +312,10 @@ def test_ctrl_c_at_the_prompt_is_raised_whichever_thread_the_kernel_hands_it_to(
 
     from ottvid_cli.cli import ask as chat_cli
 
+    # Python's own handler, as a terminal program has it, even where the test run was started with SIGINT
+    # ignored (then Python installs none)
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    request.addfinalizer(lambda: signal.signal(signal.SIGINT, previous))
     master, slave = pty.openpty()
     with os.fdopen(slave, "r") as terminal:
         monkeypatch.setattr(sys, "stdin", terminal)

@@ -3,7 +3,6 @@ group that turns every usage error and unexpected exception into one such line."
 
 from __future__ import annotations
 
-import errno
 import sys
 
 import typer
@@ -17,6 +16,7 @@ except ImportError:
 
     _Abort = click.Abort
 
+from .console import PipeConsole
 from .help import HelpGroup
 
 EXIT_RUN, EXIT_USAGE, EXIT_NO_SPAN, EXIT_WRITE = 1, 2, 3, 4
@@ -92,15 +92,6 @@ def _reader_gone() -> None:
         pass
     finally:
         os.close(devnull)
-
-
-class PipeConsole(Console):
-    """A rich console whose closed pipe raises BrokenPipeError (the command then exits 0, see
-    `_OneLineErrors.invoke`) where rich's own would exit 1."""
-
-    def on_broken_pipe(self) -> None:
-        self.quiet = True
-        raise BrokenPipeError(errno.EPIPE, "the reader closed the pipe")
 
 
 def _internal(exc: BaseException) -> str:

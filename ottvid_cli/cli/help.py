@@ -99,7 +99,7 @@ def _paragraphs(text: str, width: int) -> list[str]:
 
 def _console():
     """A console made now, so that it reads COLUMNS as it is now (and writes to sys.stdout as it is)."""
-    from .errors import PipeConsole
+    from .console import PipeConsole
 
     return PipeConsole()
 
