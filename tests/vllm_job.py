@@ -88,7 +88,7 @@ def main() -> None:
         out = llm.generate(request, params, use_tqdm=False)[0]
         first = out.outputs[0].logprobs[0] if out.outputs[0].logprobs else {}
         last = llm.apply_model(lambda model: {
-            "kept": [entry["index"].tolist() for entry in getattr(model, "ottvid_last", [])],
+            "kept": [index.tolist() for index in getattr(model, "ottvid_last", [])],
             "positions": model.seen_positions[-1] if getattr(model, "seen_positions", None) else None})[0]
         llm.apply_model(lambda model: setattr(model, "seen_positions", []) if hasattr(model, "seen_positions") else None)
         runs.append({"method": method, "model_class": name, "prompt_tokens": len(out.prompt_token_ids),

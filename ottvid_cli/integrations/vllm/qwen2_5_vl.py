@@ -71,7 +71,7 @@ class OTTVidQwen2_5_VL(Qwen2_5_VLForConditionalGeneration):
         if self.ottvid is not None and self.use_data_parallel:
             raise settings.SettingsError("ottvid_method needs the vision encoder's attention on one rank: "
                                          "leave --mm-encoder-tp-mode at weights")
-        self.ottvid_last: list[dict[str, torch.Tensor]] = []  # the last call's kept tokens (tests, docs)
+        self.ottvid_last: list[torch.Tensor] = []  # the last call's kept flat indices, one tensor a video (tests)
         self._saliency: list[torch.Tensor] | None = None
 
     # -- the encoder, with the saliency of its last block ---------------------------------------
@@ -144,8 +144,7 @@ class OTTVidQwen2_5_VL(Qwen2_5_VLForConditionalGeneration):
                 rows, compressed = pruning.compress_video(emb, (t, h // merge, w // merge), sal, second, per_second,
                                                           self.ottvid.method, self.ottvid.config)
             out.append(rows)
-            self.ottvid_last.append({"index": compressed.index,
-                                     "positions": pruning.decode_positions(rows[:, -pruning.POSITION_CHANNELS:])})
+            self.ottvid_last.append(compressed.index)
         self._saliency = None
         return tuple(out)
 
