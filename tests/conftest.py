@@ -83,6 +83,32 @@ def tiny_qwen_vllm(tmp_path_factory: pytest.TempPathFactory) -> pathlib.Path:
               "rope_parameters": {"rope_type": "default", "rope_theta": 1000000.0, "mrope_section": [8, 12, 12]}})
 
 
+def _tiny_qwen3_for_vllm(path: pathlib.Path, moe: bool) -> pathlib.Path:
+    from tiny_models import build_tiny_qwen3_vl, published_moe_layout
+
+    text = {"hidden_size": 128, "num_attention_heads": 2, "num_key_value_heads": 2, "head_dim": 64,
+            "rope_parameters": {"rope_type": "default", "rope_theta": 5000000.0, "mrope_section": [8, 12, 12],
+                                "mrope_interleaved": True}}
+    if moe:  # vLLM's Qwen3-MoE block reads it (transformers' Qwen3-VL-MoE always renormalises the top-k)
+        text["norm_topk_prob"] = True
+    path = build_tiny_qwen3_vl(path, moe=moe, vision={"out_hidden_size": 128}, text=text)
+    return published_moe_layout(path) if moe else path
+
+
+@pytest.fixture(scope="session")
+def tiny_qwen3_vllm(tmp_path_factory: pytest.TempPathFactory) -> pathlib.Path:
+    """A tiny Qwen3-VL that vLLM's CPU attention takes (LLM head_dim 64: hidden 128, 2 heads, interleaved
+    M-RoPE [8, 12, 12]); vision as `tiny_qwen3_vl`, DeepStack after blocks 0 and 1 (16 merged tokens a
+    frame at most: 128 x 128 is 4 x 4)."""
+    return _tiny_qwen3_for_vllm(tmp_path_factory.mktemp("tiny_qwen3_vllm"), moe=False)
+
+
+@pytest.fixture(scope="session")
+def tiny_qwen3_moe_vllm(tmp_path_factory: pytest.TempPathFactory) -> pathlib.Path:
+    """`tiny_qwen3_vllm` as Qwen3-VL-MoE (4 experts, 2 a token)."""
+    return _tiny_qwen3_for_vllm(tmp_path_factory.mktemp("tiny_qwen3_moe_vllm"), moe=True)
+
+
 @dataclass
 class VllmServer:
     url: str  # http://127.0.0.1:PORT/v1

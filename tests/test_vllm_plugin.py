@@ -15,24 +15,21 @@ OTTVID_SKIP_VLLM_ENV=1 skips them on purpose.
 
 from __future__ import annotations
 
-import json
 import pathlib
 import subprocess
 
 import numpy as np
 import pytest
-import torch
 
 from ottvid_cli.compression import methods
+from vllm_parity import QUESTION, ours_at, prompt_text, run_job, write_clip
 from vllm_env import run_env
 
 pytestmark = pytest.mark.slow
 
-HERE = pathlib.Path(__file__).resolve().parent
 FRAMES, SIDE, FPS = 8, 112, 2.0  # 4 groups of 4 x 4 merged tokens: V = 64 (the tiny processor's largest frame)
 GROUPS, TOKENS = FRAMES // 2, (SIDE // 28) ** 2
 V = GROUPS * TOKENS
-QUESTION = "What happens in the video?"
 # every registered method runs inside vLLM (only "none" is no method: q = 0 is vLLM's own "none")
 RUNNABLE = [name for name in methods.names() if name != "none"]
 
@@ -51,51 +48,6 @@ def ours(tiny_qwen_vllm):
     from ottvid_cli.backbones.qwen2_5_vl import Qwen25VL
 
     return Qwen25VL.load(str(tiny_qwen_vllm), device="cpu", dtype="float32")
-
-
-def write_clip(path: pathlib.Path, frames: int = 16, rate: int = 4) -> pathlib.Path:
-    """A 112 x 112 MPEG-4 clip of random frames (the tiny processor's largest frame: 4 x 4 tokens a group)."""
-    import av
-
-    rng = np.random.default_rng(1)
-    with av.open(str(path), "w") as container:
-        stream = container.add_stream("mpeg4", rate=rate)
-        stream.width = stream.height = SIDE
-        stream.pix_fmt = "yuv420p"
-        for _ in range(frames):
-            image = rng.integers(0, 256, size=(SIDE, SIDE, 3), dtype=np.uint8)
-            container.mux(stream.encode(av.VideoFrame.from_ndarray(image, format="rgb24")))
-        container.mux(stream.encode())
-    return path
-
-
-def prompt_text(backbone) -> str:
-    from ottvid_cli.backbones.base import chat_text
-
-    return chat_text(backbone.processor, QUESTION)
-
-
-def run_job(vllm_env, tmp_path, **job) -> list[dict]:
-    path = tmp_path / f"job-{len(list(tmp_path.glob('job-*')))}.json"
-    path.write_text(json.dumps(job))
-    done = subprocess.run([str(vllm_env.python), str(HERE / "vllm_job.py"), str(path)], capture_output=True,
-                          text=True, timeout=900, env=run_env(VLLM_CPU_NUM_OF_RESERVED_CPU="0"))
-    lines = [line for line in done.stdout.splitlines() if line.startswith("RESULT ")]
-    assert done.returncode == 0 and lines, (done.returncode, done.stdout[-2000:], done.stderr[-4000:])
-    return json.loads(lines[-1][len("RESULT "):])
-
-
-def ours_at(backbone, clip_path: pathlib.Path, method: str, ratio: float):
-    """ottvid_cli on the same frames: kept indices, positions (3, L') and first-token log-probabilities."""
-    frames = np.load(clip_path)
-    timestamps = [i / FPS for i in range(FRAMES)]
-    inputs = backbone.preprocess(frames, timestamps, FRAMES / FPS, QUESTION)
-    tokens = backbone.encode(inputs)
-    out = methods.compress_with(method, tokens.features, tokens.saliency, tokens.grid, ratio=ratio)
-    llm = backbone.kept_sequence(inputs, out.index)
-    logits = backbone.prefill_logits(inputs, out.features, out.index, compressed=out)
-    return {"kept": out.index.tolist(), "positions": llm["position_ids"][1:, 0].tolist(),
-            "ids": llm["input_ids"][0].tolist(), "logprobs": torch.log_softmax(logits[0, -1].float(), -1)}
 
 
 @pytest.fixture(scope="module")

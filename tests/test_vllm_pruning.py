@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from ottvid_cli.compression import OTTVidConfig, methods
-from ottvid_cli.integrations.vllm import pruning, settings
+from ottvid_cli.integrations.vllm import pruning, qwen3_layout, settings
 
 
 def config(**overrides):
@@ -163,3 +163,87 @@ def test_image_positions_end_at_the_larger_side():
     positions = pruning.decode_positions(pruning.image_channels((1, 2, 5), torch.bfloat16, torch.device("cpu")))
     assert positions[0].tolist() == [0] * 10 and positions[3].tolist() == [5] * 10
     assert positions[1].tolist() == [0] * 5 + [1] * 5 and positions[2].tolist() == list(range(5)) * 2
+
+
+# -- Qwen3-VL: the layout of a compressed video, and its positions in the request ---------------------
+
+TS, VS, VE, VID, IMG, TXT = 90, 91, 92, 93, 94, 95  # made-up token ids: a timestamp's text, markers, video, image
+
+
+def qwen3_item(groups: int, tokens: int, stamp: int = 2) -> torch.Tensor:
+    """An uncompressed Qwen3-VL video item: per group `stamp` timestamp tokens, <vs>, `tokens` video, <ve>."""
+    return torch.tensor(([TS] * stamp + [VS] + [VID] * tokens + [VE]) * groups)
+
+
+def test_qwen3_lumped_placeholder_resized_to_our_count():
+    ids = [TXT, TS, TS, VS, VID, VID, VID, VE, TS, VS, VE, TXT, TS, VS, VID, VE]
+    assert qwen3_layout.resize_video_runs(ids, VID, [1, 4]) == [
+        TXT, TS, TS, VS, VID, VE, TS, VS, VE, TXT, TS, VS, VID, VID, VID, VID, VE]
+    with pytest.raises(ValueError, match="more runs of video placeholders than its 1 videos"):
+        qwen3_layout.resize_video_runs(ids, VID, [1])
+
+
+def test_qwen3_layout_by_hand_with_an_emptied_group():
+    """3 groups of a 2 x 2 grid, each `ts ts <vs> v v v v <ve>` (8 tokens); kept: tokens 1 and 3 of group 0,
+    none of group 1, token 0 of group 2. Text keeps its uncompressed positions, each kept token its own:
+    group g's block starts at s = 6 g + 3 (2 timestamp tokens, <vs>, a block 2 wide, <ve> before it) with
+    (s, s + row, s + col), its <ve> at s + max(2, 2), emptied or not; what follows the item at 18."""
+    ids, values = qwen3_layout.video_layout(qwen3_item(3, 4), VID, VS, (3, 2, 2), torch.tensor([1, 3, 8]))
+    assert ids.tolist() == [TS, TS, VS, VID, VID, VE, TS, TS, VS, VE, TS, TS, VS, VID, VE]
+    t, h, w, following, j, lead, length = values.tolist()
+    assert t == [0, 1, 2, 3, 3, 5, 6, 7, 8, 11, 12, 13, 14, 15, 17]
+    assert h == [0, 1, 2, 3, 4, 5, 6, 7, 8, 11, 12, 13, 14, 15, 17]
+    assert w == [0, 1, 2, 4, 4, 5, 6, 7, 8, 11, 12, 13, 14, 15, 17]
+    assert following == [18] * 15 and j == list(range(15)) and lead == [3] * 15 and length == [15] * 15
+
+
+def test_qwen3_positions_in_the_request_by_hand():
+    """Prompt: 2 text tokens, <vs> (the template's), the lumped item, <ve>, 2 text tokens. The item starts at
+    base = 3; what follows it at base + 18 = 21 onward; the generated tokens continue from there (delta)."""
+    ids, values = qwen3_layout.video_layout(qwen3_item(3, 4), VID, VS, (3, 2, 2), torch.tensor([1, 3, 8]))
+    lumped = [TS, TS, VS, VID, VID, VID, VE, TS, TS, VS, VE, TS, TS, VS, VE]  # vLLM's: all 3 in group 0's block
+    prompt = torch.tensor([TXT, TXT, VS] + lumped + [VE, TXT, TXT])
+    n = prompt.numel()
+    stale = torch.arange(n).expand(3, n)  # whatever vLLM computed for the unpruned prompt
+    positions, delta = qwen3_layout.place(prompt, [values], stale, 0, VID, IMG)
+    assert positions[:, :3].tolist() == [[0, 1, 2]] * 3
+    assert positions[:, 3:18].tolist() == (values[:3] + 3).tolist()
+    assert positions[:, 18:].tolist() == [[21, 22, 23]] * 3
+    assert delta == 24 - n
+
+
+def test_qwen3_positions_by_prefill_chunk_equal_one_pass():
+    """vLLM's chunked prefill hands the item's rows over in pieces (a piece may begin inside the item);
+    placed chunk by chunk, with a second video and an image after it, the positions equal one pass."""
+    first_ids, first = qwen3_layout.video_layout(qwen3_item(3, 4), VID, VS, (3, 2, 2), torch.tensor([1, 3, 8]))
+    second_ids, second = qwen3_layout.video_layout(qwen3_item(2, 4, stamp=3), VID, VS, (2, 2, 2),
+                                                   torch.tensor([5, 6]))
+    image = qwen3_layout.image_values((1, 2, 3))
+    lumped_one = [TS, TS, VS, VID, VID, VID, VE, TS, TS, VS, VE, TS, TS, VS, VE]
+    lumped_two = [TS, TS, TS, VS, VID, VID, VE, TS, TS, TS, VS, VE]
+    prompt = torch.tensor([TXT, VS] + lumped_one + [VE, TXT] + [VS] + lumped_two + [VE, VS] + [IMG] * 6
+                          + [VE, TXT, TXT])
+    n = prompt.numel()
+    stale = torch.arange(n).expand(3, n)
+    whole, whole_delta = qwen3_layout.place(prompt, [first, second, image], stale, 0, VID, IMG)
+    # the chunks: [0, 10) cuts the first video after 8 of its rows; [10, 30) holds its rest and 10 rows of
+    # the second; [30, n) the second's last 2 rows and the image
+    positions = stale
+    positions, _ = qwen3_layout.place(prompt, [first[:, :8]], positions, 0, VID, IMG)
+    positions, _ = qwen3_layout.place(prompt, [first[:, 8:], second[:, :10]], positions, 10, VID, IMG)
+    positions, delta = qwen3_layout.place(prompt, [second[:, 10:], image], positions, 30, VID, IMG)
+    assert torch.equal(positions, whole) and delta == whole_delta
+    # the image: (0, row, col) one past the <vs> before it, what follows at + max(2, 3)
+    at = prompt.tolist().index(IMG)
+    s = int(whole[0, at - 1]) + 1
+    assert whole[:, at:at + 6].tolist() == [[s] * 6, [s, s, s, s + 1, s + 1, s + 1], [s, s + 1, s + 2] * 2]
+    assert whole[:, at + 6].tolist() == [s + 3] * 3
+    assert second_ids.numel() == len(lumped_two) and first_ids.numel() == len(lumped_one)
+
+
+def test_qwen3_values_survive_bfloat16():
+    _, values = qwen3_layout.video_layout(qwen3_item(300, 4), VID, VS, (300, 2, 2), torch.arange(0, 1200, 10))
+    assert int(values.max()) > 1000  # past what bfloat16 holds exactly (256)
+    encoded = pruning.encode_positions(values, torch.bfloat16)
+    assert encoded.shape == (values.shape[1], qwen3_layout.CHANNELS)
+    assert torch.equal(pruning.decode_positions(encoded), values)

@@ -712,10 +712,31 @@ def build_tiny_qwen3_vl(
     return path
 
 
+def published_moe_layout(path: pathlib.Path) -> pathlib.Path:
+    """Rewrite a saved tiny Qwen3-VL-MoE's expert tensors in the layout of the published checkpoints
+    (Qwen/Qwen3-VL-30B-A3B-Instruct: `experts.gate_up_proj` (E, hidden, 2 I), `experts.down_proj` (E, I,
+    hidden)), which vLLM reads. transformers 5.x holds them transposed and saves them as it holds them;
+    its `conversion_mapping` ("qwen3_vl_moe": Transpose(1, 2)) turns the published layout back on load."""
+    from safetensors.torch import load_file, save_file
+
+    file = pathlib.Path(path) / "model.safetensors"
+    tensors = load_file(file)
+    config = json.loads((pathlib.Path(path) / "config.json").read_text())["text_config"]
+    hidden = config["hidden_size"]
+    for name, tensor in tensors.items():
+        held = (name.endswith("experts.gate_up_proj") and tensor.shape[2] == hidden  # (E, 2 I, hidden)
+                or name.endswith("experts.down_proj") and tensor.shape[1] == hidden)  # (E, hidden, I)
+        if held:
+            tensors[name] = tensor.transpose(1, 2).contiguous()
+    save_file(tensors, file, metadata={"format": "pt"})
+    return pathlib.Path(path)
+
+
 __all__ = [
     "build_tiny_qwen2_5_vl",
     "build_tiny_llava_onevision",
     "build_tiny_qwen3_vl",
+    "published_moe_layout",
     "QWEN2_5_VL_CHAT_TEMPLATE",
     "QWEN3_VL_CHAT_TEMPLATE",
     "LLAVA_ONEVISION_CHAT_TEMPLATE",

@@ -9,7 +9,8 @@ engine; [] or [null]: the engine as configured), logprobs (top-k of the first ge
 (False: VLLM_PLUGINS set so that no plugin loads: stock vLLM), cpu_fix ("all": the CPU runner fix for vLLM's
 own EVS too, `cpu_runner.patch("all")`).
 For each run: the prompt's token count, the generated text, the first token's top log-probabilities, and
-(with the plugin) the kept token indices, the positions the LLM received (3, L) and the model's class.
+(with the plugin) the kept token indices, the positions the LLM received (3, L), the model's class and, for
+Qwen3-VL, each video's token ids as the LLM received them (`layout`).
 """
 
 from __future__ import annotations
@@ -89,6 +90,7 @@ def main() -> None:
         first = out.outputs[0].logprobs[0] if out.outputs[0].logprobs else {}
         last = llm.apply_model(lambda model: {
             "kept": [index.tolist() for index in getattr(model, "ottvid_last", [])],
+            "layout": getattr(model, "ottvid_layout", None),
             "positions": model.seen_positions[-1] if getattr(model, "seen_positions", None) else None})[0]
         llm.apply_model(lambda model: setattr(model, "seen_positions", []) if hasattr(model, "seen_positions") else None)
         runs.append({"method": method, "model_class": name, "prompt_tokens": len(out.prompt_token_ids),

@@ -1,15 +1,19 @@
 """vLLM's general plugin: ottvid's compression methods inside `vllm serve` (docs/vllm.md).
 
 Installed with `pip install "ottvid-cli[vllm]"`, which registers `register` in the entry-point group
-`vllm.general_plugins`; vLLM calls it in each of its processes. It replaces vLLM's Qwen2.5-VL
-architecture by a subclass (`qwen2_5_vl.OTTVidQwen2_5_VL`, imported only when vLLM builds the model)
-that runs the method named by `--hf-overrides '{"ottvid_method": ...}'` at `--video-pruning-rate` q,
-and behaves exactly as vLLM's own model otherwise. Nothing else in ottvid imports vLLM.
+`vllm.general_plugins`; vLLM calls it in each of its processes. It replaces vLLM's Qwen2.5-VL and
+Qwen3-VL (dense and MoE) architectures by subclasses (`qwen2_5_vl`, `qwen3_vl`; imported only when vLLM
+builds the model) that run the method named by `--hf-overrides '{"ottvid_method": ...}'` at
+`--video-pruning-rate` q, and behave exactly as vLLM's own models otherwise. Nothing else in ottvid imports vLLM.
 """
 
 from __future__ import annotations
 
-ARCHITECTURES = {"Qwen2_5_VLForConditionalGeneration": "ottvid_cli.integrations.vllm.qwen2_5_vl:OTTVidQwen2_5_VL"}
+ARCHITECTURES = {
+    "Qwen2_5_VLForConditionalGeneration": "ottvid_cli.integrations.vllm.qwen2_5_vl:OTTVidQwen2_5_VL",
+    "Qwen3VLForConditionalGeneration": "ottvid_cli.integrations.vllm.qwen3_vl:OTTVidQwen3VL",
+    "Qwen3VLMoeForConditionalGeneration": "ottvid_cli.integrations.vllm.qwen3_vl:OTTVidQwen3VLMoe",
+}
 
 
 def register() -> None:

@@ -34,39 +34,33 @@ def retained(ratio: float, groups: int, tokens: int) -> int:
 
 
 def encode_positions(positions: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
-    """(4, M) non-negative long positions -> (M, POSITION_CHANNELS) base-256 digits in `dtype`, most
-    significant first. ValueError past 256**DIGITS."""
+    """(K, M) non-negative long values (positions and counts) -> (M, K x DIGITS) base-256 digits in
+    `dtype`, most significant first. ValueError past 256**DIGITS."""
     if positions.numel() and int(positions.max()) >= BASE**DIGITS:
         raise ValueError(f"a position of {int(positions.max())} does not fit {DIGITS} base-{BASE} digits")
     powers = BASE ** torch.arange(DIGITS - 1, -1, -1, device=positions.device)  # (DIGITS,)
-    digits = (positions.long().unsqueeze(-1) // powers) % BASE  # (4, M, DIGITS)
+    digits = (positions.long().unsqueeze(-1) // powers) % BASE  # (K, M, DIGITS)
     return digits.permute(1, 0, 2).reshape(positions.shape[1], -1).to(dtype)
 
 
 def decode_positions(channels: torch.Tensor) -> torch.Tensor:
-    """(M, POSITION_CHANNELS) digits (any float dtype) -> (4, M) long positions."""
-    digits = channels.float().round().long().reshape(channels.shape[0], 4, DIGITS)
+    """(M, K x DIGITS) digits (any float dtype) -> (K, M) long values."""
+    digits = channels.float().round().long().reshape(channels.shape[0], -1, DIGITS)
     powers = BASE ** torch.arange(DIGITS - 1, -1, -1, device=channels.device)
     return (digits * powers).sum(-1).t()
 
 
-def compress_video(embeds: torch.Tensor, grid: tuple[int, int, int], saliency: torch.Tensor | None,
-                   second_per_grid: float, tokens_per_second: float, method: str, config: Any,
-                   ) -> tuple[torch.Tensor, Compressed]:
-    """Compress one video's merged tokens and attach their positions.
-
-    embeds: (V, D) the encoder's output for the video, raster order (t, row, col), V = T' H' W';
-    grid: the merged grid (T', H', W'); saliency: (V,) or None. Returns the (M, D + POSITION_CHANNELS)
-    tensor vLLM's pipeline carries (features in `embeds`' dtype, then the encoded positions: each kept
-    or merged token at its root's (t, h, w), M = `retained`) and the method's `Compressed`.
-    """
+def run_method(embeds: torch.Tensor, grid: tuple[int, int, int], saliency: torch.Tensor | None, method: str,
+               config: Any) -> Compressed:
+    """The method on one video's merged tokens `embeds` (V, D), raster order, V = T' H' W' of the merged
+    `grid`; saliency (V,) or None. Checks that the output can keep M-RoPE positions (each row at its
+    root's: no reordered layout) and fills exactly the prompt's `retained` placeholders."""
     t, h, w = (int(v) for v in grid)
     if embeds.dim() != 2 or embeds.shape[0] != t * h * w:
         raise ValueError(f"embeds must be ({t * h * w}, D) for the merged grid {t}x{h}x{w}, "
                          f"got {tuple(embeds.shape)}")
-    features = embeds.reshape(t, h * w, -1)
     sal = None if saliency is None else saliency.reshape(t, h * w)
-    out = methods.get(method).fn(features, sal, (h, w), config)
+    out = methods.get(method).fn(embeds.reshape(t, h * w, -1), sal, (h, w), config)
     if out.order is not None:  # positions come from each row's root: a reordered layout has none to give
         raise ValueError(f"{method} with a reordered output (layout='official') cannot keep M-RoPE positions; "
                          f"use its default layout")
@@ -74,6 +68,22 @@ def compress_video(embeds: torch.Tensor, grid: tuple[int, int, int], saliency: t
     if out.index.numel() != want:
         raise ValueError(f"{method} returned {out.index.numel()} tokens where the prompt holds {want} "
                          f"placeholders (set its exact option to true)")
+    return out
+
+
+def compress_video(embeds: torch.Tensor, grid: tuple[int, int, int], saliency: torch.Tensor | None,
+                   second_per_grid: float, tokens_per_second: float, method: str, config: Any,
+                   ) -> tuple[torch.Tensor, Compressed]:
+    """Compress one Qwen2.5-VL video's merged tokens and attach their positions.
+
+    embeds: (V, D) the encoder's output for the video, raster order (t, row, col), V = T' H' W';
+    grid: the merged grid (T', H', W'); saliency: (V,) or None. Returns the (M, D + POSITION_CHANNELS)
+    tensor vLLM's pipeline carries (features in `embeds`' dtype, then the encoded positions: each kept
+    or merged token at its root's (t, h, w), M = `retained`) and the method's `Compressed`.
+    """
+    t, h, w = (int(v) for v in grid)
+    out = run_method(embeds, grid, saliency, method, config)
+    want = out.index.numel()
     full = vision_positions(0, (t, h, w), second_per_grid, tokens_per_second, device=embeds.device)  # (3, V)
     following = full.max() + 1  # the text after the video: largest position of the whole video + 1
     kept = torch.cat([full[:, out.index.to(embeds.device)], following.expand(1, want)])  # (4, M)

@@ -28,8 +28,8 @@ from vllm.multimodal.processing import PromptReplacement
 from vllm.multimodal.video_prune.evs import recompute_mrope_positions
 from vllm.utils.gpu_sync_debug import gpu_sync_allowed
 
-from ...backbones.saliency import mean_attention_received
 from . import pruning, settings
+from .saliency import LastBlockSaliency
 
 
 def _settings(ctx: Any) -> settings.Settings | None:
@@ -62,68 +62,31 @@ class OTTVidQwen2_5_VLProcessor(Qwen2_5_VLMultiModalProcessor):
 
 @MULTIMODAL_REGISTRY.register_processor(OTTVidQwen2_5_VLProcessor, info=Qwen2_5_VLProcessingInfo,
                                         dummy_inputs=Qwen2_5_VLDummyInputsBuilder)
-class OTTVidQwen2_5_VL(Qwen2_5_VLForConditionalGeneration):
+class OTTVidQwen2_5_VL(LastBlockSaliency, Qwen2_5_VLForConditionalGeneration):
     """vLLM's Qwen2.5-VL; with `ottvid_method` set and q > 0, videos are compressed by that method."""
 
     def __init__(self, *, vllm_config: Any, prefix: str = "") -> None:
         super().__init__(vllm_config=vllm_config, prefix=prefix)
-        self.ottvid = settings.read(self.config, self.video_pruning_rate)
-        if self.ottvid is not None and self.use_data_parallel:
-            raise settings.SettingsError("ottvid_method needs the vision encoder's attention on one rank: "
-                                         "leave --mm-encoder-tp-mode at weights")
+        self.ottvid = settings.for_model(self.config, self.video_pruning_rate, self.use_data_parallel)
         self.ottvid_last: list[torch.Tensor] = []  # the last call's kept flat indices, one tensor a video (tests)
         self._saliency: list[torch.Tensor] | None = None
 
-    # -- the encoder, with the saliency of its last block ---------------------------------------
+    # -- the encoder, with the saliency of its last block (saliency.LastBlockSaliency) ------------
 
     def _process_video_input(self, video_input: Any) -> tuple[torch.Tensor, ...]:
         if self.ottvid is None:
             return super()._process_video_input(video_input)
-        if video_input["type"] != "pixel_values_videos":
-            raise ValueError(f"ottvid_method {self.ottvid.method} compresses videos given as frames (the vision "
-                             f"encoder's attention is its saliency), not as precomputed embeddings")
-        capture: dict[str, Any] = {}
-        attn = self.visual.blocks[-1].attn
+        return self._encode_with_saliency(super()._process_video_input, video_input)
 
-        def grab(module: Any, args: tuple, kwargs: dict) -> None:
-            capture["cu_seqlens"] = kwargs["cu_seqlens"]
-            capture["cos"], capture["sin"] = kwargs["rotary_pos_emb_cos"], kwargs["rotary_pos_emb_sin"]
-
-        def grab_qkv(module: Any, args: tuple, output: Any) -> None:
-            capture["qkv"] = output[0] if isinstance(output, tuple) else output
-
-        handles = [attn.register_forward_pre_hook(grab, with_kwargs=True), attn.qkv.register_forward_hook(grab_qkv)]
-        try:
-            embeds = super()._process_video_input(video_input)
-        finally:
-            for handle in handles:
-                handle.remove()
-        self._saliency = self._saliency_of(capture, video_input["video_grid_thw"].tolist())
-        return embeds
-
-    def _saliency_of(self, capture: dict[str, Any], grid_thw: list[list[int]]) -> list[torch.Tensor]:
-        """Each video's (V,) mean attention its merged tokens receive in the last vision block, raster
-        order: softmax(q k^T / sqrt(d)) within the block's segments (a temporal group for the full-attention
-        last block), averaged over heads and queries, summed over each merge group."""
-        attn = self.visual.blocks[-1].attn
-        heads, head_dim = attn.num_attention_heads_per_partition, attn.hidden_size_per_attention_head
-        qkv = capture["qkv"].reshape(capture["qkv"].shape[0], 3, heads, head_dim)  # (s, 3, H, d), b = 1
-        qk = attn.apply_rotary_emb(qkv[:, :2].permute(1, 0, 2, 3).contiguous(), capture["cos"], capture["sin"])
-        bounds = [int(v) for v in capture["cu_seqlens"].tolist()]
-        received = mean_attention_received(qk[0], qk[1], bounds, head_dim**-0.5)  # (s,) window order
-        if attn.tp_size > 1:  # each rank holds heads / tp of them: average over all heads
-            from vllm.distributed import tensor_model_parallel_all_reduce
-
-            received = tensor_model_parallel_all_reduce(received * heads) / (heads * attn.tp_size)
-        unit = self.visual.spatial_merge_unit
-        merged = received.reshape(-1, unit).sum(-1)  # one value per merged token, window order
+    def _to_raster(self, merged: torch.Tensor, grid_thw: list[list[int]]) -> torch.Tensor:
+        """The tower works in windows: its merged tokens come out in window order (`get_rope_by_thw`'s
+        window index gives each one's raster slot)."""
         order, offset = [], 0
+        merge = self.visual.spatial_merge_size
         for t, h, w in grid_thw:
             order.append(self.visual.get_rope_by_thw(int(t), int(h), int(w))[2] + offset)
-            offset += int(t) * (int(h) // self.visual.spatial_merge_size) * (int(w) // self.visual.spatial_merge_size)
-        raster = merged[torch.argsort(torch.cat(order).to(merged.device))]
-        sizes = [int(t) * int(h) * int(w) // unit for t, h, w in grid_thw]
-        return list(raster.split(sizes))
+            offset += int(t) * (int(h) // merge) * (int(w) // merge)
+        return merged[torch.argsort(torch.cat(order).to(merged.device))]
 
     # -- compression and positions ---------------------------------------------------------------
 

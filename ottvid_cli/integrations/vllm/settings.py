@@ -75,3 +75,12 @@ def read(hf_config: Any, pruning_rate: float | None) -> Settings | None:
     if not pruning_rate:
         return None
     return Settings(method=method, ratio=ratio, config=config)
+
+
+def for_model(hf_config: Any, pruning_rate: float | None, data_parallel: bool) -> Settings | None:
+    """`read` for a model being built; a method also needs the vision encoder's attention on one rank."""
+    chosen = read(hf_config, pruning_rate)
+    if chosen is not None and data_parallel:
+        raise SettingsError("ottvid_method needs the vision encoder's attention on one rank: "
+                            "leave --mm-encoder-tp-mode at weights")
+    return chosen

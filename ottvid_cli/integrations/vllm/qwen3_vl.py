@@ -1,0 +1,176 @@
+"""vLLM's Qwen3-VL (dense and MoE) with an ottvid method on each video's embeddings (docs/vllm.md). Imports vLLM.
+
+`OTTVidQwen3VL` and `OTTVidQwen3VLMoe` subclass vLLM's own models; the plugin registers them under
+`Qwen3VLForConditionalGeneration` and `Qwen3VLMoeForConditionalGeneration`, with `OTTVidQwen3VLProcessor`.
+Without `ottvid_method` in hf_overrides, or with `--video-pruning-rate` 0, every override hands over to
+vLLM's own code (EVS included). With it:
+- the processor sizes each video's lumped placeholder (all its video tokens in the first group's block,
+  as vLLM's EVS does) to round((1 - q) x V) (`pruning.retained`) before the encoder runs;
+- the last vision block gives the saliency (`saliency.LastBlockSaliency`);
+- the method compresses each video's main features; every DeepStack level follows the same decisions
+  (`Compressed.apply`, as `backbones.qwen3_vl` does); the model returns the whole placeholder laid out as
+  ottvid_cli lays it out: each group's `<t seconds><|vision_start|>` + the tokens kept from it +
+  `<|vision_end|>` (`qwen3_layout.video_layout`), with text embeddings for the timestamps and markers;
+- every row carries its trained position (text its uncompressed one, a kept or merged token its root's)
+  and `recompute_mrope_positions` places them (`qwen3_layout.place`), vLLM's own function not used.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import torch
+from vllm.model_executor.models.qwen3_vl import (
+    Qwen3VLDummyInputsBuilder,
+    Qwen3VLForConditionalGeneration,
+    Qwen3VLMultiModalProcessor,
+    Qwen3VLProcessingInfo,
+)
+from vllm.model_executor.models.qwen3_vl_moe import Qwen3VLMoeForConditionalGeneration, Qwen3VLMoeProcessingInfo
+from vllm.multimodal import MULTIMODAL_REGISTRY
+from vllm.multimodal.processing import PromptReplacement, PromptUpdateDetails
+from vllm.utils.gpu_sync_debug import gpu_sync_allowed
+
+from . import pruning, qwen3_layout, settings
+from .saliency import LastBlockSaliency
+
+
+class OTTVidQwen3VLProcessor(Qwen3VLMultiModalProcessor):
+    """vLLM's Qwen3-VL processor, with the ottvid method's placeholder count in each video's lumped block."""
+
+    def _ottvid_counts(self, grids: Sequence[Sequence[int]]) -> list[int] | None:
+        if not hasattr(self, "_ottvid"):  # read once: the server's settings do not change
+            self._ottvid = settings.read(self.info.ctx.model_config.hf_config,
+                                         self.info.ctx.get_mm_config().video_pruning_rate)
+        if self._ottvid is None:
+            return None
+        merge = self.info.get_hf_config().vision_config.spatial_merge_size
+        return [pruning.retained(self._ottvid.ratio, int(t), (int(h) // merge) * (int(w) // merge))
+                for t, h, w in grids]
+
+    def _apply_hf_processor_main(self, mm_items: Any, hf_kwargs: Mapping[str, object]) -> Any:
+        processed = super()._apply_hf_processor_main(mm_items, hf_kwargs)
+        grids = processed.get("video_grid_thw")
+        counts = None if grids is None else self._ottvid_counts(grids.tolist())
+        if counts is None or "input_ids" not in processed:
+            return processed
+        ids = processed["input_ids"]
+        rows = ids.tolist() if isinstance(ids, torch.Tensor) else ids
+        video_token = self.info.get_hf_config().video_token_id
+        resized = [qwen3_layout.resize_video_runs(rows[0], video_token, counts)]
+        processed["input_ids"] = torch.tensor(resized, dtype=ids.dtype) if isinstance(ids, torch.Tensor) else resized
+        return processed
+
+    def _get_prompt_updates(self, mm_items: Any, hf_processor_mm_kwargs: Mapping[str, Any],
+                            out_mm_kwargs: Any) -> Sequence[Any]:
+        updates = super()._get_prompt_updates(mm_items, hf_processor_mm_kwargs, out_mm_kwargs)
+        if self._ottvid_counts([]) is None:
+            return updates
+        video_token = self.info.get_hf_config().video_token_id
+
+        def sized(replacement: Any) -> Any:
+            def video(item_idx: int) -> PromptUpdateDetails:
+                grid = out_mm_kwargs["video"][item_idx]["video_grid_thw"].data.tolist()
+                details = replacement(item_idx)
+                (count,) = self._ottvid_counts([grid])
+                return PromptUpdateDetails.from_seq(qwen3_layout.resize_video_runs(details.full, video_token, [count]))
+
+            return video
+
+        return [update if update.modality != "video"
+                else PromptReplacement(modality="video", target=update.target, replacement=sized(update.replacement))
+                for update in updates]
+
+
+class _OTTVidQwen3(LastBlockSaliency):
+    """What the dense and MoE models share: the overrides of vLLM's pruned-media path."""
+
+    def _ottvid_init(self) -> None:
+        self.ottvid = settings.for_model(self.config, self.video_pruning_rate, self.use_data_parallel)
+        self.ottvid_last: list[torch.Tensor] = []  # the last call's kept flat indices, one tensor a video (tests)
+        self.ottvid_layout: list[list[int]] = []  # the last call's item token ids as the LLM gets them (tests)
+        self._saliency: list[torch.Tensor] | None = None
+
+    def _process_video_input(self, video_input: Any) -> tuple[torch.Tensor, ...]:
+        if self.ottvid is None:
+            return super()._process_video_input(video_input)
+        return self._encode_with_saliency(super()._process_video_input, video_input)
+
+    def _postprocess_video_embeds_evs(self, video_embeds_split: Sequence[torch.Tensor],
+                                      video_input: Any) -> tuple[torch.Tensor, ...]:
+        if self.ottvid is None:
+            return super()._postprocess_video_embeds_evs(video_embeds_split, video_input)
+        merge = self.visual.spatial_merge_size
+        config = self.config
+        out, self.ottvid_last, self.ottvid_layout = [], [], []
+        for emb, (t, h, w), stamps, sal in zip(video_embeds_split, video_input["video_grid_thw"].tolist(),
+                                               video_input.timestamps, self._saliency):
+            grid = (t, h // merge, w // merge)
+            with gpu_sync_allowed():  # the methods, and the layout's group counts, read a few values back
+                compressed = pruning.run_method(emb[:, :self.visual_dim], grid, sal, self.ottvid.method,
+                                                self.ottvid.config)
+                item = Qwen3VLMultiModalProcessor.get_video_repl(
+                    tokens_per_frame=[grid[1] * grid[2]] * t, timestamps=stamps, tokenizer=self._tokenizer,
+                    vision_start_token_id=config.vision_start_token_id,
+                    vision_end_token_id=config.vision_end_token_id, video_token_id=config.video_token_id).full
+                ids, values = qwen3_layout.video_layout(torch.tensor(item, device=emb.device), config.video_token_id,
+                                                        config.vision_start_token_id, grid, compressed.index)
+            is_video = ids == config.video_token_id
+            text = self.get_language_model().embed_input_ids(ids)  # timestamps and markers: text embeddings
+            main = text.to(emb.dtype).masked_scatter(is_video[:, None], compressed.features.to(emb.dtype))
+            parts = [main]
+            if emb.shape[1] > self.visual_dim:  # DeepStack levels: the same combination of rows as the main ones
+                levels = compressed.apply(emb[:, self.visual_dim:]).to(emb.dtype)
+                parts.append(levels.new_zeros(ids.numel(), levels.shape[1]).masked_scatter(is_video[:, None], levels))
+            parts.append(pruning.encode_positions(values, emb.dtype))
+            out.append(torch.cat(parts, 1))
+            self.ottvid_last.append(compressed.index)
+            self.ottvid_layout.append(ids.tolist())
+        self._saliency = None
+        return tuple(out)
+
+    def _postprocess_image_embeds_evs(self, image_embeds_split: Sequence[torch.Tensor],
+                                      image_input: Any) -> tuple[torch.Tensor, ...]:
+        if self.ottvid is None:
+            return super()._postprocess_image_embeds_evs(image_embeds_split, image_input)
+        merge = self.visual.spatial_merge_size
+        return tuple(torch.cat([emb, pruning.encode_positions(
+            qwen3_layout.image_values((t, h // merge, w // merge), emb.device), emb.dtype)], 1)
+            for emb, (t, h, w) in zip(image_embeds_split, image_input["image_grid_thw"].tolist()))
+
+    def recompute_mrope_positions(self, input_ids: Any, multimodal_embeddings: Sequence[torch.Tensor],
+                                  mrope_positions: torch.Tensor, num_computed_tokens: int) -> tuple:
+        if self.ottvid is None:
+            return super().recompute_mrope_positions(input_ids, multimodal_embeddings, mrope_positions,
+                                                     num_computed_tokens)
+        device = mrope_positions.device
+        ids = (input_ids if isinstance(input_ids, torch.Tensor)
+               else torch.tensor(input_ids, dtype=torch.long)).to(device=device, dtype=torch.long)
+        width = qwen3_layout.CHANNELS
+        embeds = [mm[:, :-width] for mm in multimodal_embeddings]
+        pieces = [pruning.decode_positions(mm[:, -width:]).to(device) for mm in multimodal_embeddings]
+        with gpu_sync_allowed():
+            positions, delta = qwen3_layout.place(ids, pieces, mrope_positions, int(num_computed_tokens),
+                                                  self.config.video_token_id, self.config.image_token_id)
+        return embeds, positions, delta
+
+
+@MULTIMODAL_REGISTRY.register_processor(OTTVidQwen3VLProcessor, info=Qwen3VLProcessingInfo,
+                                        dummy_inputs=Qwen3VLDummyInputsBuilder)
+class OTTVidQwen3VL(_OTTVidQwen3, Qwen3VLForConditionalGeneration):
+    """vLLM's Qwen3-VL; with `ottvid_method` set and q > 0, videos are compressed by that method."""
+
+    def __init__(self, *, vllm_config: Any, prefix: str = "model") -> None:
+        super().__init__(vllm_config=vllm_config, prefix=prefix)
+        self._ottvid_init()
+
+
+@MULTIMODAL_REGISTRY.register_processor(OTTVidQwen3VLProcessor, info=Qwen3VLMoeProcessingInfo,
+                                        dummy_inputs=Qwen3VLDummyInputsBuilder)
+class OTTVidQwen3VLMoe(_OTTVidQwen3, Qwen3VLMoeForConditionalGeneration):
+    """vLLM's Qwen3-VL-MoE; with `ottvid_method` set and q > 0, videos are compressed by that method."""
+
+    def __init__(self, *, vllm_config: Any, prefix: str = "") -> None:
+        super().__init__(vllm_config=vllm_config, prefix=prefix)
+        self._ottvid_init()

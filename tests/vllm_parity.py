@@ -1,0 +1,66 @@
+"""What the vLLM end-to-end tests share (tests/test_vllm_plugin.py, tests/test_vllm_qwen3.py): a job in the vLLM
+environment (tests/vllm_job.py) and ottvid_cli's own answer on the same frames."""
+
+from __future__ import annotations
+
+import json
+import pathlib
+import subprocess
+
+import numpy as np
+import torch
+
+from ottvid_cli.compression import methods
+from vllm_env import run_env
+
+HERE = pathlib.Path(__file__).resolve().parent
+QUESTION = "What happens in the video?"
+
+
+def write_clip(path: pathlib.Path, frames: int = 16, rate: int = 4, side: int = 112) -> pathlib.Path:
+    """A side x side MPEG-4 clip of random frames (112: the tiny Qwen2.5-VL processor's largest frame, 4 x 4
+    tokens a group; 128 for the tiny Qwen3-VL's)."""
+    import av
+
+    rng = np.random.default_rng(1)
+    with av.open(str(path), "w") as container:
+        stream = container.add_stream("mpeg4", rate=rate)
+        stream.width = stream.height = side
+        stream.pix_fmt = "yuv420p"
+        for _ in range(frames):
+            image = rng.integers(0, 256, size=(side, side, 3), dtype=np.uint8)
+            container.mux(stream.encode(av.VideoFrame.from_ndarray(image, format="rgb24")))
+        container.mux(stream.encode())
+    return path
+
+
+def prompt_text(backbone) -> str:
+    from ottvid_cli.backbones.base import chat_text
+
+    return chat_text(backbone.processor, QUESTION)
+
+
+def run_job(vllm_env, tmp_path, **job) -> list[dict]:
+    path = tmp_path / f"job-{len(list(tmp_path.glob('job-*')))}.json"
+    path.write_text(json.dumps(job))
+    done = subprocess.run([str(vllm_env.python), str(HERE / "vllm_job.py"), str(path)], capture_output=True,
+                          text=True, timeout=900, env=run_env(VLLM_CPU_NUM_OF_RESERVED_CPU="0"))
+    lines = [line for line in done.stdout.splitlines() if line.startswith("RESULT ")]
+    assert done.returncode == 0 and lines, (done.returncode, done.stdout[-2000:], done.stderr[-4000:])
+    return json.loads(lines[-1][len("RESULT "):])
+
+
+def ours_at(backbone, clip_path: pathlib.Path, method: str, ratio: float, fps: float = 2.0):
+    """ottvid_cli on the same frames at `fps`: kept indices, positions (3, L'), the LLM's token ids and the
+    first-token log-probabilities."""
+    frames = np.load(clip_path)
+    timestamps = [i / fps for i in range(len(frames))]
+    inputs = backbone.preprocess(frames, timestamps, len(frames) / fps, QUESTION)
+    tokens = backbone.encode(inputs)
+    out = methods.compress_with(method, tokens.features, tokens.saliency, tokens.grid, ratio=ratio)
+    llm = backbone.kept_sequence(inputs, out.index)
+    logits = backbone.prefill_logits(inputs, out.features, out.index, compressed=out)
+    return {"kept": out.index.tolist(), "positions": llm["position_ids"][1:, 0].tolist(),
+            "ids": llm["input_ids"][0].tolist(), "logprobs": torch.log_softmax(logits[0, -1].float(), -1)}
+
+
