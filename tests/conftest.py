@@ -71,16 +71,19 @@ def vllm_env():
                     f"{exc}", pytrace=False)
 
 
+TINY_QWEN_VLLM = {"vision": {"out_hidden_size": 128},
+                  "text": {"hidden_size": 128, "num_attention_heads": 2, "num_key_value_heads": 2,
+                           "rope_parameters": {"rope_type": "default", "rope_theta": 1000000.0,
+                                               "mrope_section": [8, 12, 12]}}}
+
+
 @pytest.fixture(scope="session")
 def tiny_qwen_vllm(tmp_path_factory: pytest.TempPathFactory) -> pathlib.Path:
     """A tiny Qwen2.5-VL that vLLM's CPU attention takes: LLM head_dim 64 (hidden 128, 2 heads, M-RoPE
     sections [8, 12, 12]); vision as `tiny_qwen` (12544 pixels a frame at most: 112 x 112 is 4 x 4 tokens)."""
     from tiny_models import build_tiny_qwen2_5_vl
 
-    return build_tiny_qwen2_5_vl(
-        tmp_path_factory.mktemp("tiny_qwen_vllm"), vision={"out_hidden_size": 128},
-        text={"hidden_size": 128, "num_attention_heads": 2, "num_key_value_heads": 2,
-              "rope_parameters": {"rope_type": "default", "rope_theta": 1000000.0, "mrope_section": [8, 12, 12]}})
+    return build_tiny_qwen2_5_vl(tmp_path_factory.mktemp("tiny_qwen_vllm"), **TINY_QWEN_VLLM)
 
 
 def _tiny_qwen3_for_vllm(path: pathlib.Path, moe: bool) -> pathlib.Path:
@@ -111,27 +114,41 @@ def tiny_qwen3_moe_vllm(tmp_path_factory: pytest.TempPathFactory) -> pathlib.Pat
 
 @dataclass
 class VllmServer:
-    url: str  # http://127.0.0.1:PORT/v1
+    base: str  # http://127.0.0.1:PORT
+    url: str  # base + /v1
     model: str
-    media: pathlib.Path  # --allowed-local-media-path
+    media: pathlib.Path  # --allowed-local-media-path, holding tests/data/bikes.mp4
     q: float
     log: pathlib.Path
 
+    def requests(self) -> int:
+        """Chat completions the server has answered so far (its access log)."""
+        return self.log.read_text(errors="replace").count("POST /v1/chat/completions")
+
 
 @pytest.fixture(scope="session")
-def vllm_server(vllm_env, tiny_qwen_vllm, tmp_path_factory):
+def vllm_server(vllm_env, tmp_path_factory):
     """vLLM's own OpenAI server on 127.0.0.1 with the plugin as the issue spells it:
     `--video-pruning-rate 0.9 --hf-overrides '{"ottvid_method": "ottvid"}'`, local videos under `media`,
-    8 frames a video."""
+    request media kwargs trusted, per-request metrics. One for the session (a start takes ~30 s): the
+    acceptance check (tests/test_vllm_plugin.py) and the command line against vLLM (tests/test_vllm_client.py).
+    Its model is `tiny_qwen_vllm`'s, with an output layer that makes every reply the letters A and B
+    (`tiny_models.letters_only`)."""
+    import shutil
+
+    from tiny_models import build_tiny_qwen2_5_vl, letters_only
     from vllm_env import VllmEnvError, serving
 
-    media = tmp_path_factory.mktemp("vllm_media")
-    log = tmp_path_factory.mktemp("vllm_server_log") / "server.log"
+    root = tmp_path_factory.mktemp("vllm_server")
+    model = letters_only(build_tiny_qwen2_5_vl(root / "qwen", **TINY_QWEN_VLLM))
+    media = root / "media"
+    media.mkdir()
+    shutil.copy(pathlib.Path(__file__).parent / "data" / "bikes.mp4", media / "bikes.mp4")
+    log = root / "server.log"
     args = ["--video-pruning-rate", "0.9", "--hf-overrides", '{"ottvid_method": "ottvid"}',
-            "--allowed-local-media-path", str(media), "--no-enable-prefix-caching", "--mm-processor-cache-gb", "0",
-            "--limit-mm-per-prompt", '{"video": 1}', "--media-io-kwargs", '{"video": {"num_frames": 8}}']
+            "--allowed-local-media-path", str(media), "--trust-request-mm-kwargs", "--enable-per-request-metrics"]
     try:
-        with serving(vllm_env.python, tiny_qwen_vllm, args, log) as url:
-            yield VllmServer(url=f"{url}/v1", model=str(tiny_qwen_vllm), media=media, q=0.9, log=log)
+        with serving(vllm_env.python, model, args, log, timeout=600) as url:
+            yield VllmServer(base=url, url=f"{url}/v1", model=str(model), media=media, q=0.9, log=log)
     except VllmEnvError as exc:
         pytest.fail(str(exc), pytrace=False)

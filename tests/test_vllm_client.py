@@ -1,11 +1,11 @@
 """`ottvid ask / ground --server URL` against vLLM's own OpenAI server (issue 32, item 7).
 
 One real `vllm serve` (vLLM's CPU build, in the cached environment of tests/vllm_env.py) with ottvid's
-plugin on (`--video-pruning-rate 0.75 --hf-overrides '{"ottvid_method": "ottvid"}'`) serves a tiny
-Qwen2.5-VL for the whole module (a start takes ~40 s); the command line runs as real subprocesses of
-this environment. The tiny model's output layer is set so that its greedy reply is made of the
-letters A and B only (its first token is A or B whatever the video): a reply a multiple-choice
-question can be read from, and a grounding reply without a time.
+plugin on (`--video-pruning-rate 0.9 --hf-overrides '{"ottvid_method": "ottvid"}'`: conftest's
+`vllm_server`, shared with tests/test_vllm_plugin.py; a start takes ~30 s) serves a tiny Qwen2.5-VL; the
+command line runs as real subprocesses of this environment. The tiny model's output layer is set so that
+its greedy reply is made of the letters A and B only (its first token is A or B whatever the video): a
+reply a multiple-choice question can be read from, and a grounding reply without a time.
 
 The module's first tests need no server: what a plain server's reply becomes (`openai_compat`).
 """
@@ -26,7 +26,6 @@ from ottvid_cli.tasks import grounding, qa
 
 ROOT = Path(__file__).resolve().parent.parent
 DATA = Path(__file__).resolve().parent / "data"
-START_TIMEOUT = 600  # seconds for vLLM to load the tiny model (about 40 s here, alone)
 CHOICES = ["a dog", "a bike"]
 
 
@@ -117,66 +116,13 @@ def test_a_web_server_that_is_no_openai_server_is_one_line(tmp_path):
 # a real vLLM server
 
 
-def _letters_only(model: Path) -> None:
-    """Make the tiny model's greedy reply the letters A and B only: every row of the output layer
-    zero but A's (+v) and B's (-v), so that each token is A or B by the sign of one direction."""
-    import torch
-    from safetensors.torch import load_file, save_file
-    from transformers import AutoTokenizer
-
-    ids = AutoTokenizer.from_pretrained(model).convert_tokens_to_ids(["A", "B"])
-    weights = load_file(model / "model.safetensors")
-    key = next(k for k in weights if k.endswith("lm_head.weight"))
-    head = torch.zeros_like(weights[key])
-    v = torch.randn(head.shape[1], generator=torch.Generator().manual_seed(0))
-    head[ids[0]], head[ids[1]] = v, -v
-    weights[key] = head
-    save_file(weights, model / "model.safetensors", metadata={"format": "pt"})
-
-
-class Served:
-    def __init__(self, url: str, media: Path, log: Path):
-        self.url, self.media, self.log = url, media, log
-
-    def requests(self) -> int:
-        """Chat completions the server has answered so far (its access log)."""
-        return self.log.read_text(errors="replace").count("POST /v1/chat/completions")
-
-
-@pytest.fixture(scope="module")
-def vllm_server(vllm_env, tmp_path_factory):
-    """A server of its own (the conftest's serves q = 0.9 an unedited model): q = 0.75, a model that
-    answers A or B, request media kwargs trusted, per-request metrics."""
-    from tiny_models import build_tiny_qwen2_5_vl
-    from vllm_env import VllmEnvError, serving
-
-    root = tmp_path_factory.mktemp("vllm-client")
-    model = build_tiny_qwen2_5_vl(  # vLLM's CPU attention takes head_dim 64
-        root / "qwen", vision={"out_hidden_size": 128},
-        text={"hidden_size": 128, "num_attention_heads": 2, "num_key_value_heads": 2,
-              "rope_parameters": {"rope_type": "default", "rope_theta": 1000000.0, "mrope_section": [8, 12, 12]}})
-    _letters_only(model)
-    media = root / "media"
-    media.mkdir()
-    shutil.copy(DATA / "bikes.mp4", media / "bikes.mp4")
-    log = root / "server.log"
-    args = ["--allowed-local-media-path", str(media), "--video-pruning-rate", "0.75",
-            "--hf-overrides", json.dumps({"ottvid_method": "ottvid"}), "--trust-request-mm-kwargs",
-            "--enable-per-request-metrics"]
-    try:
-        with serving(vllm_env.python, model, args, log, timeout=START_TIMEOUT) as url:
-            yield Served(url, media, log)
-    except VllmEnvError as exc:
-        pytest.fail(str(exc), pytrace=False)
-
-
 @pytest.mark.slow
 def test_ask_answers_from_vllm_and_says_what_it_does_not_know(vllm_server):
     video = str(vllm_server.media / "bikes.mp4")
-    done = ottvid("ask", video, "What happens?", "--server", vllm_server.url, "--max-new-tokens", "4")
+    done = ottvid("ask", video, "What happens?", "--server", vllm_server.base, "--max-new-tokens", "4")
     assert done.returncode == 0, done.stderr
     assert "answer: " in done.stdout and set(done.stdout.split("answer: ")[1].split()[0]) <= {"A", "B"}
-    assert f"run at {vllm_server.url} (vllm, not ottvid serve)" in done.stdout
+    assert f"run at {vllm_server.base} (vllm, not ottvid serve)" in done.stdout
     for line in ("frames         unknown", "visual tokens  unknown", "method, ratio  unknown"):
         assert line in done.stdout, done.stdout
     assert "into the LLM" in done.stdout and "the server's metrics: time_to_first_token" in done.stdout
@@ -185,12 +131,12 @@ def test_ask_answers_from_vllm_and_says_what_it_does_not_know(vllm_server):
 @pytest.mark.slow
 def test_ask_json_has_null_for_what_vllm_does_not_return(vllm_server):
     video = str(vllm_server.media / "bikes.mp4")
-    done = ottvid("ask", video, "What happens?", "--server", vllm_server.url, "--max-new-tokens", "3", "--json")
+    done = ottvid("ask", video, "What happens?", "--server", vllm_server.base, "--max-new-tokens", "3", "--json")
     assert done.returncode == 0, done.stderr
     run = json.loads(done.stdout)
     assert run["task"] == "ask" and run["video"] == video and run["prompt"] == qa.build_prompt("What happens?")
     assert run["answer"] and set(run["answer"]) <= {"A", "B"} and run["tokens"]["generated"] == 3
-    assert run["server"] == {"url": vllm_server.url, "owned_by": "vllm"}
+    assert run["server"] == {"url": vllm_server.base, "owned_by": "vllm"}
     for key in ("device", "dtype", "method", "ratio", "frames", "compression", "cache_hit", "letter"):
         assert run[key] is None, key
     assert all(value is None for value in run["timings_ms"].values())
@@ -203,7 +149,7 @@ def test_ask_json_has_null_for_what_vllm_does_not_return(vllm_server):
 @pytest.mark.slow
 def test_the_letter_of_a_multiple_choice_reply_is_read_here(vllm_server):
     video = str(vllm_server.media / "bikes.mp4")
-    args = ["ask", video, "What is in the video?", "-c", CHOICES[0], "-c", CHOICES[1], "--server", vllm_server.url,
+    args = ["ask", video, "What is in the video?", "-c", CHOICES[0], "-c", CHOICES[1], "--server", vllm_server.base,
             "--max-new-tokens", "1"]
     done = ottvid(*args, "--json")
     assert done.returncode == 0, done.stderr
@@ -221,7 +167,7 @@ def test_the_rate_and_its_cap_reach_vllm_per_request(vllm_server):
     video = str(vllm_server.media / "bikes.mp4")
     counts = {}
     for args in (("--fps", "1"), ("--fps", "4", "--max-frames", "10"), ("--fps", "4"), ()):
-        done = ottvid("ask", video, "What?", "--server", vllm_server.url, "--max-new-tokens", "1", "--json", *args)
+        done = ottvid("ask", video, "What?", "--server", vllm_server.base, "--max-new-tokens", "1", "--json", *args)
         assert done.returncode == 0, done.stderr
         counts[args] = json.loads(done.stdout)["tokens"]["llm_input"]
     assert counts[("--fps", "1")] == counts[("--fps", "4", "--max-frames", "10")] < counts[()] < counts[("--fps", "4")]
@@ -231,7 +177,7 @@ def test_the_rate_and_its_cap_reach_vllm_per_request(vllm_server):
 def test_ground_without_a_time_in_the_reply_exits_3(vllm_server, tmp_path):
     outside = tmp_path / "clip.mp4"  # outside --allowed-local-media-path: sent as an upload
     shutil.copy(DATA / "bikes.mp4", outside)
-    done = ottvid("ground", str(outside), "someone rides a bike", "--server", vllm_server.url, "--json",
+    done = ottvid("ground", str(outside), "someone rides a bike", "--server", vllm_server.base, "--json",
                   "--max-new-tokens", "4")
     assert done.returncode == 3, done.stderr
     run = json.loads(done.stdout)
@@ -251,7 +197,7 @@ def test_ground_without_a_time_in_the_reply_exits_3(vllm_server, tmp_path):
 ])
 def test_options_only_ottvid_serve_takes_are_refused(vllm_server, args, flag):
     before = vllm_server.requests()
-    done = ottvid("ask", str(vllm_server.media / "bikes.mp4"), "What?", "--server", vllm_server.url, "--quiet", *args)
+    done = ottvid("ask", str(vllm_server.media / "bikes.mp4"), "What?", "--server", vllm_server.base, "--quiet", *args)
     assert done.returncode == 2 and done.stdout == "", done.stdout
     lines = done.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith(f"error: {flag} does not apply to this server (vllm, not ottvid "
@@ -264,6 +210,6 @@ def test_bad_options_are_refused_here_before_any_question(vllm_server):
     """The prompt is built here for a plain server, so its checks run here (`ottvid serve` runs them there)."""
     before = vllm_server.requests()
     done = ottvid("ask", str(vllm_server.media / "bikes.mp4"), "What?", "-c", "a dog", "-c", " ", "--server",
-                  vllm_server.url, "--quiet")
+                  vllm_server.base, "--quiet")
     assert done.returncode == 2 and done.stderr.strip() == "error: option 2 is empty", done.stderr
     assert vllm_server.requests() == before

@@ -22,7 +22,7 @@ import numpy as np
 import pytest
 
 from ottvid_cli.compression import methods
-from vllm_parity import QUESTION, ours_at, prompt_text, run_job, write_clip
+from vllm_parity import LONG_QUESTION, QUESTION, check_prefix_cache, ours_at, prompt_text, run_job, write_clip
 from vllm_env import run_env
 
 pytestmark = pytest.mark.slow
@@ -91,6 +91,16 @@ def test_positions_by_hand(every_method, ours):
     after = start + len(kept)  # the vision-end token
     assert positions[:, after].tolist() == [start + 7] * 3
     assert positions[0, after:].tolist() == list(range(start + 7, start + 7 + len(ids) - after))
+
+
+def test_text_after_a_cached_video_keeps_its_positions(vllm_env, tiny_qwen_vllm, ours, clip, tmp_path):
+    """With vLLM's prefix cache the second request's video is never handed to the model: the text after it
+    takes the first positions the model gave the prompt (`get_mrope_input_positions`), which must already
+    be the trained ones (vLLM's own lay the whole grid over the fewer placeholders)."""
+    runs = run_job(vllm_env, tmp_path, model=str(tiny_qwen_vllm), q=0.75, overrides={"ottvid_method": "ottvid"},
+                   frames=str(clip), fps=FPS, prompt=prompt_text(ours, LONG_QUESTION), methods=[None, None],
+                   prefix_caching=True, logprobs=5)
+    check_prefix_cache(runs, ours_at(ours, clip, "ottvid", 0.25, question=LONG_QUESTION))
 
 
 def test_q_zero_is_stock_vllm(vllm_env, tiny_qwen_vllm, ours, clip, tmp_path):

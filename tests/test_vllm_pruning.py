@@ -210,6 +210,9 @@ def test_qwen3_positions_in_the_request_by_hand():
     assert positions[:, 3:18].tolist() == (values[:3] + 3).tolist()
     assert positions[:, 18:].tolist() == [[21, 22, 23]] * 3
     assert delta == 24 - n
+    # vLLM's first positions of a lumped run shorter than a group run past the prompt: the same, cut at n
+    longer, longer_delta = qwen3_layout.place(prompt, [values], torch.arange(n + 5).expand(3, n + 5), 0, VID, IMG)
+    assert torch.equal(longer[:, :n], positions) and longer_delta == delta
 
 
 def test_qwen3_positions_by_prefill_chunk_equal_one_pass():

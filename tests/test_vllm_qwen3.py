@@ -5,7 +5,8 @@ ratio 0.25 (q = 0.75), every registered method, one engine per model: vLLM's pro
 round((1 - q) V) placeholders lumped in the first group's block; what the LLM receives is ottvid_cli's
 sequence token for token (each group's `<t seconds><|vision_start|>` + the tokens kept from it +
 `<|vision_end|>`), the same kept tokens at the same positions, DeepStack merged as the main features, and
-the first generated token's log-probabilities within 1e-3 (float32). Positions are also checked by hand.
+the first generated token's log-probabilities within 1e-3 (float32). Positions are also checked by hand,
+and vLLM's own OpenAI server with the issue's spellings answers the official client with the exact count.
 OTTVID_SKIP_VLLM_ENV=1 skips them on purpose.
 """
 
@@ -15,7 +16,7 @@ import numpy as np
 import pytest
 
 from ottvid_cli.compression import methods
-from vllm_parity import ours_at, prompt_text, run_job
+from vllm_parity import LONG_QUESTION, QUESTION, check_prefix_cache, ours_at, prompt_text, run_job, write_clip
 
 pytestmark = pytest.mark.slow
 
@@ -103,6 +104,16 @@ def test_every_method_in_vllm_qwen3_vl_moe_matches_ottvid_cli(moe_runs, moe, cli
     _check_parity(moe_runs[method], moe, clip, method, "OTTVidQwen3VLMoe")
 
 
+def test_qwen3_text_after_a_cached_video_keeps_its_positions(vllm_env, tiny_qwen3_vllm, dense, clip, tmp_path):
+    """With vLLM's prefix cache the second request's video is never handed to the model: the text after it
+    takes the first positions the model gave the prompt (`get_mrope_input_positions`), which must already
+    be the trained ones (vLLM's own would put it elsewhere)."""
+    runs = run_job(vllm_env, tmp_path, model=str(tiny_qwen3_vllm), q=0.75, overrides={"ottvid_method": "ottvid"},
+                   frames=str(clip), fps=FPS, prompt=prompt_text(dense, LONG_QUESTION), methods=[None, None],
+                   prefix_caching=True, logprobs=5)
+    check_prefix_cache(runs, ours_at(dense, clip, "ottvid", 0.25, fps=FPS, question=LONG_QUESTION))
+
+
 def test_qwen3_positions_by_hand(dense_runs, dense):
     """Qwen3-VL's trained rule written out: text one position a token; each group's block starts one past
     its `<|vision_start|>` at s and puts token (row, col) at (s, s + row, s + col); its `<|vision_end|>`
@@ -134,3 +145,44 @@ def test_qwen3_positions_by_hand(dense_runs, dense):
         assert next(flats, None) is None and group == FRAMES // 2 - 1
         assert positions[:, start:start + len(layout)].T.tolist() == expected, method
         assert positions[:, start + len(layout)].tolist() == [p] * 3
+
+
+@pytest.fixture(scope="module")
+def qwen3_server(vllm_env, tiny_qwen3_vllm, tmp_path_factory):
+    """vLLM's own OpenAI server serving the tiny Qwen3-VL with the issue's spellings (q = 0.9), local videos
+    under `media`, 8 frames a video."""
+    from vllm_env import VllmEnvError, serving
+
+    media = tmp_path_factory.mktemp("vllm_qwen3_media")
+    log = tmp_path_factory.mktemp("vllm_qwen3_server_log") / "server.log"
+    args = ["--video-pruning-rate", "0.9", "--hf-overrides", '{"ottvid_method": "ottvid"}',
+            "--allowed-local-media-path", str(media), "--limit-mm-per-prompt", '{"video": 1}',
+            "--media-io-kwargs", '{"video": {"num_frames": 8}}']
+    try:
+        with serving(vllm_env.python, tiny_qwen3_vllm, args, log) as url:
+            yield f"{url}/v1", media
+    except VllmEnvError as exc:
+        pytest.fail(str(exc), pytrace=False)
+
+
+def test_qwen3_server_with_the_issue_spellings_and_the_openai_client(qwen3_server, tiny_qwen3_vllm, dense):
+    """`vllm serve` with `--video-pruning-rate 0.9 --hf-overrides '{"ottvid_method": "ottvid"}'`, the official
+    client, a file:// video_url: an answer, and exactly round(0.1 x 64) = 6 video tokens in the prompt (8
+    frames of 4 x 4 tokens a group; vLLM's own count would be max(16, int(6.4)) = 16), every group's
+    timestamp and markers kept."""
+    from openai import OpenAI
+
+    url, media = qwen3_server
+    clip = write_clip(media / "clip.mp4", side=SIDE)
+    client = OpenAI(base_url=url, api_key="unused")
+    reply = client.chat.completions.create(
+        model=str(tiny_qwen3_vllm), max_tokens=8, temperature=0, extra_body={"return_token_ids": True},
+        messages=[{"role": "user", "content": [{"type": "video_url", "video_url": {"url": clip.as_uri()}},
+                                               {"type": "text", "text": QUESTION}]}])
+    assert reply.choices[0].message.content is not None
+    ids = reply.prompt_token_ids
+    assert len(ids) == reply.usage.prompt_tokens
+    config = dense.model.config
+    assert ids.count(config.video_token_id) == round(0.1 * V) == 6
+    # the template's own <|vision_start|> and <|vision_end|> around 4 groups' blocks
+    assert ids.count(config.vision_start_token_id) == ids.count(config.vision_end_token_id) == 1 + FRAMES // 2

@@ -732,11 +732,30 @@ def published_moe_layout(path: pathlib.Path) -> pathlib.Path:
     return pathlib.Path(path)
 
 
+def letters_only(model: pathlib.Path) -> pathlib.Path:
+    """Make the tiny model's greedy reply the letters A and B only: every row of the output layer
+    zero but A's (+v) and B's (-v), so that each token is A or B by the sign of one direction."""
+    import torch
+    from safetensors.torch import load_file, save_file
+    from transformers import AutoTokenizer
+
+    ids = AutoTokenizer.from_pretrained(model).convert_tokens_to_ids(["A", "B"])
+    weights = load_file(model / "model.safetensors")
+    key = next(k for k in weights if k.endswith("lm_head.weight"))
+    head = torch.zeros_like(weights[key])
+    v = torch.randn(head.shape[1], generator=torch.Generator().manual_seed(0))
+    head[ids[0]], head[ids[1]] = v, -v
+    weights[key] = head
+    save_file(weights, model / "model.safetensors", metadata={"format": "pt"})
+    return model
+
+
 __all__ = [
     "build_tiny_qwen2_5_vl",
     "build_tiny_llava_onevision",
     "build_tiny_qwen3_vl",
     "published_moe_layout",
+    "letters_only",
     "QWEN2_5_VL_CHAT_TEMPLATE",
     "QWEN3_VL_CHAT_TEMPLATE",
     "LLAVA_ONEVISION_CHAT_TEMPLATE",

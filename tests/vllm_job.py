@@ -5,7 +5,7 @@ in this process, on a job the test writes as JSON; prints one JSON line of resul
 
 job: model, q (the pruning rate, 0 for none), overrides (hf_overrides), frames (.npy, (n, H, W, 3) uint8),
 fps, prompt (the full chat text with the video placeholder), methods (names to run in turn on the one
-engine; [] or [null]: the engine as configured), logprobs (top-k of the first generated token), plugins
+engine; [] or [null]: the engine as configured; [null, null]: the same request twice), prefix_caching, logprobs (top-k of the first generated token), plugins
 (False: VLLM_PLUGINS set so that no plugin loads: stock vLLM), cpu_fix ("all": the CPU runner fix for vLLM's
 own EVS too, `cpu_runner.patch("all")`).
 For each run: the prompt's token count, the generated text, the first token's top log-probabilities, and
@@ -39,7 +39,8 @@ def main() -> None:
     if job.get("overrides"):
         kwargs["hf_overrides"] = job["overrides"]
     llm = LLM(model=job["model"], gpu_memory_utilization=0.1, enforce_eager=True, max_model_len=4096,
-              limit_mm_per_prompt={"video": 1}, dtype="float32", enable_prefix_caching=False,
+              limit_mm_per_prompt={"video": 1}, dtype="float32",
+              enable_prefix_caching=bool(job.get("prefix_caching", False)),
               mm_processor_cache_gb=0, seed=0, **kwargs)
     frames = np.load(job["frames"])
     n = frames.shape[0]

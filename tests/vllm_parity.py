@@ -15,6 +15,8 @@ from vllm_env import run_env
 
 HERE = pathlib.Path(__file__).resolve().parent
 QUESTION = "What happens in the video?"
+# a question long enough that vLLM's prefix cache (blocks of 16 tokens) holds the whole video on a repeat
+LONG_QUESTION = QUESTION + " Describe every detail of the scene carefully, from the first frame to the last." * 3
 
 
 def write_clip(path: pathlib.Path, frames: int = 16, rate: int = 4, side: int = 112) -> pathlib.Path:
@@ -34,10 +36,10 @@ def write_clip(path: pathlib.Path, frames: int = 16, rate: int = 4, side: int = 
     return path
 
 
-def prompt_text(backbone) -> str:
+def prompt_text(backbone, question: str = QUESTION) -> str:
     from ottvid_cli.backbones.base import chat_text
 
-    return chat_text(backbone.processor, QUESTION)
+    return chat_text(backbone.processor, question)
 
 
 def run_job(vllm_env, tmp_path, **job) -> list[dict]:
@@ -50,12 +52,12 @@ def run_job(vllm_env, tmp_path, **job) -> list[dict]:
     return json.loads(lines[-1][len("RESULT "):])
 
 
-def ours_at(backbone, clip_path: pathlib.Path, method: str, ratio: float, fps: float = 2.0):
+def ours_at(backbone, clip_path: pathlib.Path, method: str, ratio: float, fps: float = 2.0, question: str = QUESTION):
     """ottvid_cli on the same frames at `fps`: kept indices, positions (3, L'), the LLM's token ids and the
     first-token log-probabilities."""
     frames = np.load(clip_path)
     timestamps = [i / fps for i in range(len(frames))]
-    inputs = backbone.preprocess(frames, timestamps, len(frames) / fps, QUESTION)
+    inputs = backbone.preprocess(frames, timestamps, len(frames) / fps, question)
     tokens = backbone.encode(inputs)
     out = methods.compress_with(method, tokens.features, tokens.saliency, tokens.grid, ratio=ratio)
     llm = backbone.kept_sequence(inputs, out.index)
@@ -64,3 +66,14 @@ def ours_at(backbone, clip_path: pathlib.Path, method: str, ratio: float, fps: f
             "ids": llm["input_ids"][0].tolist(), "logprobs": torch.log_softmax(logits[0, -1].float(), -1)}
 
 
+
+
+def check_prefix_cache(runs: list[dict], mine: dict) -> None:
+    """The same request twice on an engine with prefix caching: the first computes everything, the second
+    finds the video in the cache (it is never handed to the model again); both answer as ottvid_cli."""
+    first, second = runs
+    assert first["prompt_token_ids"] == second["prompt_token_ids"]
+    for run in runs:
+        assert len(run["logprobs"]) == 5
+        for token, logprob in run["logprobs"].items():
+            assert abs(logprob - mine["logprobs"][int(token)].item()) < 1e-3, token

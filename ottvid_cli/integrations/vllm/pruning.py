@@ -14,6 +14,7 @@ text that follows lands where vLLM puts it, at start + channel 3: the trained po
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import torch
@@ -97,3 +98,28 @@ def image_channels(grid: tuple[int, int, int], dtype: torch.dtype, device: torch
     full = vision_positions(0, (t, h, w), 0.0, 0.0, device=device)
     following = (full.max() + 1).expand(1, full.shape[1])
     return encode_positions(torch.cat([full, following]), dtype)
+
+
+def first_positions(n: int, items: Sequence[tuple[int, int, int, torch.Tensor | None]]) -> tuple[torch.Tensor, int]:
+    """A prompt's M-RoPE positions (3, n) before its media are encoded, and their delta (largest + 1 - n).
+
+    items: (start, length, following, rows) of each image or video placeholder: `following`, where what
+    follows the item starts relative to its first position (the uncompressed item's largest + 1); rows,
+    its exact (3, length) positions relative to that, or None for a compressed video, whose rows only the
+    method's decisions give (the model's `recompute_mrope_positions` places them before they are used;
+    until then they hold first + min(i, following - 1)). Text is one position a token. What follows each
+    item is at its trained place already here, so text after a video whose tokens vLLM's prefix cache
+    holds (and never hands to `recompute_mrope_positions` again) is where it would be without the cache.
+    """
+    out = torch.empty(3, n, dtype=torch.long)
+    position = cursor = 0
+    for start, length, following, rows in sorted(items, key=lambda item: item[0]):
+        out[:, cursor:start] = torch.arange(position, position + start - cursor)
+        position += start - cursor
+        if rows is None:
+            rows = torch.arange(length).clamp(max=max(following - 1, 0)).expand(3, length)
+        out[:, start:start + length] = rows + position
+        position += following
+        cursor = start + length
+    out[:, cursor:] = torch.arange(position, position + n - cursor)
+    return out, (int(out.max()) + 1 - n) if n else 0

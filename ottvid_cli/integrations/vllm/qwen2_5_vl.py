@@ -28,6 +28,7 @@ from vllm.multimodal.processing import PromptReplacement
 from vllm.multimodal.video_prune.evs import recompute_mrope_positions
 from vllm.utils.gpu_sync_debug import gpu_sync_allowed
 
+from ...backbones.positions import vision_positions
 from . import pruning, settings
 from .saliency import LastBlockSaliency
 
@@ -118,6 +119,29 @@ class OTTVidQwen2_5_VL(LastBlockSaliency, Qwen2_5_VLForConditionalGeneration):
         merge = self.visual.spatial_merge_size
         return tuple(torch.cat([emb, pruning.image_channels((t, h // merge, w // merge), emb.dtype, emb.device)], 1)
                      for emb, (t, h, w) in zip(image_embeds_split, image_input["image_grid_thw"].tolist()))
+
+    def get_mrope_input_positions(self, input_tokens: list[int], mm_features: list[Any]) -> tuple[torch.Tensor, int]:
+        """The prompt's first positions (`pruning.first_positions`): vLLM's own lay a compressed video's full
+        grid over its fewer placeholders, and with them the text after it; ours put that text where the
+        trained rule does, which is what it keeps when the video comes from the prefix cache."""
+        if self.ottvid is None:
+            return super().get_mrope_input_positions(input_tokens, mm_features)
+        merge = self.config.vision_config.spatial_merge_size
+        per_second = self.config.vision_config.tokens_per_second
+        items = []
+        for feature in mm_features:
+            data, start, length = feature.data, feature.mm_position.offset, feature.mm_position.length
+            t, h, w = data[f"{feature.modality}_grid_thw"].data.tolist()
+            grid = (t, h // merge, w // merge)
+            if feature.modality == "video":
+                seconds = data.get("second_per_grid_ts")
+                second = float(seconds.data.reshape(-1)[0]) if seconds is not None else 1.0
+                full = vision_positions(0, grid, second, per_second)
+                items.append((start, length, int(full.max()) + 1, None))
+            else:
+                rows = vision_positions(0, grid, 0.0, 0.0)
+                items.append((start, length, int(rows.max()) + 1, rows))
+        return pruning.first_positions(len(input_tokens), items)
 
     def recompute_mrope_positions(self, input_ids: Any, multimodal_embeddings: Sequence[torch.Tensor],
                                   mrope_positions: torch.Tensor, num_computed_tokens: int) -> tuple:

@@ -50,6 +50,14 @@ def resize_video_runs(ids: Sequence[int], video_token: int, counts: Sequence[int
     return out
 
 
+def item_positions(item_ids: torch.Tensor, video_token: int, grid: Sequence[int]) -> torch.Tensor:
+    """(3, L) positions of an uncompressed video item relative to its first token: text one a token, each
+    group its own (1, H', W') segment (`positions.sequence_positions`, Qwen3-VL's rule)."""
+    t, h, w = (int(v) for v in grid)
+    groups = iter([((1, h, w), 0.0)] * t)  # no time axis
+    return sequence_positions((item_ids == video_token).long() * 2, groups, 0.0)
+
+
 def video_layout(item_ids: torch.Tensor, video_token: int, vision_start: int, grid: Sequence[int],
                  index: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """A compressed video item: (its token ids (L',), its rows' values (VALUES, L') long).
@@ -66,8 +74,7 @@ def video_layout(item_ids: torch.Tensor, video_token: int, vision_start: int, gr
         raise ValueError(f"the item holds {slots.numel()} video tokens for a {t}x{h}x{w} grid")
     keep = ~is_video
     keep[slots[index.to(device)]] = True
-    groups = iter([((1, h, w), 0.0)] * t)  # each group its own (1, H', W') segment, no time axis
-    full = sequence_positions(is_video.long() * 2, groups, 0.0)  # (3, L), relative to the item's start
+    full = item_positions(item_ids, video_token, grid)  # (3, L), relative to the item's start
     rows = full[:, keep]
     length = rows.shape[1]
     lead = int((item_ids == vision_start).nonzero()[0]) + 1
@@ -96,12 +103,14 @@ def place(input_ids: torch.Tensor, pieces: Sequence[torch.Tensor], positions: to
     input_ids: (N,) the whole prompt as vLLM holds it (lumped placeholders); pieces: each item's rows
     in this chunk, in sequence order, as (VALUES, rows) values (an item cut by the chunk's start begins
     at row j > 0, at `computed`); positions: (3, N) the request's positions so far (every position
-    before `computed` is final); computed: the prompt tokens already computed. Each item's rows go to
+    before `computed` is final; vLLM's may hold columns past the prompt, which are filled on and left
+    out of the delta); computed: the prompt tokens already computed. Each item's rows go to
     base + (t, h, w), base = the largest earlier position + 1; what follows the item to base + next
     onward, one a token (a later item of the prompt is placed when its chunk comes).
     """
     positions = positions.clone()
     n = input_ids.numel()
+    width = positions.shape[1]  # vLLM's first positions can run past the prompt (a lumped run under one group)
     cursor = computed
     for values in pieces:
         if values.shape[1] == 0:
@@ -125,7 +134,7 @@ def place(input_ids: torch.Tensor, pieces: Sequence[torch.Tensor], positions: to
         lo = start + first
         positions[:, lo:lo + values.shape[1]] = values[:3].to(positions) + base
         end = start + length
-        positions[:, end:] = torch.arange(base + following, base + following + n - end,
+        positions[:, end:] = torch.arange(base + following, base + following + width - end,
                                           device=positions.device, dtype=positions.dtype)
         cursor = lo + values.shape[1]
-    return positions, int(positions.max()) + 1 - n
+    return positions, int(positions[:, :n].max()) + 1 - n

@@ -110,12 +110,9 @@ class _OTTVidQwen3(LastBlockSaliency):
             with gpu_sync_allowed():  # the methods, and the layout's group counts, read a few values back
                 compressed = pruning.run_method(emb[:, :self.visual_dim], grid, sal, self.ottvid.method,
                                                 self.ottvid.config)
-                item = Qwen3VLMultiModalProcessor.get_video_repl(
-                    tokens_per_frame=[grid[1] * grid[2]] * t, timestamps=stamps, tokenizer=self._tokenizer,
-                    vision_start_token_id=config.vision_start_token_id,
-                    vision_end_token_id=config.vision_end_token_id, video_token_id=config.video_token_id).full
-                ids, values = qwen3_layout.video_layout(torch.tensor(item, device=emb.device), config.video_token_id,
-                                                        config.vision_start_token_id, grid, compressed.index)
+                item = self._ottvid_item(grid, stamps).to(emb.device)
+                ids, values = qwen3_layout.video_layout(item, config.video_token_id, config.vision_start_token_id,
+                                                        grid, compressed.index)
             is_video = ids == config.video_token_id
             text = self.get_language_model().embed_input_ids(ids)  # timestamps and markers: text embeddings
             main = text.to(emb.dtype).masked_scatter(is_video[:, None], compressed.features.to(emb.dtype))
@@ -129,6 +126,37 @@ class _OTTVidQwen3(LastBlockSaliency):
             self.ottvid_layout.append(ids.tolist())
         self._saliency = None
         return tuple(out)
+
+    def _ottvid_item(self, grid: tuple[int, int, int], timestamps: Any) -> torch.Tensor:
+        """The uncompressed item's token ids: each group's `<t seconds><|vision_start|>` + H' W' video
+        tokens + `<|vision_end|>`, as vLLM's processor writes it (`get_video_repl`)."""
+        config = self.config
+        return torch.tensor(Qwen3VLMultiModalProcessor.get_video_repl(
+            tokens_per_frame=[grid[1] * grid[2]] * grid[0], timestamps=timestamps, tokenizer=self._tokenizer,
+            vision_start_token_id=config.vision_start_token_id, vision_end_token_id=config.vision_end_token_id,
+            video_token_id=config.video_token_id).full)
+
+    def get_mrope_input_positions(self, input_tokens: list[int], mm_features: list[Any]) -> tuple[torch.Tensor, int]:
+        """The prompt's first positions (`pruning.first_positions`): vLLM's own give a lumped run shorter
+        than a group a whole group's positions (more columns than the prompt has tokens), and the text
+        after it the lumped layout's; ours put that text where the trained rule does, which is what it
+        keeps when the video comes from the prefix cache."""
+        if self.ottvid is None:
+            return super().get_mrope_input_positions(input_tokens, mm_features)
+        merge = self.config.vision_config.spatial_merge_size
+        items = []
+        for feature in mm_features:
+            data, start, length = feature.data, feature.mm_position.offset, feature.mm_position.length
+            t, h, w = data[f"{feature.modality}_grid_thw"].data.tolist()
+            grid = (t, h // merge, w // merge)
+            if feature.modality == "video":
+                full = qwen3_layout.item_positions(self._ottvid_item(grid, data["timestamps"].data),
+                                                   self.config.video_token_id, grid)
+                items.append((start, length, int(full.max()) + 1, None))
+            else:
+                rows = qwen3_layout.image_values(grid)[:3]
+                items.append((start, length, int(rows.max()) + 1, rows))
+        return pruning.first_positions(len(input_tokens), items)
 
     def _postprocess_image_embeds_evs(self, image_embeds_split: Sequence[torch.Tensor],
                                       image_input: Any) -> tuple[torch.Tensor, ...]:
