@@ -146,7 +146,8 @@ def vllm_server(vllm_env, tmp_path_factory):
     shutil.copy(pathlib.Path(__file__).parent / "data" / "bikes.mp4", media / "bikes.mp4")
     log = root / "server.log"
     args = ["--video-pruning-rate", "0.9", "--hf-overrides", '{"ottvid_method": "ottvid"}',
-            "--allowed-local-media-path", str(media), "--trust-request-mm-kwargs", "--enable-per-request-metrics"]
+            "--allowed-local-media-path", str(media), "--trust-request-mm-kwargs", "--enable-per-request-metrics",
+            "--enable-prompt-tokens-details"]
     try:
         with serving(vllm_env.python, model, args, log, timeout=600) as url:
             yield VllmServer(base=url, url=f"{url}/v1", model=str(model), media=media, q=0.9, log=log)

@@ -15,7 +15,7 @@ from vllm_env import run_env
 
 HERE = pathlib.Path(__file__).resolve().parent
 QUESTION = "What happens in the video?"
-# a question long enough that vLLM's prefix cache (blocks of 16 tokens) holds the whole video on a repeat
+# a question long enough that vLLM's prefix cache (whole blocks only) holds the whole video on a repeat
 LONG_QUESTION = QUESTION + " Describe every detail of the scene carefully, from the first frame to the last." * 3
 
 
@@ -36,10 +36,10 @@ def write_clip(path: pathlib.Path, frames: int = 16, rate: int = 4, side: int = 
     return path
 
 
-def prompt_text(backbone, question: str = QUESTION) -> str:
+def prompt_text(backbone) -> str:
     from ottvid_cli.backbones.base import chat_text
 
-    return chat_text(backbone.processor, question)
+    return chat_text(backbone.processor, QUESTION)
 
 
 def run_job(vllm_env, tmp_path, **job) -> list[dict]:
@@ -52,12 +52,12 @@ def run_job(vllm_env, tmp_path, **job) -> list[dict]:
     return json.loads(lines[-1][len("RESULT "):])
 
 
-def ours_at(backbone, clip_path: pathlib.Path, method: str, ratio: float, fps: float = 2.0, question: str = QUESTION):
+def ours_at(backbone, clip_path: pathlib.Path, method: str, ratio: float, fps: float = 2.0):
     """ottvid_cli on the same frames at `fps`: kept indices, positions (3, L'), the LLM's token ids and the
     first-token log-probabilities."""
     frames = np.load(clip_path)
     timestamps = [i / fps for i in range(len(frames))]
-    inputs = backbone.preprocess(frames, timestamps, len(frames) / fps, question)
+    inputs = backbone.preprocess(frames, timestamps, len(frames) / fps, QUESTION)
     tokens = backbone.encode(inputs)
     out = methods.compress_with(method, tokens.features, tokens.saliency, tokens.grid, ratio=ratio)
     llm = backbone.kept_sequence(inputs, out.index)
@@ -68,12 +68,21 @@ def ours_at(backbone, clip_path: pathlib.Path, method: str, ratio: float, fps: f
 
 
 
-def check_prefix_cache(runs: list[dict], mine: dict) -> None:
-    """The same request twice on an engine with prefix caching: the first computes everything, the second
-    finds the video in the cache (it is never handed to the model again); both answer as ottvid_cli."""
-    first, second = runs
-    assert first["prompt_token_ids"] == second["prompt_token_ids"]
-    for run in runs:
-        assert len(run["logprobs"]) == 5
-        for token, logprob in run["logprobs"].items():
-            assert abs(logprob - mine["logprobs"][int(token)].item()) < 1e-3, token
+def check_prefix_cache(client, model: str, clip: pathlib.Path, vision_end: int) -> None:
+    """The same request twice to a server with prefix caching (vLLM's default): the first computes
+    everything, the second finds the video in the cache (it is never handed to the model again, so the
+    text after it keeps the first positions the model gave the prompt); both give the same first-token
+    log-probabilities. `--enable-prompt-tokens-details` says how much the cache held."""
+    messages = [{"role": "user", "content": [{"type": "video_url", "video_url": {"url": clip.as_uri()}},
+                                             {"type": "text", "text": LONG_QUESTION}]}]
+    first, second = (client.chat.completions.create(model=model, max_tokens=1, temperature=0, logprobs=True,
+                                                    top_logprobs=5, messages=messages,
+                                                    extra_body={"return_token_ids": True}) for _ in range(2))
+    ids = second.prompt_token_ids
+    after_video = len(ids) - ids[::-1].index(vision_end)  # one past the video's last <|vision_end|>
+    assert second.usage.prompt_tokens_details.cached_tokens >= after_video
+    assert (first.usage.prompt_tokens_details.cached_tokens or 0) < after_video
+    tops = [reply.choices[0].logprobs.content[0].top_logprobs for reply in (first, second)]
+    assert [entry.bytes for entry in tops[0]] == [entry.bytes for entry in tops[1]]
+    for before, after in zip(*tops):
+        assert abs(before.logprob - after.logprob) < 1e-4, tops
