@@ -250,3 +250,19 @@ def test_qwen3_values_survive_bfloat16():
     encoded = pruning.encode_positions(values, torch.bfloat16)
     assert encoded.shape == (values.shape[1], qwen3_layout.CHANNELS)
     assert torch.equal(pruning.decode_positions(encoded), values)
+
+
+def test_first_positions_put_the_text_after_each_item_where_the_trained_rule_does():
+    """3 text tokens; a compressed video of 5 placeholders whose uncompressed grid ends at +6 (following 7);
+    2 text tokens; a 2 x 2 image (exact rows, following 2); 1 text token. The video's rows hold stand-ins
+    (first + min(i, 6)) until the model places them; everything else is final."""
+    image = torch.tensor([[0, 0, 0, 0], [0, 0, 1, 1], [0, 1, 0, 1]])
+    positions, delta = pruning.first_positions(15, [(10, 4, 2, image), (3, 5, 7, None)])
+    assert positions[:, :3].tolist() == [[0, 1, 2]] * 3
+    assert positions[:, 3:8].tolist() == [[3, 4, 5, 6, 7]] * 3
+    assert positions[:, 8:10].tolist() == [[10, 11]] * 3  # 3 + 7
+    assert positions[:, 10:14].tolist() == (image + 12).tolist()
+    assert positions[:, 14].tolist() == [14] * 3  # 12 + 2
+    assert delta == 15 - 15
+    stand_in, _ = pruning.first_positions(6, [(0, 6, 3, None)])  # more placeholders than the grid's extent
+    assert stand_in[0].tolist() == [0, 1, 2, 2, 2, 2]

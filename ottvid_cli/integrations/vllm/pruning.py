@@ -14,7 +14,7 @@ text that follows lands where vLLM puts it, at start + channel 3: the trained po
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
@@ -123,3 +123,21 @@ def first_positions(n: int, items: Sequence[tuple[int, int, int, torch.Tensor | 
         cursor = start + length
     out[:, cursor:] = torch.arange(position, position + n - cursor)
     return out, (int(out.max()) + 1 - n) if n else 0
+
+
+def prompt_positions(n: int, features: Sequence[Any], merge: int,
+                     video_following: Callable[[tuple[int, int, int], Any], int]) -> tuple[torch.Tensor, int]:
+    """`first_positions` of a prompt of n tokens from vLLM's multimodal features (`MultiModalFeatureSpec`:
+    modality, mm_position, data): an image's rows exactly, a video's extent from `video_following(merged
+    grid, the feature's data)`, the model's rule for where what follows the uncompressed video starts."""
+    items = []
+    for feature in features:
+        data, start, length = feature.data, feature.mm_position.offset, feature.mm_position.length
+        t, h, w = data[f"{feature.modality}_grid_thw"].data.tolist()
+        grid = (int(t), int(h) // merge, int(w) // merge)
+        if feature.modality == "video":
+            items.append((start, length, video_following(grid, data), None))
+        else:
+            rows = vision_positions(0, grid, 0.0, 0.0)
+            items.append((start, length, int(rows.max()) + 1, rows))
+    return first_positions(n, items)

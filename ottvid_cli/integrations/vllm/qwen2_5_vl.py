@@ -126,22 +126,15 @@ class OTTVidQwen2_5_VL(LastBlockSaliency, Qwen2_5_VLForConditionalGeneration):
         trained rule does, which is what it keeps when the video comes from the prefix cache."""
         if self.ottvid is None:
             return super().get_mrope_input_positions(input_tokens, mm_features)
-        merge = self.config.vision_config.spatial_merge_size
         per_second = self.config.vision_config.tokens_per_second
-        items = []
-        for feature in mm_features:
-            data, start, length = feature.data, feature.mm_position.offset, feature.mm_position.length
-            t, h, w = data[f"{feature.modality}_grid_thw"].data.tolist()
-            grid = (t, h // merge, w // merge)
-            if feature.modality == "video":
-                seconds = data.get("second_per_grid_ts")
-                second = float(seconds.data.reshape(-1)[0]) if seconds is not None else 1.0
-                full = vision_positions(0, grid, second, per_second)
-                items.append((start, length, int(full.max()) + 1, None))
-            else:
-                rows = vision_positions(0, grid, 0.0, 0.0)
-                items.append((start, length, int(rows.max()) + 1, rows))
-        return pruning.first_positions(len(input_tokens), items)
+
+        def following(grid: tuple[int, int, int], data: Any) -> int:  # the whole video's largest + 1
+            seconds = data.get("second_per_grid_ts")
+            second = float(seconds.data.reshape(-1)[0]) if seconds is not None else 1.0
+            return int(vision_positions(0, grid, second, per_second).max()) + 1
+
+        return pruning.prompt_positions(len(input_tokens), mm_features, self.config.vision_config.spatial_merge_size,
+                                        following)
 
     def recompute_mrope_positions(self, input_ids: Any, multimodal_embeddings: Sequence[torch.Tensor],
                                   mrope_positions: torch.Tensor, num_computed_tokens: int) -> tuple:

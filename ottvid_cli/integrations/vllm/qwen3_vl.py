@@ -143,20 +143,12 @@ class _OTTVidQwen3(LastBlockSaliency):
         keeps when the video comes from the prefix cache."""
         if self.ottvid is None:
             return super().get_mrope_input_positions(input_tokens, mm_features)
-        merge = self.config.vision_config.spatial_merge_size
-        items = []
-        for feature in mm_features:
-            data, start, length = feature.data, feature.mm_position.offset, feature.mm_position.length
-            t, h, w = data[f"{feature.modality}_grid_thw"].data.tolist()
-            grid = (t, h // merge, w // merge)
-            if feature.modality == "video":
-                full = qwen3_layout.item_positions(self._ottvid_item(grid, data["timestamps"].data),
-                                                   self.config.video_token_id, grid)
-                items.append((start, length, int(full.max()) + 1, None))
-            else:
-                rows = qwen3_layout.image_values(grid)[:3]
-                items.append((start, length, int(rows.max()) + 1, rows))
-        return pruning.first_positions(len(input_tokens), items)
+        def following(grid: tuple[int, int, int], data: Any) -> int:  # the uncompressed item's largest + 1
+            item = self._ottvid_item(grid, data["timestamps"].data)
+            return int(qwen3_layout.item_positions(item, self.config.video_token_id, grid).max()) + 1
+
+        return pruning.prompt_positions(len(input_tokens), mm_features, self.config.vision_config.spatial_merge_size,
+                                        following)
 
     def _postprocess_image_embeds_evs(self, image_embeds_split: Sequence[torch.Tensor],
                                       image_input: Any) -> tuple[torch.Tensor, ...]:
