@@ -52,10 +52,16 @@ def ours(tiny_qwen_vllm):
 
 @pytest.fixture(scope="module")
 def every_method(vllm_env, tiny_qwen_vllm, ours, clip, tmp_path_factory) -> dict[str, dict]:
-    """One engine at q = 0.75 with the plugin, each registered method run in turn on the same request."""
-    runs = run_job(vllm_env, tmp_path_factory.mktemp("vllm_jobs"), model=str(tiny_qwen_vllm), q=0.75,
+    """One engine at q = 0.75 with the plugin, each registered method run in turn on the same request; then
+    one more request with an image (56 x 56: 2 x 2 merged tokens) before the video (`image+video`)."""
+    folder = tmp_path_factory.mktemp("vllm_jobs")
+    np.save(folder / "image.npy", np.random.default_rng(4).integers(0, 256, size=(56, 56, 3), dtype=np.uint8))
+    messages = [{"role": "user", "content": [{"type": "image"}, {"type": "video"}, {"type": "text", "text": QUESTION}]}]
+    runs = run_job(vllm_env, folder, model=str(tiny_qwen_vllm), q=0.75,
                    overrides={"ottvid_method": "ottvid"}, frames=str(clip), fps=FPS, prompt=prompt_text(ours),
-                   methods=RUNNABLE, logprobs=5)
+                   methods=RUNNABLE, logprobs=5, image=str(folder / "image.npy"),
+                   image_prompt=ours.processor.apply_chat_template(messages, tokenize=False,
+                                                                   add_generation_prompt=True))
     return {run["method"]: run for run in runs}
 
 
@@ -91,6 +97,27 @@ def test_positions_by_hand(every_method, ours):
     after = start + len(kept)  # the vision-end token
     assert positions[:, after].tolist() == [start + 7] * 3
     assert positions[0, after:].tolist() == list(range(start + 7, start + 7 + len(ids) - after))
+
+
+def test_an_image_beside_the_video_by_hand(every_method, ours):
+    """The image's 2 x 2 tokens at (s, s + row, s + col) one past its `<|vision_start|>`, what follows it at
+    s + 2; then the video as in `test_positions_by_hand` from its own start."""
+    run = every_method["image+video"]
+    ids, config = run["prompt_token_ids"], ours.model.config
+    positions = np.array([row[: len(ids)] for row in run["positions"]])
+    at = ids.index(config.image_token_id)
+    assert ids[at:at + 5] == [config.image_token_id] * 4 + [config.vision_end_token_id]
+    s = int(positions[:, at - 1].max()) + 1
+    assert positions[:, at:at + 4].T.tolist() == [[s, s, s], [s, s, s + 1], [s, s + 1, s], [s, s + 1, s + 1]]
+    assert positions[:, at + 4].tolist() == [s + 2] * 3
+    start = ids.index(ours.video_token_id)
+    v = int(positions[:, start - 1].max()) + 1  # the video's first position
+    (kept,) = run["kept"]
+    for slot, flat in enumerate(kept):
+        t, rest = divmod(flat, TOKENS)
+        assert positions[:, start + slot].tolist() == [v + 2 * t, v + rest // 4, v + rest % 4]
+    after = start + len(kept)
+    assert positions[0, after:].tolist() == list(range(v + 7, v + 7 + len(ids) - after))
 
 
 def test_q_zero_is_stock_vllm(vllm_env, tiny_qwen_vllm, ours, clip, tmp_path):

@@ -85,7 +85,7 @@ def test_official_preset():
 def test_positions_survive_any_float_dtype(dtype):
     values = torch.tensor([[0, 1, 255, 256, 257, 65535, 65536, 2**24 - 1]] * 4)
     channels = pruning.encode_positions(values, dtype)
-    assert channels.dtype == dtype and channels.shape == (8, pruning.POSITION_CHANNELS)
+    assert channels.dtype == dtype and channels.shape == (8, 4 * pruning.DIGITS)
     assert torch.equal(pruning.decode_positions(channels), values)
     if dtype != torch.float32:  # what a plain cast to the model's dtype loses (vLLM's EVS channels)
         assert values.to(dtype).long().tolist() != values.tolist()
@@ -112,7 +112,7 @@ def test_kept_tokens_carry_their_roots_positions_by_hand():
     embeds, sal = _video(3, 2, 2)
     cfg = methods.make_config("topk", 0.5)
     rows, out = pruning.compress_video(embeds, (3, 2, 2), sal, 2.0, 25, "topk", cfg)
-    assert rows.shape == (6, 8 + pruning.POSITION_CHANNELS)
+    assert rows.shape == (6, 8 + pruning.CHANNELS)
     assert torch.equal(rows[:, :8], out.features)
     positions = pruning.decode_positions(rows[:, 8:])
     table = {i: (t, r, c) for i, (t, r, c) in enumerate(
@@ -122,6 +122,9 @@ def test_kept_tokens_carry_their_roots_positions_by_hand():
         assert tuple(positions[:3, j].tolist()) == table[index]
     # the text after the video: the whole video's largest position + 1, whichever tokens were kept
     assert positions[3].tolist() == [101] * 6
+    # each row's index in the item, no lead (the item is its run of placeholders), the item's length
+    assert positions[4].tolist() == list(range(6)) and positions[5].tolist() == [0] * 6
+    assert positions[6].tolist() == [6] * 6
 
 
 def test_the_next_text_follows_the_whole_video_even_when_its_last_group_is_dropped():
@@ -205,13 +208,13 @@ def test_qwen3_positions_in_the_request_by_hand():
     prompt = torch.tensor([TXT, TXT, VS] + lumped + [VE, TXT, TXT])
     n = prompt.numel()
     stale = torch.arange(n).expand(3, n)  # whatever vLLM computed for the unpruned prompt
-    positions, delta = qwen3_layout.place(prompt, [values], stale, 0, VID, IMG)
+    positions, delta = pruning.place(prompt, [values], stale, 0, VID, IMG)
     assert positions[:, :3].tolist() == [[0, 1, 2]] * 3
     assert positions[:, 3:18].tolist() == (values[:3] + 3).tolist()
     assert positions[:, 18:].tolist() == [[21, 22, 23]] * 3
     assert delta == 24 - n
     # vLLM's first positions of a lumped run shorter than a group run past the prompt: the same, cut at n
-    longer, longer_delta = qwen3_layout.place(prompt, [values], torch.arange(n + 5).expand(3, n + 5), 0, VID, IMG)
+    longer, longer_delta = pruning.place(prompt, [values], torch.arange(n + 5).expand(3, n + 5), 0, VID, IMG)
     assert torch.equal(longer[:, :n], positions) and longer_delta == delta
 
 
@@ -221,20 +224,20 @@ def test_qwen3_positions_by_prefill_chunk_equal_one_pass():
     first_ids, first = qwen3_layout.video_layout(qwen3_item(3, 4), VID, VS, (3, 2, 2), torch.tensor([1, 3, 8]))
     second_ids, second = qwen3_layout.video_layout(qwen3_item(2, 4, stamp=3), VID, VS, (2, 2, 2),
                                                    torch.tensor([5, 6]))
-    image = qwen3_layout.image_values((1, 2, 3))
+    image = pruning.image_values((1, 2, 3))
     lumped_one = [TS, TS, VS, VID, VID, VID, VE, TS, TS, VS, VE, TS, TS, VS, VE]
     lumped_two = [TS, TS, TS, VS, VID, VID, VE, TS, TS, TS, VS, VE]
     prompt = torch.tensor([TXT, VS] + lumped_one + [VE, TXT] + [VS] + lumped_two + [VE, VS] + [IMG] * 6
                           + [VE, TXT, TXT])
     n = prompt.numel()
     stale = torch.arange(n).expand(3, n)
-    whole, whole_delta = qwen3_layout.place(prompt, [first, second, image], stale, 0, VID, IMG)
+    whole, whole_delta = pruning.place(prompt, [first, second, image], stale, 0, VID, IMG)
     # the chunks: [0, 10) cuts the first video after 8 of its rows; [10, 30) holds its rest and 10 rows of
     # the second; [30, n) the second's last 2 rows and the image
     positions = stale
-    positions, _ = qwen3_layout.place(prompt, [first[:, :8]], positions, 0, VID, IMG)
-    positions, _ = qwen3_layout.place(prompt, [first[:, 8:], second[:, :10]], positions, 10, VID, IMG)
-    positions, delta = qwen3_layout.place(prompt, [second[:, 10:], image], positions, 30, VID, IMG)
+    positions, _ = pruning.place(prompt, [first[:, :8]], positions, 0, VID, IMG)
+    positions, _ = pruning.place(prompt, [first[:, 8:], second[:, :10]], positions, 10, VID, IMG)
+    positions, delta = pruning.place(prompt, [second[:, 10:], image], positions, 30, VID, IMG)
     assert torch.equal(positions, whole) and delta == whole_delta
     # the image: (0, row, col) one past the <vs> before it, what follows at + max(2, 3)
     at = prompt.tolist().index(IMG)
@@ -248,7 +251,7 @@ def test_qwen3_values_survive_bfloat16():
     _, values = qwen3_layout.video_layout(qwen3_item(300, 4), VID, VS, (300, 2, 2), torch.arange(0, 1200, 10))
     assert int(values.max()) > 1000  # past what bfloat16 holds exactly (256)
     encoded = pruning.encode_positions(values, torch.bfloat16)
-    assert encoded.shape == (values.shape[1], qwen3_layout.CHANNELS)
+    assert encoded.shape == (values.shape[1], pruning.CHANNELS)
     assert torch.equal(pruning.decode_positions(encoded), values)
 
 
@@ -266,3 +269,20 @@ def test_first_positions_put_the_text_after_each_item_where_the_trained_rule_doe
     assert delta == 15 - 15
     stand_in, _ = pruning.first_positions(6, [(0, 6, 3, None)])  # more placeholders than the grid's extent
     assert stand_in[0].tolist() == [0, 1, 2, 2, 2, 2]
+
+
+def test_an_image_then_a_qwen2_5_video_in_one_chunk_by_hand():
+    """Qwen2.5-VL: text, <vs> + a 2 x 2 image + <ve>, text, <vs> + 3 kept video tokens + <ve>, text, all in one
+    prefill chunk. The image at (s, s + row, s + col), what follows at s + 2; the video's tokens at its
+    start + their roots' positions, what follows at its start + next (vLLM's own function placed the video
+    over the image: it looks for the first <|vision_start|> again)."""
+    video = pruning.item_values(torch.tensor([[0, 2, 4], [0, 1, 0], [1, 1, 0]]), 7)
+    prompt = torch.tensor([TXT, VS, IMG, IMG, IMG, IMG, VE, TXT, VS, VID, VID, VID, VE, TXT])
+    n = prompt.numel()
+    positions, delta = pruning.place(prompt, [pruning.image_values((1, 2, 2)), video],
+                                     torch.arange(n + 9).expand(3, n + 9), 0, VID, IMG)
+    assert positions[:, :2].tolist() == [[0, 1]] * 3
+    assert positions[:, 2:6].T.tolist() == [[2, 2, 2], [2, 2, 3], [2, 3, 2], [2, 3, 3]]
+    assert positions[:, 6:9].tolist() == [[4, 5, 6]] * 3
+    assert positions[:, 9:12].tolist() == [[7, 9, 11], [7, 8, 7], [8, 8, 7]]
+    assert positions[:, 12:n].tolist() == [[14, 15]] * 3 and delta == 16 - n

@@ -50,16 +50,25 @@ def moe(tiny_qwen3_moe_vllm):
     return _load(tiny_qwen3_moe_vllm)
 
 
-def _every_method(vllm_env, model, backbone, clip, tmp_path_factory) -> dict[str, dict]:
-    runs = run_job(vllm_env, tmp_path_factory.mktemp("vllm_qwen3_jobs"), model=str(model), q=0.75,
-                   overrides={"ottvid_method": "ottvid"}, frames=str(clip), fps=FPS, prompt=prompt_text(backbone),
-                   methods=RUNNABLE, logprobs=5)
+def _every_method(vllm_env, model, backbone, clip, tmp_path_factory, image: bool = False) -> dict[str, dict]:
+    """One engine at q = 0.75, every method in turn on the clip; with `image`, one more request: an image
+    before the video (`image+video`)."""
+    folder = tmp_path_factory.mktemp("vllm_qwen3_jobs")
+    extra = {}
+    if image:
+        np.save(folder / "image.npy", np.random.default_rng(4).integers(0, 256, size=(64, 64, 3), dtype=np.uint8))
+        messages = [{"role": "user", "content": [{"type": "image"}, {"type": "video"},
+                                                 {"type": "text", "text": QUESTION}]}]
+        extra = {"image": str(folder / "image.npy"), "image_prompt": backbone.processor.apply_chat_template(
+            messages, tokenize=False, add_generation_prompt=True)}
+    runs = run_job(vllm_env, folder, model=str(model), q=0.75, overrides={"ottvid_method": "ottvid"},
+                   frames=str(clip), fps=FPS, prompt=prompt_text(backbone), methods=RUNNABLE, logprobs=5, **extra)
     return {run["method"]: run for run in runs}
 
 
 @pytest.fixture(scope="module")
 def dense_runs(vllm_env, tiny_qwen3_vllm, dense, clip, tmp_path_factory):
-    return _every_method(vllm_env, tiny_qwen3_vllm, dense, clip, tmp_path_factory)
+    return _every_method(vllm_env, tiny_qwen3_vllm, dense, clip, tmp_path_factory, image=True)
 
 
 @pytest.fixture(scope="module")
@@ -104,37 +113,62 @@ def test_every_method_in_vllm_qwen3_vl_moe_matches_ottvid_cli(moe_runs, moe, cli
     _check_parity(moe_runs[method], moe, clip, method, "OTTVidQwen3VLMoe")
 
 
+def _by_hand(layout: list[int], kept: list[int], p: int, config) -> tuple[list[list[int]], int]:
+    """Qwen3-VL's trained rule written out for an item laid out as `layout` starting at position p: text one
+    position a token; each group's block starts one past its `<|vision_start|>` at s and puts token (row,
+    col) at (s, s + row, s + col); its `<|vision_end|>` at s + max(H', W') = s + 4 whatever was kept (an
+    emptied group too). Each kept token must sit in the block of the group it came from. Returns the
+    item's positions and where what follows it starts."""
+    flats = iter(kept)
+    group, expected, i = -1, [], 0
+    while i < len(layout):
+        if layout[i] != config.vision_start_token_id:
+            expected.append([p] * 3)
+            p, i = p + 1, i + 1
+            continue
+        expected.append([p] * 3)
+        s, group, i = p + 1, group + 1, i + 1
+        while layout[i] == config.video_token_id:
+            flat = next(flats)
+            assert flat // TOKENS == group
+            row, col = divmod(flat % TOKENS, 4)
+            expected.append([s, s + row, s + col])
+            i += 1
+        p = s + 4
+    assert next(flats, None) is None and group == FRAMES // 2 - 1
+    return expected, p
+
+
 def test_qwen3_positions_by_hand(dense_runs, dense):
-    """Qwen3-VL's trained rule written out: text one position a token; each group's block starts one past
-    its `<|vision_start|>` at s and puts token (row, col) at (s, s + row, s + col); its `<|vision_end|>`
-    at s + max(H', W') = s + 4 whatever was kept (an emptied group too); the text after the video at
-    the next position. Each kept token sits in the block of the group it came from."""
+    """The positions the LLM received, against `_by_hand`; the text after the video at the next position."""
     config = dense.model.config
     for method in ("ottvid", "holitom", "evs"):
         run = dense_runs[method]
         start, layout = _item(run, dense)
         positions = np.array([row[: len(run["prompt_token_ids"])] for row in run["positions"]])
         (kept,) = run["kept"]
-        flats = iter(kept)
-        p, group, expected = int(positions[:, start - 1].max()) + 1, -1, []
-        i = 0
-        while i < len(layout):
-            if layout[i] != config.vision_start_token_id:
-                expected.append([p] * 3)
-                p, i = p + 1, i + 1
-                continue
-            expected.append([p] * 3)
-            s, group, i = p + 1, group + 1, i + 1
-            while layout[i] == config.video_token_id:
-                flat = next(flats)
-                assert flat // TOKENS == group
-                row, col = divmod(flat % TOKENS, 4)
-                expected.append([s, s + row, s + col])
-                i += 1
-            p = s + 4
-        assert next(flats, None) is None and group == FRAMES // 2 - 1
+        expected, after = _by_hand(layout, kept, int(positions[:, start - 1].max()) + 1, config)
         assert positions[:, start:start + len(layout)].T.tolist() == expected, method
-        assert positions[:, start + len(layout)].tolist() == [p] * 3
+        assert positions[:, start + len(layout)].tolist() == [after] * 3
+
+
+def test_qwen3_an_image_beside_the_video_by_hand(dense_runs, dense):
+    """An image (64 x 64: 2 x 2 merged tokens) before the video in one request: the image's tokens at
+    (s, s + row, s + col) one past its `<|vision_start|>`, what follows it at s + 2; the video as
+    `_by_hand` from there; the question after it."""
+    run, config = dense_runs["image+video"], dense.model.config
+    ids = run["prompt_token_ids"]
+    positions = np.array([row[: len(ids)] for row in run["positions"]])
+    at = ids.index(config.image_token_id)
+    assert ids[at:at + 5] == [config.image_token_id] * 4 + [config.vision_end_token_id]
+    s = int(positions[:, at - 1].max()) + 1
+    assert positions[:, at:at + 4].T.tolist() == [[s, s, s], [s, s, s + 1], [s, s + 1, s], [s, s + 1, s + 1]]
+    assert positions[:, at + 4].tolist() == [s + 2] * 3
+    start, layout = _item(run, dense)
+    (kept,) = run["kept"]
+    expected, after = _by_hand(layout, kept, int(positions[:, start - 1].max()) + 1, config)
+    assert positions[:, start:start + len(layout)].T.tolist() == expected
+    assert positions[0, start + len(layout):].tolist() == list(range(after, after + len(ids) - start - len(layout)))
 
 
 @pytest.fixture(scope="module")

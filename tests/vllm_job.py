@@ -5,7 +5,9 @@ in this process, on a job the test writes as JSON; prints one JSON line of resul
 
 job: model, q (the pruning rate, 0 for none), overrides (hf_overrides), frames (.npy, (n, H, W, 3) uint8),
 fps, prompt (the full chat text with the video placeholder), methods (names to run in turn on the one
-engine; [] or [null]: the engine as configured; [null, null]: the same request twice), prefix_caching, logprobs (top-k of the first generated token), plugins
+engine; [] or [null]: the engine as configured; [null, null]: the same request twice), prefix_caching,
+image (.npy, (H, W, 3) uint8) and image_prompt (its chat text, the image before the video): one more
+request with both, after the others (its run's method is "image+video"), logprobs (top-k of the first generated token), plugins
 (False: VLLM_PLUGINS set so that no plugin loads: stock vLLM), cpu_fix ("all": the CPU runner fix for vLLM's
 own EVS too, `cpu_runner.patch("all")`).
 For each run: the prompt's token count, the generated text, the first token's top log-probabilities, and
@@ -39,7 +41,7 @@ def main() -> None:
     if job.get("overrides"):
         kwargs["hf_overrides"] = job["overrides"]
     llm = LLM(model=job["model"], gpu_memory_utilization=0.1, enforce_eager=True, max_model_len=4096,
-              limit_mm_per_prompt={"video": 1}, dtype="float32",
+              limit_mm_per_prompt={"video": 1, "image": 1 if job.get("image") else 0}, dtype="float32",
               enable_prefix_caching=bool(job.get("prefix_caching", False)),
               mm_processor_cache_gb=0, seed=0, **kwargs)
     frames = np.load(job["frames"])
@@ -97,6 +99,17 @@ def main() -> None:
         runs.append({"method": method, "model_class": name, "prompt_tokens": len(out.prompt_token_ids),
                      "prompt_token_ids": list(out.prompt_token_ids), "text": out.outputs[0].text,
                      "logprobs": {str(k): v.logprob for k, v in first.items()}, **last, **flags})
+    if job.get("image"):  # one more request: an image and the video, with the last method
+        from PIL import Image
+
+        both = {"prompt": job["image_prompt"],
+                "multi_modal_data": {"image": Image.fromarray(np.load(job["image"])), "video": (frames, meta)}}
+        out = llm.generate(both, params, use_tqdm=False)[0]
+        last = llm.apply_model(lambda model: {
+            "kept": [index.tolist() for index in getattr(model, "ottvid_last", [])],
+            "layout": getattr(model, "ottvid_layout", None), "positions": model.seen_positions[-1]})[0]
+        runs.append({"method": "image+video", "prompt_token_ids": list(out.prompt_token_ids),
+                     "prompt_tokens": len(out.prompt_token_ids), "text": out.outputs[0].text, **last})
     print("RESULT " + json.dumps(runs))
 
 

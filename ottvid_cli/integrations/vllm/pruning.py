@@ -1,15 +1,18 @@
-"""One video's embeddings compressed by a registered method, with the trained positions attached, as
-vLLM's path for pruned media carries them (docs/vllm.md). Torch only: no vLLM import.
+"""One item's embeddings (a compressed video, an image) with the trained positions attached, as vLLM's
+path for pruned media carries them, and their placing in the request (docs/vllm.md). Torch only: no
+vLLM import.
 
-vLLM's own pruning (EVS) appends 4 channels to each kept embedding, (t, h, w, W') in the embeddings'
-dtype, which `recompute_mrope_positions` strips and turns into the positions. Two things there are not
-the rule Qwen2.5-VL was trained with (docs/positions.md): the text after the video starts at
-`start + W'` instead of the largest position of the whole video + 1, and the positions pass through
-the model's dtype (bfloat16 holds integers exactly only up to 256). So the embeddings here carry
-POSITION_CHANNELS channels instead: each of (t, h, w, next) relative to the video's start, as
-DIGITS base-256 digits (0..255, exact in every float dtype), and the model's `recompute_mrope_positions`
-decodes them into the 4-channel form vLLM's function takes, with `next` in place of W', so that the
-text that follows lands where vLLM puts it, at start + channel 3: the trained position.
+vLLM's own pruning (EVS) appends 4 or 5 channels to each row in the embeddings' dtype, which
+`recompute_mrope_positions` strips and turns into positions. Not the rule the models were trained with
+(docs/positions.md): for Qwen2.5-VL the text after a video starts at `start + W'` instead of the whole
+video's largest position + 1; the positions pass through the model's dtype (bfloat16 holds integers
+exactly only up to 256); and vLLM's function misplaces the second of two media in one prefill chunk
+(it takes the first's `<|vision_start|>` again). So every row here carries VALUES values, as DIGITS
+base-256 digits each (0..255, exact in every float dtype: CHANNELS channels): (t, h, w) its position
+relative to the item's first token; `next`, where what follows the item starts (the uncompressed
+item's largest position + 1); `j`, the row's index in the item; `lead`, where the item's run of
+placeholders starts in it (Qwen3-VL's lumped run after the first timestamp; 0 when the item is its
+run); `length`, the item's rows. The models' `recompute_mrope_positions` strip them and `place` them.
 """
 
 from __future__ import annotations
@@ -25,7 +28,8 @@ from ...compression.ottvid import Compressed
 
 DIGITS = 3  # base-256 digits per position: positions below 2**24
 BASE = 256
-POSITION_CHANNELS = 4 * DIGITS
+VALUES = 7  # t, h, w, next, j, lead, length
+CHANNELS = VALUES * DIGITS
 
 
 def retained(ratio: float, groups: int, tokens: int) -> int:
@@ -78,26 +82,89 @@ def compress_video(embeds: torch.Tensor, grid: tuple[int, int, int], saliency: t
     """Compress one Qwen2.5-VL video's merged tokens and attach their positions.
 
     embeds: (V, D) the encoder's output for the video, raster order (t, row, col), V = T' H' W';
-    grid: the merged grid (T', H', W'); saliency: (V,) or None. Returns the (M, D + POSITION_CHANNELS)
-    tensor vLLM's pipeline carries (features in `embeds`' dtype, then the encoded positions: each kept
-    or merged token at its root's (t, h, w), M = `retained`) and the method's `Compressed`.
+    grid: the merged grid (T', H', W'); saliency: (V,) or None. Returns the (M, D + CHANNELS) tensor
+    vLLM's pipeline carries (features in `embeds`' dtype, then the encoded values: each kept or merged
+    token at its root's (t, h, w), what follows at the whole video's largest position + 1, M =
+    `retained`) and the method's `Compressed`.
     """
-    t, h, w = (int(v) for v in grid)
     out = run_method(embeds, grid, saliency, method, config)
-    want = out.index.numel()
-    full = vision_positions(0, (t, h, w), second_per_grid, tokens_per_second, device=embeds.device)  # (3, V)
-    following = full.max() + 1  # the text after the video: largest position of the whole video + 1
-    kept = torch.cat([full[:, out.index.to(embeds.device)], following.expand(1, want)])  # (4, M)
-    return torch.cat([out.features.to(embeds.dtype), encode_positions(kept, embeds.dtype)], 1), out
+    full = vision_positions(0, grid, second_per_grid, tokens_per_second, device=embeds.device)  # (3, V)
+    values = item_values(full[:, out.index.to(embeds.device)], int(full.max()) + 1)
+    return torch.cat([out.features.to(embeds.dtype), encode_positions(values, embeds.dtype)], 1), out
+
+
+def item_values(rows: torch.Tensor, following: int, lead: int = 0) -> torch.Tensor:
+    """(VALUES, L) of an item whose rows sit at `rows` (3, L) relative to its first token, what follows it
+    at `following`, its run of placeholders `lead` tokens in."""
+    length = rows.shape[1]
+    constant = torch.tensor([following, 0, lead, length], device=rows.device)[:, None].expand(4, length)
+    values = torch.cat([rows.long(), constant]).clone()
+    values[4] = torch.arange(length, device=rows.device)
+    return values
+
+
+def image_values(grid: Sequence[int], device: torch.device | None = None) -> torch.Tensor:
+    """(VALUES, H' W') of an image: its merged grid's (0, row, col), what follows at max(H', W')."""
+    rows = vision_positions(0, grid, 0.0, 0.0, device=device)
+    return item_values(rows, int(rows.max()) + 1)
 
 
 def image_channels(grid: tuple[int, int, int], dtype: torch.dtype, device: torch.device) -> torch.Tensor:
-    """The (H' W', POSITION_CHANNELS) positions of an image's merged tokens (no time axis; the text after
-    it at max(H', W'), the largest position + 1), for a model whose pruning is on."""
-    t, h, w = (int(v) for v in grid)
-    full = vision_positions(0, (t, h, w), 0.0, 0.0, device=device)
-    following = (full.max() + 1).expand(1, full.shape[1])
-    return encode_positions(torch.cat([full, following]), dtype)
+    """The (H' W', CHANNELS) encoded values of an image's merged tokens (`image_values`), for a model whose
+    pruning is on."""
+    return encode_positions(image_values(grid, device), dtype)
+
+
+def place(input_ids: torch.Tensor, pieces: Sequence[torch.Tensor], positions: torch.Tensor, computed: int,
+          video_token: int, image_token: int) -> tuple[torch.Tensor, int]:
+    """The request's M-RoPE positions (3, N') with the items of this prefill chunk placed, and the delta
+    of the positions that follow the prompt (largest + 1 - N, N the prompt's tokens).
+
+    input_ids: (N,) the whole prompt as vLLM holds it; pieces: each item's rows in this chunk, in sequence
+    order, as (VALUES, rows) values (an item cut by the chunk's start begins at row j > 0, at `computed`);
+    positions: the request's positions so far (every position before `computed` is final; vLLM's may
+    hold columns past the prompt, which are filled on and left out of the delta); computed: the prompt
+    tokens already computed. An item starts `lead` tokens before the first image or video token at or
+    after the end of the previous piece + `lead`; its rows go to base + (t, h, w), base = the largest
+    earlier position + 1; what follows it to base + next onward, one a token (a later item of the prompt
+    is placed when its chunk comes).
+    """
+    positions = positions.clone()
+    n = input_ids.numel()
+    width = positions.shape[1]
+    media = ((input_ids == video_token) | (input_ids == image_token)).nonzero().flatten()
+    cursor = computed
+    for values in pieces:
+        if values.shape[1] == 0:
+            continue
+        first, lead, length, following = (int(values[k, 0]) for k in (4, 5, 6, 3))
+        if first > 0:  # the rest of an item begun in an earlier chunk: it continues at the chunk's start
+            start = cursor - first
+        else:
+            later = media[media >= cursor + lead]
+            if later.numel() == 0:
+                raise ValueError("an item's rows have no placeholders left in the prompt")
+            start = int(later[0]) - lead
+        base = int(positions[:, :start].max()) + 1 if start > 0 else 0
+        lo = start + first
+        positions[:, lo:lo + values.shape[1]] = values[:3].to(positions) + base
+        end = start + length
+        positions[:, end:] = torch.arange(base + following, base + following + width - end,
+                                          device=positions.device, dtype=positions.dtype)
+        cursor = lo + values.shape[1]
+    return positions, int(positions[:, :n].max()) + 1 - n
+
+
+def recompute(input_ids: Any, embeddings: Sequence[torch.Tensor], positions: torch.Tensor, computed: int,
+              video_token: int, image_token: int) -> tuple[list[torch.Tensor], torch.Tensor, int]:
+    """A model's `recompute_mrope_positions` with a method asked for: the embeddings without their
+    CHANNELS channels, the request's positions with this chunk's items placed (`place`), the delta."""
+    device = positions.device
+    ids = (input_ids if isinstance(input_ids, torch.Tensor)
+           else torch.tensor(input_ids, dtype=torch.long)).to(device=device, dtype=torch.long)
+    pieces = [decode_positions(mm[:, -CHANNELS:]).to(device) for mm in embeddings]
+    placed, delta = place(ids, pieces, positions, int(computed), video_token, image_token)
+    return [mm[:, :-CHANNELS] for mm in embeddings], placed, delta
 
 
 def first_positions(n: int, items: Sequence[tuple[int, int, int, torch.Tensor | None]]) -> tuple[torch.Tensor, int]:

@@ -8,7 +8,9 @@ With it:
 - the encoder's last block gives the saliency (mean attention each merged token receives), recomputed
   from that block's queries and keys as the transformers backbone does (`backbones.saliency`);
 - the method compresses each video; the kept and merged tokens carry their roots' trained (t, h, w)
-  positions and the next text's start, through vLLM's pruned-media path (`recompute_mrope_positions`).
+  positions and the next text's start, through vLLM's pruned-media path: our `recompute_mrope_positions`
+  places them (`pruning.place`; vLLM's own function misplaces a second medium in one chunk), and
+  `get_mrope_input_positions` gives the text after a video its trained place from the start.
 """
 
 from __future__ import annotations
@@ -25,7 +27,6 @@ from vllm.model_executor.models.qwen2_5_vl import (
 )
 from vllm.multimodal import MULTIMODAL_REGISTRY
 from vllm.multimodal.processing import PromptReplacement
-from vllm.multimodal.video_prune.evs import recompute_mrope_positions
 from vllm.utils.gpu_sync_debug import gpu_sync_allowed
 
 from ...backbones.positions import vision_positions
@@ -141,13 +142,6 @@ class OTTVidQwen2_5_VL(LastBlockSaliency, Qwen2_5_VLForConditionalGeneration):
         if self.ottvid is None:
             return super().recompute_mrope_positions(input_ids, multimodal_embeddings, mrope_positions,
                                                      num_computed_tokens)
-        device = multimodal_embeddings[0].device if len(multimodal_embeddings) else mrope_positions.device
-        ids = (input_ids if isinstance(input_ids, torch.Tensor)
-               else torch.tensor(input_ids, dtype=torch.long)).to(device=device, dtype=torch.long)
-        width = pruning.POSITION_CHANNELS
-        embeds = [mm[:, :-width] for mm in multimodal_embeddings]
-        positions = [pruning.decode_positions(mm[:, -width:]) for mm in multimodal_embeddings]
-        new, delta = recompute_mrope_positions(ids, positions, mrope_positions, num_computed_tokens,
-                                               self.config.vision_start_token_id, self.config.image_token_id,
-                                               self.config.video_token_id)
-        return embeds, new, delta
+        with gpu_sync_allowed():
+            return pruning.recompute(input_ids, multimodal_embeddings, mrope_positions, num_computed_tokens,
+                                     self.config.video_token_id, self.config.image_token_id)

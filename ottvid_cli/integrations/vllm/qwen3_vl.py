@@ -12,7 +12,7 @@ vLLM's own code (EVS included). With it:
   ottvid_cli lays it out: each group's `<t seconds><|vision_start|>` + the tokens kept from it +
   `<|vision_end|>` (`qwen3_layout.video_layout`), with text embeddings for the timestamps and markers;
 - every row carries its trained position (text its uncompressed one, a kept or merged token its root's)
-  and `recompute_mrope_positions` places them (`qwen3_layout.place`), vLLM's own function not used.
+  and `recompute_mrope_positions` places them (`pruning.place`), vLLM's own function not used.
 """
 
 from __future__ import annotations
@@ -155,25 +155,17 @@ class _OTTVidQwen3(LastBlockSaliency):
         if self.ottvid is None:
             return super()._postprocess_image_embeds_evs(image_embeds_split, image_input)
         merge = self.visual.spatial_merge_size
-        return tuple(torch.cat([emb, pruning.encode_positions(
-            qwen3_layout.image_values((t, h // merge, w // merge), emb.device), emb.dtype)], 1)
-            for emb, (t, h, w) in zip(image_embeds_split, image_input["image_grid_thw"].tolist()))
+        return tuple(torch.cat([emb, pruning.image_channels((t, h // merge, w // merge), emb.dtype, emb.device)], 1)
+                     for emb, (t, h, w) in zip(image_embeds_split, image_input["image_grid_thw"].tolist()))
 
     def recompute_mrope_positions(self, input_ids: Any, multimodal_embeddings: Sequence[torch.Tensor],
                                   mrope_positions: torch.Tensor, num_computed_tokens: int) -> tuple:
         if self.ottvid is None:
             return super().recompute_mrope_positions(input_ids, multimodal_embeddings, mrope_positions,
                                                      num_computed_tokens)
-        device = mrope_positions.device
-        ids = (input_ids if isinstance(input_ids, torch.Tensor)
-               else torch.tensor(input_ids, dtype=torch.long)).to(device=device, dtype=torch.long)
-        width = qwen3_layout.CHANNELS
-        embeds = [mm[:, :-width] for mm in multimodal_embeddings]
-        pieces = [pruning.decode_positions(mm[:, -width:]).to(device) for mm in multimodal_embeddings]
         with gpu_sync_allowed():
-            positions, delta = qwen3_layout.place(ids, pieces, mrope_positions, int(num_computed_tokens),
-                                                  self.config.video_token_id, self.config.image_token_id)
-        return embeds, positions, delta
+            return pruning.recompute(input_ids, multimodal_embeddings, mrope_positions, num_computed_tokens,
+                                     self.config.video_token_id, self.config.image_token_id)
 
 
 @MULTIMODAL_REGISTRY.register_processor(OTTVidQwen3VLProcessor, info=Qwen3VLProcessingInfo,
