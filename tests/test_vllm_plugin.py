@@ -22,7 +22,7 @@ import numpy as np
 import pytest
 
 from ottvid_cli.compression import methods
-from vllm_parity import QUESTION, check_prefix_cache, ours_at, prompt_text, run_job, write_clip
+from vllm_parity import QUESTION, check_image_before_video, check_prefix_cache, ours_at, prompt_text, run_job, write_clip
 from vllm_env import run_env
 
 pytestmark = pytest.mark.slow
@@ -103,13 +103,8 @@ def test_an_image_beside_the_video_by_hand(every_method, ours):
     """The image's 2 x 2 tokens at (s, s + row, s + col) one past its `<|vision_start|>`, what follows it at
     s + 2; then the video as in `test_positions_by_hand` from its own start."""
     run = every_method["image+video"]
-    ids, config = run["prompt_token_ids"], ours.model.config
-    positions = np.array([row[: len(ids)] for row in run["positions"]])
-    at = ids.index(config.image_token_id)
-    assert ids[at:at + 5] == [config.image_token_id] * 4 + [config.vision_end_token_id]
-    s = int(positions[:, at - 1].max()) + 1
-    assert positions[:, at:at + 4].T.tolist() == [[s, s, s], [s, s, s + 1], [s, s + 1, s], [s, s + 1, s + 1]]
-    assert positions[:, at + 4].tolist() == [s + 2] * 3
+    ids = run["prompt_token_ids"]
+    positions = check_image_before_video(run, ours.model.config)
     start = ids.index(ours.video_token_id)
     v = int(positions[:, start - 1].max()) + 1  # the video's first position
     (kept,) = run["kept"]

@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 from ottvid_cli.compression import methods
-from vllm_parity import QUESTION, check_prefix_cache, ours_at, prompt_text, run_job, write_clip
+from vllm_parity import QUESTION, check_image_before_video, check_prefix_cache, ours_at, prompt_text, run_job, write_clip
 
 pytestmark = pytest.mark.slow
 
@@ -158,12 +158,7 @@ def test_qwen3_an_image_beside_the_video_by_hand(dense_runs, dense):
     `_by_hand` from there; the question after it."""
     run, config = dense_runs["image+video"], dense.model.config
     ids = run["prompt_token_ids"]
-    positions = np.array([row[: len(ids)] for row in run["positions"]])
-    at = ids.index(config.image_token_id)
-    assert ids[at:at + 5] == [config.image_token_id] * 4 + [config.vision_end_token_id]
-    s = int(positions[:, at - 1].max()) + 1
-    assert positions[:, at:at + 4].T.tolist() == [[s, s, s], [s, s, s + 1], [s, s + 1, s], [s, s + 1, s + 1]]
-    assert positions[:, at + 4].tolist() == [s + 2] * 3
+    positions = check_image_before_video(run, config)
     start, layout = _item(run, dense)
     (kept,) = run["kept"]
     expected, after = _by_hand(layout, kept, int(positions[:, start - 1].max()) + 1, config)

@@ -86,3 +86,17 @@ def check_prefix_cache(client, model: str, clip: pathlib.Path, vision_end: int) 
     assert [entry.bytes for entry in tops[0]] == [entry.bytes for entry in tops[1]]
     for before, after in zip(*tops):
         assert abs(before.logprob - after.logprob) < 1e-4, tops
+
+
+def check_image_before_video(run: dict, config) -> "np.ndarray":
+    """The image+video run (tests/vllm_job.py): the image's 2 x 2 tokens at (s, s + row, s + col), s one past
+    its `<|vision_start|>`, and what follows it at s + max(2, 2). Returns the positions (3, L) for the
+    video's checks."""
+    ids = run["prompt_token_ids"]
+    positions = np.array([row[: len(ids)] for row in run["positions"]])
+    at = ids.index(config.image_token_id)
+    assert ids[at:at + 5] == [config.image_token_id] * 4 + [config.vision_end_token_id]
+    s = int(positions[:, at - 1].max()) + 1
+    assert positions[:, at:at + 4].T.tolist() == [[s, s, s], [s, s, s + 1], [s, s + 1, s], [s, s + 1, s + 1]]
+    assert positions[:, at + 4].tolist() == [s + 2] * 3
+    return positions

@@ -31,6 +31,7 @@ from vllm.utils.gpu_sync_debug import gpu_sync_allowed
 
 from ...backbones.positions import vision_positions
 from . import pruning, settings
+from .media import PlacedMedia
 from .saliency import LastBlockSaliency
 
 
@@ -64,7 +65,7 @@ class OTTVidQwen2_5_VLProcessor(Qwen2_5_VLMultiModalProcessor):
 
 @MULTIMODAL_REGISTRY.register_processor(OTTVidQwen2_5_VLProcessor, info=Qwen2_5_VLProcessingInfo,
                                         dummy_inputs=Qwen2_5_VLDummyInputsBuilder)
-class OTTVidQwen2_5_VL(LastBlockSaliency, Qwen2_5_VLForConditionalGeneration):
+class OTTVidQwen2_5_VL(PlacedMedia, LastBlockSaliency, Qwen2_5_VLForConditionalGeneration):
     """vLLM's Qwen2.5-VL; with `ottvid_method` set and q > 0, videos are compressed by that method."""
 
     def __init__(self, *, vllm_config: Any, prefix: str = "") -> None:
@@ -113,14 +114,6 @@ class OTTVidQwen2_5_VL(LastBlockSaliency, Qwen2_5_VLForConditionalGeneration):
         self._saliency = None
         return tuple(out)
 
-    def _postprocess_image_embeds_evs(self, image_embeds_split: Sequence[torch.Tensor],
-                                      image_input: Any) -> tuple[torch.Tensor, ...]:
-        if self.ottvid is None:
-            return super()._postprocess_image_embeds_evs(image_embeds_split, image_input)
-        merge = self.visual.spatial_merge_size
-        return tuple(torch.cat([emb, pruning.image_channels((t, h // merge, w // merge), emb.dtype, emb.device)], 1)
-                     for emb, (t, h, w) in zip(image_embeds_split, image_input["image_grid_thw"].tolist()))
-
     def get_mrope_input_positions(self, input_tokens: list[int], mm_features: list[Any]) -> tuple[torch.Tensor, int]:
         """The prompt's first positions (`pruning.first_positions`): vLLM's own lay a compressed video's full
         grid over its fewer placeholders, and with them the text after it; ours put that text where the
@@ -136,12 +129,3 @@ class OTTVidQwen2_5_VL(LastBlockSaliency, Qwen2_5_VLForConditionalGeneration):
 
         return pruning.prompt_positions(len(input_tokens), mm_features, self.config.vision_config.spatial_merge_size,
                                         following)
-
-    def recompute_mrope_positions(self, input_ids: Any, multimodal_embeddings: Sequence[torch.Tensor],
-                                  mrope_positions: torch.Tensor, num_computed_tokens: int) -> tuple:
-        if self.ottvid is None:
-            return super().recompute_mrope_positions(input_ids, multimodal_embeddings, mrope_positions,
-                                                     num_computed_tokens)
-        with gpu_sync_allowed():
-            return pruning.recompute(input_ids, multimodal_embeddings, mrope_positions, num_computed_tokens,
-                                     self.config.video_token_id, self.config.image_token_id)

@@ -33,6 +33,7 @@ from vllm.multimodal.processing import PromptReplacement, PromptUpdateDetails
 from vllm.utils.gpu_sync_debug import gpu_sync_allowed
 
 from . import pruning, qwen3_layout, settings
+from .media import PlacedMedia
 from .saliency import LastBlockSaliency
 
 
@@ -83,7 +84,7 @@ class OTTVidQwen3VLProcessor(Qwen3VLMultiModalProcessor):
                 for update in updates]
 
 
-class _OTTVidQwen3(LastBlockSaliency):
+class _OTTVidQwen3(PlacedMedia, LastBlockSaliency):
     """What the dense and MoE models share: the overrides of vLLM's pruned-media path."""
 
     def _ottvid_init(self) -> None:
@@ -149,23 +150,6 @@ class _OTTVidQwen3(LastBlockSaliency):
 
         return pruning.prompt_positions(len(input_tokens), mm_features, self.config.vision_config.spatial_merge_size,
                                         following)
-
-    def _postprocess_image_embeds_evs(self, image_embeds_split: Sequence[torch.Tensor],
-                                      image_input: Any) -> tuple[torch.Tensor, ...]:
-        if self.ottvid is None:
-            return super()._postprocess_image_embeds_evs(image_embeds_split, image_input)
-        merge = self.visual.spatial_merge_size
-        return tuple(torch.cat([emb, pruning.image_channels((t, h // merge, w // merge), emb.dtype, emb.device)], 1)
-                     for emb, (t, h, w) in zip(image_embeds_split, image_input["image_grid_thw"].tolist()))
-
-    def recompute_mrope_positions(self, input_ids: Any, multimodal_embeddings: Sequence[torch.Tensor],
-                                  mrope_positions: torch.Tensor, num_computed_tokens: int) -> tuple:
-        if self.ottvid is None:
-            return super().recompute_mrope_positions(input_ids, multimodal_embeddings, mrope_positions,
-                                                     num_computed_tokens)
-        with gpu_sync_allowed():
-            return pruning.recompute(input_ids, multimodal_embeddings, mrope_positions, num_computed_tokens,
-                                     self.config.video_token_id, self.config.image_token_id)
 
 
 @MULTIMODAL_REGISTRY.register_processor(OTTVidQwen3VLProcessor, info=Qwen3VLProcessingInfo,
