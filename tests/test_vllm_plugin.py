@@ -22,7 +22,8 @@ import numpy as np
 import pytest
 
 from ottvid_cli.compression import methods
-from vllm_parity import QUESTION, check_image_before_video, check_prefix_cache, ours_at, prompt_text, run_job, write_clip
+from vllm_parity import (QUESTION, check_image_before_video, check_prefix_cache, ours_at, prompt_text, run_job,
+                         run_jobs, write_clip)
 from vllm_env import run_env
 
 pytestmark = pytest.mark.slow
@@ -115,11 +116,21 @@ def test_an_image_beside_the_video_by_hand(every_method, ours):
     assert positions[0, after:].tolist() == list(range(v + 7, v + 7 + len(ids) - after))
 
 
-def test_q_zero_is_stock_vllm(vllm_env, tiny_qwen_vllm, ours, clip, tmp_path):
-    job = dict(model=str(tiny_qwen_vllm), q=0, frames=str(clip), fps=FPS, prompt=prompt_text(ours), logprobs=5,
-               max_tokens=4)
-    plugin = run_job(vllm_env, tmp_path, overrides={"ottvid_method": "ottvid"}, **job)[0]
-    stock = run_job(vllm_env, tmp_path, plugins=False, **job)[0]
+@pytest.fixture(scope="module")
+def handed_over(vllm_env, tiny_qwen_vllm, ours, clip, tmp_path_factory) -> dict[str, dict]:
+    """Three engines side by side, none asked to compress: q = 0 with `ottvid_method` set, stock vLLM (no
+    plugin loaded) at q = 0, and q = 0.9 with the plugin loaded but no method (vLLM's EVS)."""
+    job = dict(model=str(tiny_qwen_vllm), frames=str(clip), fps=FPS, prompt=prompt_text(ours))
+    plugin, stock, evs = run_jobs(
+        vllm_env, tmp_path_factory.mktemp("vllm_handed_over"),
+        {"q": 0, "overrides": {"ottvid_method": "ottvid"}, "logprobs": 5, "max_tokens": 4, **job},
+        {"q": 0, "plugins": False, "logprobs": 5, "max_tokens": 4, **job},
+        {"q": 0.9, "cpu_fix": "all", "logprobs": 1, **job})
+    return {"plugin": plugin[0], "stock": stock[0], "evs": evs[0]}
+
+
+def test_q_zero_is_stock_vllm(handed_over, ours, clip):
+    plugin, stock = handed_over["plugin"], handed_over["stock"]
     assert plugin["model_class"] == "OTTVidQwen2_5_VL" and stock["model_class"] == "Qwen2_5_VLForConditionalGeneration"
     assert plugin["prompt_token_ids"] == stock["prompt_token_ids"] and plugin["prompt_tokens"] == len(ours_at(
         ours, clip, "topk", 1.0)["ids"])
@@ -127,13 +138,12 @@ def test_q_zero_is_stock_vllm(vllm_env, tiny_qwen_vllm, ours, clip, tmp_path):
     assert plugin["kept"] == []  # nothing compressed
 
 
-def test_not_asked_for_vllms_own_evs_runs_through_the_plugins_model(vllm_env, tiny_qwen_vllm, ours, clip, tmp_path):
+def test_not_asked_for_vllms_own_evs_runs_through_the_plugins_model(handed_over, ours):
     """With the plugin loaded and no ottvid_method, q = 0.9 is vLLM's EVS: its count (at least the first
     group: 16 of 64, not round(6.4)), through our subclass, which hands over to vLLM's code. On the CPU
     EVS needs the runner fix, which the plugin applies only to models that ask for ottvid: this job
     widens it (cpu_fix="all", as benchmarks/vllm.py does); the plugin's own scope would leave it off."""
-    run = run_job(vllm_env, tmp_path, model=str(tiny_qwen_vllm), q=0.9, cpu_fix="all", frames=str(clip), fps=FPS,
-                  prompt=prompt_text(ours), logprobs=1)[0]
+    run = handed_over["evs"]
     assert run["model_class"] == "OTTVidQwen2_5_VL" and run["kept"] == []
     assert run["prompt_token_ids"].count(ours.video_token_id) == max(TOKENS, int(V * (1 - 0.9))) == 16
     assert run["pruning_flag"] and not run["plugin_scope_enables"] and not run["ottvid_set"]

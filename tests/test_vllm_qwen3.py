@@ -16,7 +16,8 @@ import numpy as np
 import pytest
 
 from ottvid_cli.compression import methods
-from vllm_parity import QUESTION, check_image_before_video, check_prefix_cache, ours_at, prompt_text, run_job, write_clip
+from vllm_parity import (QUESTION, check_image_before_video, check_prefix_cache, ours_at, prompt_text, run_jobs,
+                         write_clip)
 
 pytestmark = pytest.mark.slow
 
@@ -50,10 +51,9 @@ def moe(tiny_qwen3_moe_vllm):
     return _load(tiny_qwen3_moe_vllm)
 
 
-def _every_method(vllm_env, model, backbone, clip, tmp_path_factory, image: bool = False) -> dict[str, dict]:
-    """One engine at q = 0.75, every method in turn on the clip; with `image`, one more request: an image
-    before the video (`image+video`)."""
-    folder = tmp_path_factory.mktemp("vllm_qwen3_jobs")
+def _every_method(model, backbone, clip, folder, image: bool = False) -> dict:
+    """A job at q = 0.75, every method in turn on the clip; with `image`, one more request: an image before
+    the video (`image+video`)."""
     extra = {}
     if image:
         np.save(folder / "image.npy", np.random.default_rng(4).integers(0, 256, size=(64, 64, 3), dtype=np.uint8))
@@ -61,19 +61,27 @@ def _every_method(vllm_env, model, backbone, clip, tmp_path_factory, image: bool
                                                  {"type": "text", "text": QUESTION}]}]
         extra = {"image": str(folder / "image.npy"), "image_prompt": backbone.processor.apply_chat_template(
             messages, tokenize=False, add_generation_prompt=True)}
-    runs = run_job(vllm_env, folder, model=str(model), q=0.75, overrides={"ottvid_method": "ottvid"},
-                   frames=str(clip), fps=FPS, prompt=prompt_text(backbone), methods=RUNNABLE, logprobs=5, **extra)
-    return {run["method"]: run for run in runs}
+    return dict(model=str(model), q=0.75, overrides={"ottvid_method": "ottvid"}, frames=str(clip), fps=FPS,
+                prompt=prompt_text(backbone), methods=RUNNABLE, logprobs=5, **extra)
 
 
 @pytest.fixture(scope="module")
-def dense_runs(vllm_env, tiny_qwen3_vllm, dense, clip, tmp_path_factory):
-    return _every_method(vllm_env, tiny_qwen3_vllm, dense, clip, tmp_path_factory, image=True)
+def both_runs(vllm_env, tiny_qwen3_vllm, tiny_qwen3_moe_vllm, dense, moe, clip, tmp_path_factory):
+    """The dense engine (with the image request) and the MoE engine, side by side: each method's run."""
+    folder = tmp_path_factory.mktemp("vllm_qwen3_jobs")
+    dense_job = _every_method(tiny_qwen3_vllm, dense, clip, folder, image=True)
+    results = run_jobs(vllm_env, folder, dense_job, _every_method(tiny_qwen3_moe_vllm, moe, clip, folder))
+    return [{run["method"]: run for run in runs} for runs in results]
 
 
 @pytest.fixture(scope="module")
-def moe_runs(vllm_env, tiny_qwen3_moe_vllm, moe, clip, tmp_path_factory):
-    return _every_method(vllm_env, tiny_qwen3_moe_vllm, moe, clip, tmp_path_factory)
+def dense_runs(both_runs):
+    return both_runs[0]
+
+
+@pytest.fixture(scope="module")
+def moe_runs(both_runs):
+    return both_runs[1]
 
 
 def _item(run: dict, backbone) -> tuple[int, list[int]]:
