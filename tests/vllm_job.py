@@ -7,9 +7,9 @@ job: model, q (the pruning rate, 0 for none), overrides (hf_overrides), frames (
 fps, prompt (the full chat text with the video placeholder), methods (names to run in turn on the one
 engine; [] or [null]: the engine as configured; [null, null]: the same request twice), prefix_caching,
 image (.npy, (H, W, 3) uint8) and image_prompt (its chat text, the image before the video): one more
-request with both, after the others (its run's method is "image+video"), logprobs (top-k of the first generated token), plugins
-(False: VLLM_PLUGINS set so that no plugin loads: stock vLLM), cpu_fix ("all": the CPU runner fix for vLLM's
-own EVS too, `cpu_runner.patch("all")`).
+request with both, after the others (its run's method is "image+video"), logprobs (top-k of the first
+generated token), plugins (False: VLLM_PLUGINS set so that no plugin loads: stock vLLM), cpu_fix ("all":
+the CPU runner fix for vLLM's own EVS too, `cpu_runner.patch("all")`).
 For each run: the prompt's token count, the generated text, the first token's top log-probabilities, and
 (with the plugin) the kept token indices, the positions the LLM received (3, L), the model's class and, for
 Qwen3-VL, each video's token ids as the LLM received them (`layout`).
