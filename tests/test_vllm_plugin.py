@@ -118,7 +118,7 @@ def test_an_image_beside_the_video_by_hand(every_method, ours):
 
 @pytest.fixture(scope="module")
 def handed_over(vllm_env, tiny_qwen_vllm, ours, clip, tmp_path_factory) -> dict[str, dict]:
-    """Three engines side by side, none asked to compress: q = 0 with `ottvid_method` set, stock vLLM (no
+    """Three engines, none asked to compress: q = 0 with `ottvid_method` set, stock vLLM (no
     plugin loaded) at q = 0, and q = 0.9 with the plugin loaded but no method (vLLM's EVS)."""
     job = dict(model=str(tiny_qwen_vllm), frames=str(clip), fps=FPS, prompt=prompt_text(ours))
     plugin, stock, evs = run_jobs(

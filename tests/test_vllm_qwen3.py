@@ -67,7 +67,7 @@ def _every_method(model, backbone, clip, folder, image: bool = False) -> dict:
 
 @pytest.fixture(scope="module")
 def both_runs(vllm_env, tiny_qwen3_vllm, tiny_qwen3_moe_vllm, dense, moe, clip, tmp_path_factory):
-    """The dense engine (with the image request) and the MoE engine, side by side: each method's run."""
+    """The dense engine (with the image request), then the MoE engine: each method's run."""
     folder = tmp_path_factory.mktemp("vllm_qwen3_jobs")
     dense_job = _every_method(tiny_qwen3_vllm, dense, clip, folder, image=True)
     results = run_jobs(vllm_env, folder, dense_job, _every_method(tiny_qwen3_moe_vllm, moe, clip, folder))

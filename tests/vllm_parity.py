@@ -48,25 +48,16 @@ def run_job(vllm_env, tmp_path, **job) -> list[dict]:
 
 
 def run_jobs(vllm_env, tmp_path, *jobs: dict) -> list[list[dict]]:
-    """Jobs side by side, each engine in a process of its own (most of a start is one core importing vLLM:
-    two at once take little more than one here); each job's runs, in order."""
-    processes = []
+    """Jobs one after the other (vLLM's CPU engines side by side, beside a running server, spin on the same
+    two cores and can take many minutes); each job's runs, in order."""
+    results = []
     for job in jobs:
         path = tmp_path / f"job-{len(list(tmp_path.glob('job-*')))}.json"
         path.write_text(json.dumps(job))
-        processes.append(subprocess.Popen([str(vllm_env.python), str(HERE / "vllm_job.py"), str(path)],
-                                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                                          env=run_env(VLLM_CPU_NUM_OF_RESERVED_CPU="0")))
-    results = []
-    for process in processes:
-        try:
-            stdout, stderr = process.communicate(timeout=900)
-        except subprocess.TimeoutExpired:
-            for other in processes:
-                other.kill()
-            raise
-        lines = [line for line in stdout.splitlines() if line.startswith("RESULT ")]
-        assert process.returncode == 0 and lines, (process.returncode, stdout[-2000:], stderr[-4000:])
+        done = subprocess.run([str(vllm_env.python), str(HERE / "vllm_job.py"), str(path)], capture_output=True,
+                              text=True, timeout=900, env=run_env(VLLM_CPU_NUM_OF_RESERVED_CPU="0"))
+        lines = [line for line in done.stdout.splitlines() if line.startswith("RESULT ")]
+        assert done.returncode == 0 and lines, (done.returncode, done.stdout[-2000:], done.stderr[-4000:])
         results.append(json.loads(lines[-1][len("RESULT "):]))
     return results
 
