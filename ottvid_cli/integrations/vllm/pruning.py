@@ -205,6 +205,6 @@ def prompt_positions(n: int, features: Sequence[Any], merge: int,
         if feature.modality == "video":
             items.append((start, length, video_following(grid, data), None))
         else:
-            rows = vision_positions(0, grid, 0.0, 0.0)
-            items.append((start, length, int(rows.max()) + 1, rows))
+            values = image_values(grid)
+            items.append((start, length, int(values[3, 0]), values[:3]))
     return first_positions(n, items)

@@ -35,19 +35,13 @@ from .media import PlacedMedia
 from .saliency import LastBlockSaliency
 
 
-def _settings(ctx: Any) -> settings.Settings | None:
-    return settings.read(ctx.model_config.hf_config, ctx.get_mm_config().video_pruning_rate)
-
-
 class OTTVidQwen2_5_VLProcessor(Qwen2_5_VLMultiModalProcessor):
     """vLLM's Qwen2.5-VL processor, with the ottvid method's placeholder count for each video."""
 
     def _get_prompt_updates(self, mm_items: Any, hf_processor_mm_kwargs: Mapping[str, Any],
                             out_mm_kwargs: Any) -> Sequence[Any]:
         updates = super()._get_prompt_updates(mm_items, hf_processor_mm_kwargs, out_mm_kwargs)
-        if not hasattr(self, "_ottvid"):  # read once: the server's settings do not change
-            self._ottvid = _settings(self.info.ctx)
-        chosen = self._ottvid
+        chosen = settings.for_processor(self)
         if chosen is None:
             return updates
         merge = self.info.get_image_processor(**hf_processor_mm_kwargs).merge_size
@@ -75,11 +69,6 @@ class OTTVidQwen2_5_VL(PlacedMedia, LastBlockSaliency, Qwen2_5_VLForConditionalG
         self._saliency: list[torch.Tensor] | None = None
 
     # -- the encoder, with the saliency of its last block (saliency.LastBlockSaliency) ------------
-
-    def _process_video_input(self, video_input: Any) -> tuple[torch.Tensor, ...]:
-        if self.ottvid is None:
-            return super()._process_video_input(video_input)
-        return self._encode_with_saliency(super()._process_video_input, video_input)
 
     def _to_raster(self, merged: torch.Tensor, grid_thw: list[list[int]]) -> torch.Tensor:
         """The tower works in windows: its merged tokens come out in window order (`get_rope_by_thw`'s

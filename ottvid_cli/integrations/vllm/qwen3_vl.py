@@ -41,14 +41,12 @@ class OTTVidQwen3VLProcessor(Qwen3VLMultiModalProcessor):
     """vLLM's Qwen3-VL processor, with the ottvid method's placeholder count in each video's lumped block."""
 
     def _ottvid_counts(self, grids: Sequence[Sequence[int]]) -> list[int] | None:
-        if not hasattr(self, "_ottvid"):  # read once: the server's settings do not change
-            self._ottvid = settings.read(self.info.ctx.model_config.hf_config,
-                                         self.info.ctx.get_mm_config().video_pruning_rate)
-        if self._ottvid is None:
+        """Each video's placeholder count for the method asked for; None without one."""
+        chosen = settings.for_processor(self)
+        if chosen is None:
             return None
         merge = self.info.get_hf_config().vision_config.spatial_merge_size
-        return [pruning.retained(self._ottvid.ratio, int(t), (int(h) // merge) * (int(w) // merge))
-                for t, h, w in grids]
+        return [pruning.retained(chosen.ratio, int(t), (int(h) // merge) * (int(w) // merge)) for t, h, w in grids]
 
     def _apply_hf_processor_main(self, mm_items: Any, hf_kwargs: Mapping[str, object]) -> Any:
         processed = super()._apply_hf_processor_main(mm_items, hf_kwargs)
@@ -66,7 +64,7 @@ class OTTVidQwen3VLProcessor(Qwen3VLMultiModalProcessor):
     def _get_prompt_updates(self, mm_items: Any, hf_processor_mm_kwargs: Mapping[str, Any],
                             out_mm_kwargs: Any) -> Sequence[Any]:
         updates = super()._get_prompt_updates(mm_items, hf_processor_mm_kwargs, out_mm_kwargs)
-        if self._ottvid_counts([]) is None:
+        if settings.for_processor(self) is None:
             return updates
         video_token = self.info.get_hf_config().video_token_id
 
@@ -92,11 +90,6 @@ class _OTTVidQwen3(PlacedMedia, LastBlockSaliency):
         self.ottvid_last: list[torch.Tensor] = []  # the last call's kept flat indices, one tensor a video (tests)
         self.ottvid_layout: list[list[int]] = []  # the last call's item token ids as the LLM gets them (tests)
         self._saliency: list[torch.Tensor] | None = None
-
-    def _process_video_input(self, video_input: Any) -> tuple[torch.Tensor, ...]:
-        if self.ottvid is None:
-            return super()._process_video_input(video_input)
-        return self._encode_with_saliency(super()._process_video_input, video_input)
 
     def _postprocess_video_embeds_evs(self, video_embeds_split: Sequence[torch.Tensor],
                                       video_input: Any) -> tuple[torch.Tensor, ...]:

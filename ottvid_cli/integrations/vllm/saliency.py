@@ -19,10 +19,13 @@ from ...backbones.saliency import mean_attention_received
 
 
 class LastBlockSaliency:
-    """Mixin for a vLLM Qwen-VL model (`self.visual`): `_encode_with_saliency` runs the encoder and keeps
-    each video's (V,) saliency, raster order, in `self._saliency`."""
+    """Mixin for a vLLM Qwen-VL model (`self.visual`, `self.ottvid`): with a method asked for,
+    `_process_video_input` runs vLLM's encoder and keeps each video's (V,) saliency, raster order, in
+    `self._saliency`; without one it is vLLM's own."""
 
-    def _encode_with_saliency(self, encode: Any, video_input: Any) -> Any:
+    def _process_video_input(self, video_input: Any) -> tuple[torch.Tensor, ...]:
+        if self.ottvid is None:
+            return super()._process_video_input(video_input)
         if video_input["type"] != "pixel_values_videos":
             raise ValueError(f"ottvid_method {self.ottvid.method} compresses videos given as frames (the vision "
                              f"encoder's attention is its saliency), not as precomputed embeddings")
@@ -38,7 +41,7 @@ class LastBlockSaliency:
 
         handles = [attn.register_forward_pre_hook(grab, with_kwargs=True), attn.qkv.register_forward_hook(grab_qkv)]
         try:
-            embeds = encode(video_input)
+            embeds = super()._process_video_input(video_input)
         finally:
             for handle in handles:
                 handle.remove()

@@ -84,3 +84,11 @@ def for_model(hf_config: Any, pruning_rate: float | None, data_parallel: bool) -
         raise SettingsError("ottvid_method needs the vision encoder's attention on one rank: "
                             "leave --mm-encoder-tp-mode at weights")
     return chosen
+
+
+def for_processor(processor: Any) -> Settings | None:
+    """`read` for a vLLM multimodal processor (from its context), once: a server's settings do not change."""
+    if not hasattr(processor, "_ottvid"):
+        ctx = processor.info.ctx
+        processor._ottvid = read(ctx.model_config.hf_config, ctx.get_mm_config().video_pruning_rate)
+    return processor._ottvid
