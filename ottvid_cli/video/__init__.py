@@ -21,11 +21,12 @@ plans, `sample` the entry points.
 from .decord import decord_available, read_timeline, resolve_decoder
 from .images import DEFAULT_FRAME_RATE, IMAGE_SUFFIXES, frame_files, images_timeline
 from .probe import Header, judge_index, pyav_file_errors
+from .resize import FrameResize, bicubic
 from .sample import check_video, sample_fps, sample_frames, video_duration
 from .timeline import HARNESS_MIN_FRAMES, Plan, Timeline, Video, VideoError, harness_frames
 
 __all__ = [
-    "DEFAULT_FRAME_RATE", "HARNESS_MIN_FRAMES", "IMAGE_SUFFIXES", "Header", "Plan", "Timeline", "Video", "VideoError",
-    "check_video", "decord_available", "frame_files", "harness_frames", "images_timeline", "judge_index",
+    "DEFAULT_FRAME_RATE", "FrameResize", "HARNESS_MIN_FRAMES", "IMAGE_SUFFIXES", "Header", "Plan", "Timeline", "Video", "VideoError",
+    "bicubic", "check_video", "decord_available", "frame_files", "harness_frames", "images_timeline", "judge_index",
     "pyav_file_errors", "read_timeline", "resolve_decoder", "sample_fps", "sample_frames", "video_duration",
 ]

@@ -7,9 +7,11 @@ import functools
 
 import numpy as np
 
+from ..interrupt import checkpoint
 from ..settings import DECODERS
 from .probe import Header, _native_stderr_silenced, _pyav_stream, _header, _unreadable, judge_index
 from .pyav import _sample_pyav
+from .resize import Shrinker
 from .timeline import Plan, Timeline, VideoError, _reason
 
 
@@ -86,11 +88,14 @@ def read_timeline(reader, header: Header) -> Timeline:
     if not problem and not decord_seeks_right(header):
         problem = f"decord seeks to wrong frames in {header.codec} with B-frames in {header.format.split(',')[0]}"
     return Timeline(starts=starts, duration=end, average_fps=float(reader.get_avg_fps() or header.average_fps),
-                    source="decord index", trusted=not problem, problem=problem)
+                    source="decord index", trusted=not problem, problem=problem)  # (key frames: PyAV's index)
 
 
 
-def _sample_decord(path: str, plan: Plan, fallback: bool) -> tuple[Timeline, list[int], np.ndarray]:
+DECORD_CHUNK = 8  # frames decord hands over at once (each at full size until shrunk)
+
+
+def _sample_decord(path: str, plan: Plan, fallback: bool, shrink: Shrinker) -> tuple[Timeline, list[int], np.ndarray]:
     with _pyav_stream(path) as (container, stream):
         header = _header(container, stream)
     try:
@@ -98,21 +103,28 @@ def _sample_decord(path: str, plan: Plan, fallback: bool) -> tuple[Timeline, lis
     except VideoError:  # PyAV read the header: FFmpeg can read the file, decord cannot
         if not fallback:
             raise
-        return _sample_pyav(path, plan, distrust="decord cannot open it")
+        return _sample_pyav(path, plan, shrink, distrust="decord cannot open it")
     timeline = read_timeline(reader, header)
     if not timeline.trusted:
         if not fallback:
             raise VideoError(f"decord cannot be trusted on {path} ({timeline.problem}); use decoder 'pyav' or 'auto'")
-        return _sample_pyav(path, plan, distrust=f"decord's index: {timeline.problem}")
+        return _sample_pyav(path, plan, shrink, distrust=f"decord's index: {timeline.problem}")
     indices = plan(timeline)
+    shrink.restart(len(indices))
+    frames, problem = [], ""
     try:
-        with _native_stderr_silenced():
-            frames = reader.get_batch(indices).asnumpy()
-        problem = "" if frames.ndim == 4 and frames.shape[-1] == 3 else f"frames of shape {frames.shape[1:]}, not RGB"
+        for at in range(0, len(indices), DECORD_CHUNK):  # a few full-size frames at a time, shrunk at once
+            checkpoint("decoding the video")
+            with _native_stderr_silenced():
+                chunk = reader.get_batch(indices[at:at + DECORD_CHUNK]).asnumpy()
+            if not (chunk.ndim == 4 and chunk.shape[-1] == 3):
+                problem = f"frames of shape {chunk.shape[1:]}, not RGB"
+                break
+            frames.extend(shrink(image) for image in chunk)
     except decord_file_errors() as exc:
         problem = _reason(exc)
     if problem:  # e.g. decord 0.6.0 on a file shown turned by a quarter turn: PyAV decodes it
         if not fallback:
             raise VideoError(f"decord cannot decode frames of {path}: {problem}")
-        return _sample_pyav(path, plan)
-    return timeline, indices, frames
+        return _sample_pyav(path, plan, shrink)
+    return timeline, indices, np.stack(frames)

@@ -10,6 +10,7 @@ import re
 import numpy as np
 
 from ..interrupt import checkpoint
+from .resize import Shrinker
 from .timeline import Plan, Timeline, VideoError, _reason
 
 
@@ -77,25 +78,27 @@ def _read_image(path: str) -> np.ndarray:
 def images_timeline(count: int, rate: float) -> Timeline:
     """Frame i of a folder is shown from i / rate s; the folder lasts count / rate s."""
     return Timeline(starts=np.arange(count, dtype=np.float64) / rate, duration=count / rate, average_fps=rate,
-                    source="frame images", trusted=True)
+                    source="frame images", trusted=True, keys=np.arange(count, dtype=np.int64))  # each image stands alone
 
 
 
-def _sample_images(folder: str, plan: Plan, rate: float) -> tuple[Timeline, list[int], np.ndarray]:
+def _sample_images(folder: str, plan: Plan, rate: float, shrink: Shrinker) -> tuple[Timeline, list[int], np.ndarray]:
     """Sample a folder of frame images by `plan` on their times (i / rate); only the sampled images are
-    read. They must all have one size: resizing some would change their aspect silently."""
+    read, each shrunk as soon as it is read. They must all have one size: resizing some would change
+    their aspect silently."""
     files = frame_files(folder)
     timeline = images_timeline(len(files), rate)
     indices = plan(timeline)
+    shrink.restart(len(indices))
     images: dict[int, np.ndarray] = {}
+    first = indices[0]
     for i in indices:
         if i not in images:
             checkpoint("reading the frame images")
-            images[i] = _read_image(files[i])
-    first = indices[0]
-    for i in indices:
-        if images[i].shape != images[first].shape:
-            (h0, w0), (h, w) = images[first].shape[:2], images[i].shape[:2]
-            raise VideoError(f"frame images differ in size: {os.path.basename(files[first])} is {w0}x{h0}, "
-                             f"{os.path.basename(files[i])} is {w}x{h} (in {folder})")
+            image = _read_image(files[i])
+            if shrink.source is not None and image.shape[:2] != shrink.source:
+                (h0, w0), (h, w) = shrink.source, image.shape[:2]
+                raise VideoError(f"frame images differ in size: {os.path.basename(files[first])} is {w0}x{h0}, "
+                                 f"{os.path.basename(files[i])} is {w}x{h} (in {folder})")
+            images[i] = shrink(image)
     return timeline, indices, np.stack([images[i] for i in indices])

@@ -11,29 +11,40 @@ from .decord import _open_decord, _sample_decord, resolve_decoder
 from .images import _frame_rate, _read_image, _sample_images, frame_files
 from .probe import _checked_path, _header, _pyav_stream, _unreadable, pyav_file_errors
 from .pyav import _decoded, _demux, _pyav_timeline, _sample_pyav
-from .timeline import Plan, Video, VideoError, _plan_count, _plan_rate, _rule, _segment, _within
+from .resize import FrameResize, Shrinker, Size, as_resize
+from .timeline import (Plan, Timeline, Video, VideoError, _keyframe_plan, _plan_count, _plan_rate, _rule, _segment,
+                       _within)
 
 
 def _sample(path: str | os.PathLike, plan: Plan, decoder: str, start: float | None = None,
-            end: float | None = None, frame_rate: float | None = None) -> Video:
+            end: float | None = None, frame_rate: float | None = None, resize: FrameResize | Size | None = None,
+            keyframes: bool = False) -> Video:
     """Sample the file (or folder of frame images, at `frame_rate`) by `plan`; with `start` / `end`
     (s), only that part of it, which the Video then describes (timestamps from `start`, its length,
-    its frame count)."""
+    its frame count). Each frame is resized by `resize` as soon as it is decoded; with `keyframes`
+    each planned frame is replaced by the key frame nearest it (read with PyAV, nothing else decoded)."""
     if decoder not in DECODERS:
         raise VideoError(f"unknown decoder {decoder!r}: choose one of {', '.join(DECODERS)}")
+    shrink = Shrinker(as_resize(resize))
+    planned: list[int] = []
+
+    def remember(timeline: Timeline) -> list[int]:  # the plan's own frames, before key frames replace them
+        planned[:] = bounded(timeline)
+        return planned
+
+    bounded = _within(plan, start, end)
+    chosen = _keyframe_plan(remember) if keyframes else bounded
     if os.path.isdir(path):  # a folder of frame images: Pillow reads them, the decoder does not apply
         path = os.fspath(path)
-        plan = _within(plan, start, end)
-        timeline, indices, frames = _sample_images(path, plan, _frame_rate(frame_rate))
+        timeline, indices, frames = _sample_images(path, chosen, _frame_rate(frame_rate), shrink)
         backend = "images"
     else:
         backend = resolve_decoder(decoder)
         path = _checked_path(path)
-        plan = _within(plan, start, end)
-        if backend == "decord":
-            timeline, indices, frames = _sample_decord(path, plan, fallback=decoder == "auto")
-        else:
-            timeline, indices, frames = _sample_pyav(path, plan)
+        if backend == "decord" and not keyframes:
+            timeline, indices, frames = _sample_decord(path, chosen, decoder == "auto", shrink)
+        else:  # key frames alone: PyAV decodes single packets, decord cannot
+            timeline, indices, frames = _sample_pyav(path, chosen, shrink, keyframes=keyframes)
         backend = "decord" if timeline.source == "decord index" else "pyav"
     first, last, lo, duration = (0, len(timeline.starts), 0.0, timeline.duration) if start is None and end is None \
         else _segment(timeline, start, end)
@@ -47,6 +58,9 @@ def _sample(path: str | os.PathLike, plan: Plan, decoder: str, start: float | No
         average_fps=timeline.average_fps,
         timeline=timeline,
         decoder=backend,
+        source_size=shrink.source,
+        keyframes=keyframes,
+        planned=[max(0.0, float(timeline.starts[i]) - lo) for i in planned] if keyframes else None,
     )
 
 
@@ -96,31 +110,39 @@ def video_duration(path: str | os.PathLike) -> float | None:
 
 def sample_frames(path: str | os.PathLike, num_frames: int = 32, decoder: str = "auto",
                   start: float | None = None, end: float | None = None, frame_rate: float | None = None,
-                  rule: str = "centre") -> Video:
+                  rule: str = "centre", resize: FrameResize | Size | None = None, keyframes: bool = False) -> Video:
     """`num_frames` frames (made even; fewer for videos with fewer frames) uniformly in time; with
     `start` / `end` (s), uniformly over that part only (MVBench's time-bounded questions). `path` may
     be a folder of frame images shown at `frame_rate` a second (default `DEFAULT_FRAME_RATE`, 3).
     `rule`: "centre" (the frame shown at each segment's centre) or an evaluation harness's
-    "linspace" / "linspace-floor" (`_frames_linspace`)."""
+    "linspace" / "linspace-floor" (`_frames_linspace`).
+
+    `resize`: the size frames leave the decoder at, a `FrameResize` (a backbone's `frame_resize()`: the
+    size and resampling its processor applies) or a fixed (height, width); each frame is resized as soon
+    as it is decoded, so full-resolution frames never accumulate (None: frames as decoded).
+    `keyframes`: each frame is the key frame nearest its planned time (distinct ones where the file has
+    enough), read without decoding any other frame; `Video.planned` holds the planned times."""
     if num_frames < 1:
         raise VideoError(f"the number of frames must be >= 1, got {num_frames}")
-    return _sample(path, _plan_count(num_frames, _rule(rule)), decoder, start, end, frame_rate)
+    return _sample(path, _plan_count(num_frames, _rule(rule)), decoder, start, end, frame_rate, resize, keyframes)
 
 
 
 def sample_fps(path: str | os.PathLike, fps: float = 2.0, max_frames: int | None = None,
                decoder: str = "auto", start: float | None = None, end: float | None = None,
-               frame_rate: float | None = None, rule: str = "centre") -> Video:
+               frame_rate: float | None = None, rule: str = "centre", resize: FrameResize | Size | None = None,
+               keyframes: bool = False) -> Video:
     """Frames at `fps` per second of duration (an even count, at least 2), uniformly in time.
 
     With `max_frames`, longer videos are subsampled uniformly to that many frames (made even). `path`
     may be a folder of frame images shown at `frame_rate` a second (see `sample_frames`). With a
     harness `rule` ("linspace" / "linspace-floor") the count is qwen-vl-utils' `smart_nframes`
     (frames / average fps x fps, at least 4, at most `max_frames` (768 by default) and the frame
-    count, made even) and the frames are spread over the indices as that rule does.
+    count, made even) and the frames are spread over the indices as that rule does. `resize` and
+    `keyframes`: as for `sample_frames`.
     """
     if not (fps > 0 and math.isfinite(fps)):
         raise VideoError(f"fps must be > 0, got {fps}")
     if max_frames is not None and max_frames < 2:
         raise VideoError(f"max_frames must be >= 2, got {max_frames}")
-    return _sample(path, _plan_rate(fps, max_frames, _rule(rule)), decoder, start, end, frame_rate)
+    return _sample(path, _plan_rate(fps, max_frames, _rule(rule)), decoder, start, end, frame_rate, resize, keyframes)

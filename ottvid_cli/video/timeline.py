@@ -32,6 +32,7 @@ class Timeline:
     source: str = "container"  # "decord index", "pyav index", or "decoded frames"
     trusted: bool = True
     problem: str = ""  # why the index was not trusted ("" when it was)
+    keys: np.ndarray | None = None  # indices of the key frames (ascending), None where unknown
 
 
 
@@ -41,7 +42,9 @@ class Video:
 
     frames: (n, H, W, 3) uint8 RGB; timestamps: start time of each sampled frame (s, from the stream's
     start); indices: their frame numbers in the file (presentation order); duration: the whole video's
-    length (s); decoder: the backend that produced the frames ("decord" or "pyav").
+    length (s); decoder: the backend that produced the frames ("decord" or "pyav"). source_size: the
+    frames' (height, width) as decoded (after the display rotation), before a `resize` shrank them.
+    keyframes: each frame is the key frame nearest its planned time; `planned`: those times (s).
     """
 
     path: str
@@ -53,6 +56,9 @@ class Video:
     average_fps: float
     timeline: Timeline = field(repr=False, default=None)  # type: ignore[assignment]
     decoder: str = ""
+    source_size: tuple[int, int] | None = None
+    keyframes: bool = False
+    planned: list[float] | None = None
 
     @property
     def sampled_fps(self) -> float:
@@ -128,6 +134,47 @@ def _plan_rate(fps: float, max_frames: int | None, rule: str = "centre") -> Plan
 
 
 
+def _nearest_keys(timeline: Timeline, indices: list[int]) -> list[int]:
+    """The key frame nearest (in time) each planned frame, distinct where the video has enough key frames:
+    then the assignment keeps the order and has the least total distance (dynamic programming over the
+    planned frames and the key frames, O(n x keys) in numpy); otherwise each takes its nearest."""
+    keys = np.asarray(timeline.keys if timeline.keys is not None and len(timeline.keys) else [0], dtype=np.int64)
+    planned = timeline.starts[np.asarray(indices, dtype=np.int64)]
+    times = timeline.starts[keys]
+    n, k = len(indices), len(keys)
+    if k < n or len(set(indices)) < n:  # too few key frames (or a plan that repeats frames): the nearest each
+        nearest = np.abs(planned[:, None] - times[None, :]).argmin(axis=1)
+        return keys[nearest].astype(int).tolist()
+    cost = np.abs(planned[:, None] - times[None, :])  # (n, k)
+    # best[i, j]: least total distance of planned frames 0..i with frame i on key j (keys strictly increasing);
+    # choice[i, j]: the key of frame i - 1 on that best assignment
+    best = np.empty((n, k))
+    choice = np.zeros((n, k), dtype=np.int64)
+    best[0] = cost[0]
+    columns = np.arange(k)
+    for i in range(1, n):
+        prev = best[i - 1]
+        running = np.minimum.accumulate(prev)
+        first = np.maximum.accumulate(np.where(prev <= running, columns, 0))  # argmin of prev[:j + 1]
+        best[i, 0] = np.inf
+        best[i, 1:] = cost[i, 1:] + running[:-1]
+        choice[i, 1:] = first[:-1]
+    j = int(np.argmin(best[-1]))
+    picked = [j]
+    for i in range(n - 1, 0, -1):
+        j = int(choice[i, j])
+        picked.append(j)
+    return keys[np.asarray(picked[::-1])].astype(int).tolist()
+
+
+def _keyframe_plan(plan: Plan) -> Plan:
+    """`plan`, each frame replaced by the key frame nearest it (`_nearest_keys`)."""
+    def keyed(timeline: Timeline) -> list[int]:
+        return _nearest_keys(timeline, plan(timeline))
+
+    return keyed
+
+
 def _rule(rule: str) -> str:
     if rule not in RULES:
         raise VideoError(f"unknown sampling rule {rule!r}: choose one of {', '.join(RULES)}")
@@ -154,8 +201,9 @@ def _within(plan: Plan, start: float | None, end: float | None) -> Plan:
 
     def bounded(timeline: Timeline) -> list[int]:
         first, last, lo, length = _segment(timeline, start, end)
+        keys = None if timeline.keys is None else timeline.keys[(timeline.keys >= first) & (timeline.keys < last)] - first
         part = Timeline(starts=timeline.starts[first:last] - lo, duration=length, average_fps=timeline.average_fps,
-                        source=timeline.source, trusted=timeline.trusted, problem=timeline.problem)
+                        source=timeline.source, trusted=timeline.trusted, problem=timeline.problem, keys=keys)
         return [first + i for i in plan(part)]
 
     return bounded
