@@ -172,12 +172,21 @@ def load(backbone, video: str | Path | Video, sampling: Sampling | None = None, 
     else:
         step("decode")
         with watch("decode"):
-            clip = sampling.decode(video, backbone.default_frames, start, end, frame_rate=frame_rate)
+            clip = sampling.decode(video, backbone.default_frames, start, end, frame_rate=frame_rate,
+                                   resize=frame_resize(backbone, sampling))
     step("preprocess")
     with watch("preprocess"), _PREPROCESS, _pixels(backbone, sampling):
-        inputs = backbone.preprocess(clip.frames, clip.timestamps, clip.duration, prompt)
+        inputs = backbone.preprocess(clip.frames, clip.timestamps, clip.duration, prompt,
+                                     source_size=clip.source_size)
     return Loaded(clip=clip, sampling=sampling, prompt=prompt, inputs=inputs,
                   timings_ms={k: watch.ms.get(k) for k in ("decode", "preprocess")})
+
+
+def frame_resize(backbone, sampling: Sampling):
+    """The size and resampling frames leave the decoder with for `backbone` under `sampling`'s pixel range
+    (`Backbone.frame_resize`; None for a backbone without one: frames as decoded)."""
+    make = getattr(backbone, "frame_resize", None)
+    return make(sampling.max_pixels, sampling.min_pixels) if make is not None else None
 
 
 def prepare(backbone, video: str | Path | Video | Loaded, sampling: Sampling | None = None, method: str = "ottvid",

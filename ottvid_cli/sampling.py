@@ -19,7 +19,8 @@ class Sampling:
     "centre" (the frame shown at the centre of each of `n` equal parts of the duration) or an
     evaluation harness's way,
     "linspace" (qwen-vl-utils: indices `round(linspace(0, total - 1, n))`) / "linspace-floor"
-    (lmms-eval's LLaVA loaders: truncated), see docs/video.md."""
+    (lmms-eval's LLaVA loaders: truncated), see docs/video.md; `keyframes`: each frame is the key frame
+    nearest its planned time, read alone (fast on long videos; docs/video.md, "Key frames")."""
 
     frames: int | None = None
     fps: float | None = None
@@ -28,6 +29,7 @@ class Sampling:
     decoder: str = "auto"
     rule: str = "centre"
     min_pixels: int | None = None
+    keyframes: bool = False  # each frame the key frame nearest its planned time (video.sample_frames)
 
     def __post_init__(self) -> None:
         if self.frames is not None and self.fps is not None:
@@ -60,18 +62,19 @@ class Sampling:
         return cls(frames=len(video.indices)) if hasattr(video, "indices") else cls()
 
     def decode(self, path: str | Path, default_frames: int, start: float | None = None, end: float | None = None,
-               frame_rate: float | None = None):
+               frame_rate: float | None = None, resize: Any = None):
         """Sample the file (a video.Video), or only its part [start, end] s; raises video.VideoError
         for an unusable file. A folder of frame images is read at `frame_rate` frames a second
-        (default video.DEFAULT_FRAME_RATE)."""
+        (default video.DEFAULT_FRAME_RATE). `resize`: the size frames leave the decoder at
+        (a video.FrameResize, e.g. a backbone's `frame_resize()`; None: as decoded)."""
         from .video import sample_fps, sample_frames
 
+        common = {"decoder": self.decoder, "start": start, "end": end, "frame_rate": frame_rate, "rule": self.rule,
+                  "resize": resize, "keyframes": self.keyframes}
         if self.fps is not None:
             cap = None if self.max_frames is None else max(2, self.max_frames)
-            return sample_fps(path, self.fps, cap, decoder=self.decoder, start=start, end=end, frame_rate=frame_rate,
-                              rule=self.rule)
-        return sample_frames(path, self.frames or default_frames, decoder=self.decoder, start=start, end=end,
-                             frame_rate=frame_rate, rule=self.rule)
+            return sample_fps(path, self.fps, cap, **common)
+        return sample_frames(path, self.frames or default_frames, **common)
 
     def describe(self, clip, default_frames: int) -> dict[str, Any]:
         """The frames report: what was asked for, what was sampled, and why they differ."""
@@ -99,7 +102,17 @@ class Sampling:
             notes.append(f"{requested} frames asked for, the video has only {total}")
         if count != target:
             notes.append(f"{target} frames asked for, {count} taken: the sample is an even number, at least 2")
+        keyframes = bool(getattr(clip, "keyframes", False))
+        offsets = None
+        if keyframes and clip.planned is not None:
+            offsets = [round(t - p, 4) for t, p in zip(clip.timestamps, clip.planned)]
+            far = max((abs(o) for o in offsets), default=0.0)
+            mean = sum(abs(o) for o in offsets) / max(len(offsets), 1)
+            repeats = count - len(set(clip.indices))
+            notes.append(f"key frames only: each frame is the key frame nearest its planned time ({mean:.2f} s from "
+                         f"it on average, {far:.2f} s at most)" + (f"; {repeats} repeated, the file has too few key "
+                                                                  "frames" if repeats else ""))
         return {"requested": requested, "count": count, "fps": self.fps, "max_frames": self.max_frames,
                 "rule": self.rule, "subsampled": subsampled, "notes": notes, "total": total,
                 "timestamps": [round(t, 4) for t in clip.timestamps], "indices": list(clip.indices),
-                "duration": clip.duration}
+                "duration": clip.duration, "keyframes": keyframes, "keyframe_offsets": offsets}

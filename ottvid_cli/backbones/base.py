@@ -205,8 +205,14 @@ class Backbone(Protocol):
     lmms_sampling: str  # the frames lmms-eval's own model takes (a `Sampling.rule`): what `ottvid eval` takes
 
     def preprocess(self, frames, timestamps: list[float], duration: float, prompt: str,
-                   history: Sequence[tuple[str, str]] = ()) -> Any:
-        """The processor's inputs for the video and `prompt`, after earlier (question, answer) turns."""
+                   history: Sequence[tuple[str, str]] = (), source_size: tuple[int, int] | None = None) -> Any:
+        """The processor's inputs for the video and `prompt`, after earlier (question, answer) turns;
+        `source_size`: the frames' (height, width) as decoded when the decoder resized them (`frame_resize`)."""
+        ...
+
+    def frame_resize(self, max_pixels: int | None = None, min_pixels: int | None = None) -> Any:
+        """The `video.FrameResize` frames leave the decoder with for this model (its processor's size and
+        resampling; Qwen's pixel range where given), or None: frames as decoded."""
         ...
 
     def encode(self, inputs: Any, saliency: bool = True, watch: Any = None) -> VisualTokens: ...

@@ -24,6 +24,7 @@ import torch.nn.functional as F
 from ..timing import Stopwatch
 from .base import (KeptTokenGeneration, ModelError, VisualTokens, attention_implementation, chat_text,
                    load_processor, resolve_device, resolve_dtype)
+from ..video.resize import FrameResize
 from .saliency import mean_attention_received
 
 
@@ -131,9 +132,27 @@ class LlavaOneVision(KeptTokenGeneration):
         del vision
         return head.to(device).eval().requires_grad_(False)
 
+    def frame_resize(self, max_pixels: int | None = None, min_pixels: int | None = None) -> FrameResize | None:
+        """How frames leave the decoder for this model: the processor's own fixed size (384 x 384) by the
+        processor's own resize (on a contiguous uint8 batch, as the processor lays frames out), which then
+        leaves them as they are; None for a processor without a fixed height and width (frames as decoded).
+        The pixel range is Qwen's and does not apply."""
+        vp = self.processor.video_processor
+        size = dict(vp.size or {})
+        if not (vp.do_resize and size.get("height") and size.get("width")):
+            return None
+
+        def resample(batch, target):
+            from transformers.image_utils import SizeDict
+
+            return vp.resize(batch, size=SizeDict(height=int(target[0]), width=int(target[1])), resample=vp.resample)
+
+        return FrameResize(target=(int(size["height"]), int(size["width"])), resample=resample, contiguous=True)
+
     def preprocess(self, frames: np.ndarray, timestamps: list[float], duration: float, prompt: str,
-                   history: Sequence[tuple[str, str]] = ()) -> Any:
-        """Frames (n, H, W, 3) uint8 and a prompt -> model inputs (the processor resizes to 384 x 384)."""
+                   history: Sequence[tuple[str, str]] = (), source_size: tuple[int, int] | None = None) -> Any:
+        """Frames (n, H, W, 3) uint8 and a prompt -> model inputs (the processor resizes to 384 x 384, which
+        leaves frames the decoder already resized (`frame_resize`) as they are; `source_size` is not needed)."""
         text = chat_text(self.processor, prompt, history)
         inputs = self.processor(text=[text], videos=[np.ascontiguousarray(frames)], return_tensors="pt")
         self._fit_video_tokens(inputs, self.layout(len(frames)).numel())

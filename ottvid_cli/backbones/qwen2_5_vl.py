@@ -17,6 +17,7 @@ import numpy as np
 import torch
 
 from ..timing import Stopwatch
+from ..video.resize import FrameResize, bicubic
 from .attention import use_packed_vision
 from .base import (KeptTokenGeneration, VisualTokens, attention_implementation, chat_text, check_aspect,
                    load_processor, resolve_device, resolve_dtype)
@@ -91,7 +92,8 @@ class Qwen25VL(KeptTokenGeneration):
     # ----------------------------------------------------------------------------------------
     # preprocessing
 
-    def frame_size(self, height: int, width: int, frames: int) -> tuple[int, int]:
+    def frame_size(self, height: int, width: int, frames: int, max_pixels: int | None = None,
+                   min_pixels: int | None = None) -> tuple[int, int]:
         """Target (height, width) of every frame: qwen-vl-utils' smart_resize, within the processor's
         pixel range (its minimum raised to `min_pixels` when set), at most `max_pixels`, and within the
         video's total pixel budget. A side is at least one `factor` (28): qwen-vl-utils 0.0.14 floors
@@ -103,31 +105,42 @@ class Qwen25VL(KeptTokenGeneration):
         check_aspect(height, width, "Qwen2.5-VL")
         size = self.processor.video_processor.size
         factor = self.patch * self.merge
-        min_pixels = int(self.min_pixels or size["shortest_edge"])
-        max_pixels = min(int(size["longest_edge"]), int(self.max_pixels))
+        min_pixels = int(min_pixels or self.min_pixels or size["shortest_edge"])
+        max_pixels = min(int(size["longest_edge"]), int(max_pixels or self.max_pixels))
         budget = int(self.processor.video_processor.max_video_tokens * factor * factor * 0.9)
         max_pixels = max(min(max_pixels, budget * self.frames_per_group // max(frames, 1)), int(min_pixels * 1.05))
         resized = smart_resize(height, width, factor=factor, min_pixels=min_pixels, max_pixels=max_pixels)
         return max(factor, resized[0]), max(factor, resized[1])
 
+    def frame_resize(self, max_pixels: int | None = None, min_pixels: int | None = None) -> FrameResize:
+        """How frames leave the decoder for this model: `frame_size` (for the sample's frame count made a
+        multiple of the temporal patch, as `preprocess` pads it) and `preprocess`'s own resampling, so that
+        `pixel_values` are the same whether frames are resized as decoded or here."""
+        step = self.frames_per_group
+
+        def target(height: int, width: int, frames: int) -> tuple[int, int]:
+            return self.frame_size(height, width, -(-frames // step) * step, max_pixels, min_pixels)
+
+        return FrameResize(target=target, resample=bicubic)
+
     def preprocess(self, frames: np.ndarray, timestamps: list[float], duration: float, prompt: str,
-                   history: Sequence[tuple[str, str]] = ()) -> Any:
+                   history: Sequence[tuple[str, str]] = (), source_size: tuple[int, int] | None = None) -> Any:
         """Frames (n, H, W, 3) uint8 and a text prompt -> the processor's model inputs on the device.
 
-        Frames are resized as qwen-vl-utils' fetch_video does (bicubic, antialiased); the real
-        sampling rate is passed as video metadata so that second_per_grid_ts, hence the model's
-        absolute time positions, are right.
+        Frames are resized as qwen-vl-utils' fetch_video does (bicubic, antialiased: `video.resize.bicubic`)
+        unless they are at their size already: `source_size` is the (height, width) they were decoded at
+        when the decoder resized them (`frame_resize`), whose target they then have. The real sampling rate
+        is passed as video metadata so that second_per_grid_ts, hence the model's absolute time
+        positions, are right.
         """
-        from torchvision.transforms import InterpolationMode
-        from torchvision.transforms import functional as TF
-
         video = torch.from_numpy(np.ascontiguousarray(frames)).permute(0, 3, 1, 2)  # (n, 3, H, W)
         n = video.shape[0]
         if n % self.frames_per_group:
             video = torch.cat([video, video[-1:].expand(self.frames_per_group - n % self.frames_per_group, -1, -1, -1)])
-        height, width = self.frame_size(video.shape[2], video.shape[3], video.shape[0])
-        video = TF.resize(video, [height, width], interpolation=InterpolationMode.BICUBIC, antialias=True)
-        video = video.clamp(0, 255).round().to(torch.uint8)
+        size = (video.shape[2], video.shape[3])
+        if source_size is None or self.frame_size(*source_size, video.shape[0]) != size:
+            size = self.frame_size(video.shape[2], video.shape[3], video.shape[0])
+            video = bicubic(video, size)
         metadata = self.video_metadata(timestamps, duration, video.shape[0])
         text = chat_text(self.processor, prompt, history)
         inputs = self.processor(text=[text], videos=[video], video_metadata=[metadata], do_sample_frames=False,

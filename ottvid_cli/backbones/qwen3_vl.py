@@ -58,22 +58,26 @@ class Qwen3VL(Qwen25VL):
     # ----------------------------------------------------------------------------------------
     # preprocessing
 
-    def frame_size(self, height: int, width: int, frames: int) -> tuple[int, int]:
+    def frame_size(self, height: int, width: int, frames: int, max_pixels: int | None = None,
+                   min_pixels: int | None = None) -> tuple[int, int]:
         """Target (height, width) of every frame, as `Qwen3VLVideoProcessor.resize` computes it with
         `cap_pixels_per_frame` (qwen-vl-utils' rule): per frame at most max_video_tokens merged
         tokens, the processor's total pixel budget over the frames, and `max_pixels`; at least 1.05 x
-        the processor's minimum; then the processor's own `smart_resize` (factor patch x merge)."""
+        the processor's minimum; then the processor's own `smart_resize` (factor patch x merge).
+        `max_pixels` / `min_pixels` stand in for the backbone's own where given."""
+        max_pixels = max_pixels or self.max_pixels
+        min_pixels = min_pixels or self.min_pixels
         from transformers.models.qwen3_vl.video_processing_qwen3_vl import smart_resize
 
         check_aspect(height, width, "Qwen3-VL")
         vp = self.processor.video_processor
         factor = self.patch * self.merge
         per_frame = min(int(vp.max_video_tokens) * factor * factor, int(vp.size["longest_edge"]) // max(frames, 1),
-                        int(self.max_pixels))
-        least = int(self.min_pixels or vp.size["shortest_edge"])
+                        int(max_pixels))
+        least = int(min_pixels or vp.size["shortest_edge"])
         per_frame = max(per_frame, int(least * 1.05))
         # the processor's minimum bounds the whole clip; a `min_pixels` given (qwen-vl-utils') each frame
-        minimum = int(self.min_pixels) * frames if self.min_pixels else least
+        minimum = int(min_pixels) * frames if min_pixels else least
         return smart_resize(frames, height, width, temporal_factor=self.frames_per_group, factor=factor,
                             min_pixels=minimum, max_pixels=per_frame * frames)
 
