@@ -167,8 +167,9 @@ def load(backbone, video: str | Path | Video, sampling: Sampling | None = None, 
     sampling = sampling or Sampling.default_for(video)
     step = on_step or (lambda name: None)
     watch = Stopwatch(torch.device("cpu"))
-    if isinstance(video, Video):
+    if isinstance(video, Video):  # decoded already (e.g. while the model loaded): its own decoding time
         clip = video
+        watch.ms["decode"] = video.decode_ms
     else:
         step("decode")
         with watch("decode"):

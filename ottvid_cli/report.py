@@ -88,13 +88,19 @@ def render_run(result: dict[str, Any], console: Console, streamed: bool = False,
 
     timings = Table(title=f"time (ms) on {result['device']}" + (f" at {server}" if server else ""))
     names = ["load"] * (load and server is None) + ["decode", "preprocess", "vision", "saliency", "compression",
-                                                    "prefill", "generate"]
+                                                    "prefill", "generate"] + ["wall"] * ("wall" in result["timings_ms"])
     for name in names:
         timings.add_column(name, justify="right", overflow="fold")
     timings.add_row(*("cached" if result.get("cache_hit") and n in CACHED_STAGES else _ms(result["timings_ms"].get(n))
                       for n in names))
+    captions = []
     if result["timings_ms"].get("warmup") is not None and server is None:  # first-call overheads, before the question
-        timings.caption = f"warm-up before the first question (first-call overheads): {_ms(result['timings_ms']['warmup'])} ms"
+        captions.append(f"warm-up before the first question (first-call overheads): "
+                        f"{_ms(result['timings_ms']['warmup'])} ms")
+    if result.get("decoded_while_loading"):
+        captions.append("decoding overlapped loading: wall (start of work to last token) is less than the sum")
+    if captions:
+        timings.caption = "; ".join(captions)
     console.print(timings)
     if result.get("picture"):
         p = result["picture"]

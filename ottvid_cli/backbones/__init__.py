@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from safetensors import SafetensorError
 
 from ..settings import DEFAULT_MODEL, ModelError, missing_weights_message, model_source
@@ -77,6 +79,49 @@ def load_backbone(model_id: str, device: str = "auto", dtype: str = "auto", atte
     backbone.name = name if not is_local(name) else model_id
     backbone.load_ms = (time.perf_counter() - start) * 1e3
     return backbone
+
+
+def frame_plan(model_id: str) -> tuple[int, Any] | None:
+    """(the model's default frame count, a function (max_pixels, min_pixels) -> its `video.FrameResize`)
+    from the checkpoint's config and video processor alone, no weights read: what decoding needs to start
+    while the weights load (`cli`'s one-shot ask / ground). The same sizes and resampling as the loaded
+    backbone's `frame_resize`. None where the checkpoint cannot be read so (loading then says why)."""
+    import json
+    import os
+
+    from transformers import AutoConfig, AutoVideoProcessor
+
+    try:
+        source = model_source(model_id)
+        config = AutoConfig.from_pretrained(source)
+        video_processor = AutoVideoProcessor.from_pretrained(source)
+    except (OSError, ValueError, ModelError):
+        return None
+    processor = type("VideoOnly", (), {"video_processor": video_processor})()
+    if config.model_type in ("qwen2_5_vl", "qwen3_vl", "qwen3_vl_moe"):
+        from .qwen2_5_vl import Qwen25VL
+        from .qwen3_vl import Qwen3VL
+
+        kind = Qwen25VL if config.model_type == "qwen2_5_vl" else Qwen3VL
+        adapter = kind.__new__(kind)  # sizes only: no model, no tokenizer
+        vision = config.vision_config
+        adapter.processor, adapter.patch, adapter.merge = processor, vision.patch_size, vision.spatial_merge_size
+        adapter.frames_per_group, adapter.max_pixels = vision.temporal_patch_size, adapter.default_max_pixels
+        return adapter.default_frames, adapter.frame_resize
+    if config.model_type == "llava_onevision":
+        from .llava_onevision import LlavaOneVision
+
+        adapter = LlavaOneVision.__new__(LlavaOneVision)
+        adapter.processor = processor
+        settings = os.path.join(source, "ottvid.json")  # a converted LLaVA-Video: its own frame count
+        frames = adapter.default_frames
+        if os.path.isfile(settings):
+            try:
+                frames = int(json.loads(open(settings).read()).get("frames", 64))
+            except (OSError, ValueError, TypeError):
+                return None
+        return frames, adapter.frame_resize
+    return None
 
 
 def _first_sentence(exc: BaseException, limit: int = 200) -> str:

@@ -19,6 +19,7 @@ from .options import (
     CacheDir,
     CacheMaxGb,
     Decoder,
+    Keyframes,
     Device,
     Dtype,
     Fps,
@@ -81,6 +82,7 @@ def ask(
     max_pixels: MaxPixels = None,
     siglip_head: SiglipHead = None,
     decoder: Decoder = "auto",
+    keyframes: Keyframes = False,
     max_new_tokens: MaxNewTokens = 64,
     cache_dir: CacheDir = None,
     cache_max_gb: CacheMaxGb = None,
@@ -96,11 +98,11 @@ def ask(
         return _remote("ask", server, video, questions, choice, ratio, frames, fps, max_frames, model, method, preset,
                        as_json, quiet, max_new_tokens, device, dtype, attention, max_pixels, decoder, output, cache_dir,
                        siglip_head=siglip_head, cache_max_gb=cache_max_gb, warm_up=warm_up, method_args=method_args,
-                       api_key=api_key)
+                       api_key=api_key, keyframes=keyframes)
     _no_key_without_server(api_key)
     _answer("ask", video, questions, choice, ratio, frames, fps, max_frames, model, method, preset, as_json, device,
             dtype, attention, max_pixels, max_new_tokens, output, decoder, quiet, _cache_path(cache_dir, cache_max_gb),
-            method_args, siglip_head=siglip_head, cache_max_gb=cache_max_gb, warm_up=warm_up)
+            method_args, siglip_head=siglip_head, cache_max_gb=cache_max_gb, warm_up=warm_up, keyframes=keyframes)
 
 
 def ground(
@@ -123,6 +125,7 @@ def ground(
     max_pixels: MaxPixels = None,
     siglip_head: SiglipHead = None,
     decoder: Decoder = "auto",
+    keyframes: Keyframes = False,
     max_new_tokens: MaxNewTokens = 48,
     cache_dir: CacheDir = None,
     cache_max_gb: CacheMaxGb = None,
@@ -140,11 +143,12 @@ def ground(
         return _remote("ground", server, video, query, None, ratio, frames, fps, max_frames, model, method, preset,
                        as_json, quiet, max_new_tokens, device, dtype, attention, max_pixels, decoder, output, cache_dir,
                        siglip_head=siglip_head, cache_max_gb=cache_max_gb, warm_up=warm_up, method_args=method_args, point=point,
-                       api_key=api_key)
+                       api_key=api_key, keyframes=keyframes)
     _no_key_without_server(api_key)
     _answer("ground", video, query, None, ratio, frames, fps, max_frames, model, method, preset, as_json, device,
             dtype, attention, max_pixels, max_new_tokens, output, decoder, quiet, _cache_path(cache_dir, cache_max_gb),
-            method_args, siglip_head=siglip_head, cache_max_gb=cache_max_gb, warm_up=warm_up, point=point)
+            method_args, siglip_head=siglip_head, cache_max_gb=cache_max_gb, warm_up=warm_up, point=point,
+            keyframes=keyframes)
 
 
 def _no_key_without_server(api_key: str | None) -> None:
@@ -171,6 +175,7 @@ def chat(
     max_pixels: MaxPixels = None,
     siglip_head: SiglipHead = None,
     decoder: Decoder = "auto",
+    keyframes: Keyframes = False,
     max_new_tokens: MaxNewTokens = 64,
     cache_dir: CacheDir = None,
     cache_max_gb: CacheMaxGb = None,
@@ -185,7 +190,7 @@ def chat(
     if sys.stdin is None:  # started with stdin closed (`<&-`): no question can come
         _fail("chat reads its questions from standard input, which is closed")
     model, device, dtype, ratio, frames = _settle(model, device, dtype, ratio, frames, fps)
-    sampling = _sampling(frames, fps, max_frames, max_pixels, decoder)
+    sampling = _sampling(frames, fps, max_frames, max_pixels, decoder, keyframes=keyframes)
     cache_dir = _cache_path(cache_dir, cache_max_gb)
     _check_video(video, decoder)
     options = _method_options([method], [1.0 if method == "none" else ratio], preset, method_args)[method]

@@ -94,6 +94,10 @@ def eval_command(
     attention: Attention = "auto",
     max_pixels: EvalMaxPixels = None,
     decoder: Decoder = "auto",
+    keyframes: bool = typer.Option(False, "--keyframes", rich_help_panel="Frames",
+                                   help="Feed the key frame nearest each of the protocol's frames instead of the "
+                                        "frame itself: faster, but not the benchmark's protocol (recorded in the "
+                                        "run's config; a run is resumed only with the same choice)."),
     siglip_head: SiglipHead = None,
 ) -> None:
     """Evaluate on a benchmark with the paper's protocol: one record per sample and setting, resumable."""
@@ -112,7 +116,7 @@ def eval_command(
             return
         _evaluate(bench, data, videos, model, method, ratio, frames, fps, max_frames, limit, out_dir, shard,
                   skip_missing, retry_errors, compare, preset, as_json, quiet, device, dtype, attention, max_pixels,
-                  decoder, siglip_head, prefetch, sampling_rule)
+                  decoder, siglip_head, prefetch, sampling_rule, keyframes)
     except RunStopped as exc:  # Ctrl-C or SIGTERM: the records written are kept
         _fail(str(exc), code=143 if exc.terminated else 130)
     except EvalError as exc:
@@ -126,7 +130,7 @@ def eval_command(
 
 def _evaluate(bench, data, videos, model, method, ratio, frames, fps, max_frames, limit, out_dir, shard_arg,
               skip_missing, retry_errors, compare, preset, as_json, quiet, device, dtype, attention, max_pixels,
-              decoder, siglip_head=None, prefetch=None, sampling_rule="lmms") -> None:
+              decoder, siglip_head=None, prefetch=None, sampling_rule="lmms", keyframes: bool = False) -> None:
     """Check, run and render one evaluation (`ottvid_cli.eval.evaluate`): progress on stderr, the summary
     on stdout (rank 0 only under torchrun)."""
     from ..eval import EvalRequest, evaluate, plan_run
@@ -139,7 +143,7 @@ def _evaluate(bench, data, videos, model, method, ratio, frames, fps, max_frames
         ratios=ratio or [default_ratio], frames=frames, fps=fps, max_frames=max_frames, limit=limit, out=out_dir,
         shard=shard_arg, skip_missing=skip_missing, retry_errors=retry_errors, sampling=sampling_rule,
         prefetch=prefetch, compare=compare, preset=preset, device=device, dtype=dtype, attention=attention,
-        max_pixels=max_pixels, decoder=decoder, siglip_head=siglip_head))
+        max_pixels=max_pixels, decoder=decoder, siglip_head=siglip_head, keyframes=keyframes))
     silent = quiet or plan.rank > 0 and plan.distributed
 
     def load(rank_device: str):

@@ -84,6 +84,11 @@ SiglipHead = Annotated[str, typer.Option("--siglip-head", metavar="ID_OR_DIR", r
                                          help="LLaVA-OneVision / LLaVA-Video only: a SigLIP checkpoint with its "
                                               "attention-pooling head (e.g. google/siglip-so400m-patch14-384), which "
                                               "FastVID and UniComp read as their official code does (docs/llava.md).")]
+Keyframes = Annotated[bool, typer.Option("--keyframes", rich_help_panel="Frames",
+                                         help="Take the key frame nearest each planned time, read without decoding "
+                                              "any other frame: far faster on long videos; each frame may sit up to "
+                                              "half a key-frame interval from its planned time (the report says how "
+                                              "far).")]
 Decoder = Annotated[str, typer.Option("--decoder", metavar="NAME", rich_help_panel="Frames",
                                       callback=_checked(check_choice, "--decoder", DECODERS),
                                       help="Video decoder: auto, decord or pyav.")]

@@ -9,6 +9,7 @@ from .errors import EXIT_WRITE, _fail, _tables
 from .options import (
     Attention,
     Decoder,
+    Keyframes,
     Device,
     Dtype,
     Fps,
@@ -94,12 +95,13 @@ def show(
     max_pixels: MaxPixels = None,
     siglip_head: SiglipHead = None,
     decoder: Decoder = "auto",
+    keyframes: Keyframes = False,
 ) -> None:
     """Draw which of the video's tokens compression keeps, merges and drops, as a PNG.
 
     For OTT-Vid, also how many tokens it removes between each pair of frames (docs/show.md)."""
     model, device, dtype, ratio, frames = _settle(model, device, dtype, ratio, frames, fps)
-    sampling = _sampling(frames, fps, max_frames, max_pixels, decoder)
+    sampling = _sampling(frames, fps, max_frames, max_pixels, decoder, keyframes=keyframes)
     _check_output(output, video, method)
     _check_video(video, decoder)
     options = _method_options([method], [ratio], preset, method_args)[method]
@@ -152,6 +154,7 @@ def profile(
     max_pixels: MaxPixels = None,
     siglip_head: SiglipHead = None,
     decoder: Decoder = "auto",
+    keyframes: Keyframes = False,
 ) -> None:
     """Time and memory of each step, uncompressed and compressed (the paper's Table 4).
 
@@ -160,7 +163,7 @@ def profile(
     model, device, dtype, ratio, frames = _settle(model, device, dtype, None, frames, fps)
     ratios = ratios or [ratio]
     methods = [m for m in dict.fromkeys(methods or ["ottvid"]) if m != "none"]
-    sampling = _sampling(frames, fps, max_frames, max_pixels, decoder)
+    sampling = _sampling(frames, fps, max_frames, max_pixels, decoder, keyframes=keyframes)
     if not prompt.strip():
         _fail("the prompt is empty")
     width = height = 0

@@ -4,6 +4,7 @@ load the model, run, render, conclude with the exit code."""
 from __future__ import annotations
 
 import os
+from typing import Any
 
 import typer
 
@@ -105,9 +106,9 @@ def _method_config(backbone, method: str, ratio: float, preset: str, options: di
     return build_config(backbone, method, ratio, preset, options)
 
 
-def _sampling(frames, fps, max_frames, max_pixels, decoder, default_fps=None):
+def _sampling(frames, fps, max_frames, max_pixels, decoder, default_fps=None, keyframes: bool = False):
     """The frames to take: --frames, or --fps capped at --max-frames (768 by default); `default_fps`
-    (ground's 2) applies when neither --frames nor --fps is given."""
+    (ground's 2) applies when neither --frames nor --fps is given; --keyframes."""
     from ..sampling import Sampling
 
     if frames is not None and fps is not None:
@@ -118,7 +119,8 @@ def _sampling(frames, fps, max_frames, max_pixels, decoder, default_fps=None):
         _fail("--max-frames caps --fps sampling: give --fps too, or --frames alone")
     if fps is not None and max_frames is None:
         max_frames = DEFAULT_MAX_FRAMES
-    return Sampling(frames=frames, fps=fps, max_frames=max_frames, max_pixels=max_pixels, decoder=decoder)
+    return Sampling(frames=frames, fps=fps, max_frames=max_frames, max_pixels=max_pixels, decoder=decoder,
+                    keyframes=keyframes)
 
 
 def _load(model: str, device: str, dtype: str, attention: str, max_pixels: int | None, progress: _Progress,
@@ -196,44 +198,61 @@ def _write_picture(prepared, path: str, max_tiles: int | None = None) -> tuple[d
 def _answer(task: str, video: str, texts, options, ratio, frames, fps, max_frames, model, method, preset,
             as_json, device, dtype, attention, max_pixels, max_new_tokens, output, decoder, quiet,
             cache_dir=None, method_args=None, siglip_head=None, cache_max_gb=None, point: bool = False,
-            warm_up: bool | None = None) -> None:
+            warm_up: bool | None = None, keyframes: bool = False) -> None:
     """ask and ground: check everything, load, run each question (one preparation and one prefix for
     all, session.Engine), print each result, then report a failed picture. With --json, one question
     prints an object, several a list of them in order."""
+    import time
+
     from ..report import render_run
+    from . import early
 
     texts = [texts] if isinstance(texts, str) else list(texts)
     model, device, dtype, ratio, frames = _settle(model, device, dtype, ratio, frames, fps, task == "ask")
     if not texts or any(not text.strip() for text in texts):
         _fail(f"the {'question' if task == 'ask' else 'query'} is empty")
-    sampling = _sampling(frames, fps, max_frames, max_pixels, decoder, 2.0 if task == "ground" else None)
+    sampling = _sampling(frames, fps, max_frames, max_pixels, decoder, 2.0 if task == "ground" else None, keyframes)
     _check_output(output, video, method)
     _check_video(video, decoder)
     ratio = 1.0 if method == "none" else ratio
     method_options = _method_options([method], [ratio], preset, method_args)[method]
     progress = _Progress(quiet)
-    backbone = _load(model, device, dtype, attention, max_pixels, progress, siglip_head)
-    config = _method_config(backbone, method, ratio, preset, method_options)
-    if task == "ground" and not getattr(backbone, "grounds", False):
-        progress.stop()
-        _fail(f"ground needs a Qwen2.5-VL model: {backbone.name} is not trained to give time spans "
-              f"(the paper evaluates grounding on Qwen2.5-VL only)")
-    engine = _engine(backbone, cache_dir, max_gb=cache_max_gb)
-    if warm_up or (warm_up is None and backbone.device.type != "cpu"):  # --warm-up; by default on accelerators
-        _warm_up(engine, progress)
+    began = time.perf_counter()  # the start of work: the wall clock of the first question counts from here
+    # decode while the model loads (not with --cache-dir, whose entry may spare the decoding altogether)
+    decoding = early.start(model, video, sampling) if cache_dir is None else None
+    try:
+        backbone = _load(model, device, dtype, attention, max_pixels, progress, siglip_head)
+        config = _method_config(backbone, method, ratio, preset, method_options)
+        if task == "ground" and not getattr(backbone, "grounds", False):
+            progress.stop()
+            _fail(f"ground needs a Qwen2.5-VL model: {backbone.name} is not trained to give time spans "
+                  f"(the paper evaluates grounding on Qwen2.5-VL only)")
+        engine = _engine(backbone, cache_dir, max_gb=cache_max_gb)
+        if warm_up or (warm_up is None and backbone.device.type != "cpu"):  # --warm-up; by default on accelerators
+            _warm_up(engine, progress)
+    except KeyboardInterrupt:
+        if decoding is None or not decoding.interrupted:
+            raise
+    source: Any = video
+    if decoding is not None:
+        progress.step("decode")
+        source = _run(decoding.join, progress)  # the decoder's one-line error, as without the overlap
     documents, failure = [], ""
     for i, text in enumerate(texts):
+        started = began if i == 0 else time.perf_counter()
         if len(texts) > 1 and not as_json:
             out.print(f"{'question' if task == 'ask' else 'query'} {i + 1}: {text}", highlight=False, markup=False)
         stream = _Stream(progress, "answer: " if task == "ask" else "model said: ")
         run = engine.ask if task == "ask" else engine.ground
         extra = {"options": options or None} if task == "ask" else {"point": point}
-        result = _run(lambda: run(video, text, sampling=sampling, ratio=ratio, method=method, preset=preset,
+        result = _run(lambda: run(source, text, sampling=sampling, ratio=ratio, method=method, preset=preset,
                                   config=config, max_new_tokens=max_new_tokens, on_step=progress.step,
-                                  on_token=None if as_json else stream, **extra), progress)
+                                  on_token=None if as_json else stream, video_name=video, **extra), progress)
         stream.close()
         _cache_warnings(engine, quiet)
         data = result.to_dict()
+        data["timings_ms"]["wall"] = early.elapsed_ms(started)  # from the start of work to the last token
+        data["decoded_while_loading"] = decoding is not None and i == 0
         if i == 0 and output is not None:
             picture, failure = _write_picture(result.prepared, output)
             if picture is not None:
@@ -284,7 +303,7 @@ def _cache_path(value: str | None, max_gb: float | None = None) -> str | None:
 def _remote(task, server, video, texts, options, ratio, frames, fps, max_frames, model, method, preset, as_json, quiet,
             max_new_tokens, device, dtype, attention, max_pixels, decoder, output, cache_dir,
             siglip_head=None, cache_max_gb=None, method_args=None, point: bool = False,
-            warm_up: bool | None = None, api_key: str | None = None) -> None:
+            warm_up: bool | None = None, api_key: str | None = None, keyframes: bool = False) -> None:
     """ask / ground --server: the same checks as a local run (the flags only a local run uses are
     refused; --method-arg is read and checked here as for a local run, then sent as
     `ottvid.method_args`), then one request per question to a running `ottvid serve`, or to a plain
@@ -305,14 +324,15 @@ def _remote(task, server, video, texts, options, ratio, frames, fps, max_frames,
     texts = [texts] if isinstance(texts, str) else list(texts)
     if not texts or any(not t.strip() for t in texts):
         _fail(f"the {'question' if task == 'ask' else 'query'} is empty")
-    sampling = _sampling(frames, fps, max_frames, None, "auto", 2.0 if task == "ground" else None)
+    sampling = _sampling(frames, fps, max_frames, None, "auto", 2.0 if task == "ground" else None, keyframes)
     if not video.startswith(URL_SCHEMES):
         _check_file(video)
     if method_args:  # refused here as a local run refuses them (the registry imports torch: only when given)
         _method_options([method], [1.0 if method == "none" else ratio], preset, method_args)
     settings = {"ratio": ratio, "method": method, "preset": preset, "frames": sampling.frames, "fps": sampling.fps,
                 "max_frames": sampling.max_frames, "choices": list(options) if options else None,
-                "method_args": list(method_args) if method_args else None, "point": point or None}
+                "method_args": list(method_args) if method_args else None, "point": point or None,
+                "keyframes": keyframes or None}
     if api_key is not None and not api_key.strip():
         _fail("--api-key is empty")
     client = Client(server, api_key or os.environ.get("OTTVID_API_KEY") or None)

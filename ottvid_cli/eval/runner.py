@@ -59,6 +59,7 @@ class FramePlan:
     decoder: str = "auto"
     rule: str | None = None
     min_pixels: int | None = None
+    keyframes: bool = False  # the key frame nearest each planned one (not the protocol's frames)
 
     def __post_init__(self) -> None:
         if self.frames is not None and self.fps is not None:
@@ -78,7 +79,7 @@ class FramePlan:
         frames, fps = (self.frames, None) if self.frames is not None else \
             (None, self.fps) if self.fps is not None else (rule.frames, rule.fps)
         common = {"max_pixels": self.max_pixels, "min_pixels": self.min_pixels, "decoder": self.decoder,
-                  "rule": self.rule or "centre"}
+                  "rule": self.rule or "centre", "keyframes": self.keyframes}
         if fps is not None:
             return Sampling(fps=fps, max_frames=self.max_frames or DEFAULT_MAX_FRAMES, **common)
         if self.max_frames is not None:

@@ -72,6 +72,7 @@ class EvalRequest:
     max_pixels: int | None = None
     decoder: str = "auto"
     siglip_head: str | None = None
+    keyframes: bool = False  # key frames instead of the protocol's frames: only when asked for by name
 
 
 @dataclass
@@ -170,7 +171,7 @@ def plan_run(request: EvalRequest) -> RunPlan:
     if r.sampling not in (LMMS, *SAMPLING_RULES):
         raise EvalError(f"--sampling must be one of {LMMS}, {', '.join(SAMPLING_RULES)}, got {r.sampling!r}")
     frames = FramePlan(frames=r.frames, fps=r.fps, max_frames=r.max_frames, max_pixels=r.max_pixels,
-                       decoder=r.decoder, rule=None if r.sampling == LMMS else r.sampling)
+                       decoder=r.decoder, rule=None if r.sampling == LMMS else r.sampling, keyframes=r.keyframes)
     out = r.out or default_out(r.bench, r.model)
     config = {"benchmark": r.bench, "data": str(Path(r.data).resolve()), "videos": str(Path(r.videos).resolve()),
               "model": model_key(r.model), "methods": list(dict.fromkeys(r.methods)),
@@ -178,7 +179,8 @@ def plan_run(request: EvalRequest) -> RunPlan:
               "max_frames": r.max_frames, "sampling": frames.describe(r.bench, kinds(samples)),
               "max_pixels": r.max_pixels, "preset": r.preset, "decoder": r.decoder,
               "siglip_head": r.siglip_head and model_key(r.siglip_head), "limit": r.limit,
-              "skip_missing": r.skip_missing, "samples": len(samples)}
+              "skip_missing": r.skip_missing, "samples": len(samples),
+              **({"keyframes": True} if r.keyframes else {})}  # absent when off: runs written before it match
     if r.compare is not None:
         vanilla_of(r.compare, r.bench)  # a bad --compare is refused now, not after the run
     return RunPlan(request=r, every=every, samples=samples, runs=runs, rank=rank, shards=shards,
@@ -289,7 +291,8 @@ def request_of(out_dir: Path | str, **changes: Any) -> EvalRequest:
     config = load_config(out_dir)
     rules = {kind.get("rule") for kind in (config.get("sampling") or {}).values() if isinstance(kind, dict)}
     rule = next((rule for rule in rules if rule in SAMPLING_RULES), LMMS)
-    keys = ("frames", "fps", "max_frames", "max_pixels", "preset", "decoder", "siglip_head", "limit", "skip_missing")
+    keys = ("frames", "fps", "max_frames", "max_pixels", "preset", "decoder", "siglip_head", "limit", "skip_missing",
+            "keyframes")
     try:
         request = EvalRequest(bench=config["benchmark"], data=config["data"], videos=config["videos"],
                               model=config["model"], methods=list(config["methods"]), ratios=list(config["ratios"]),

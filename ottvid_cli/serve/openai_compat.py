@@ -42,6 +42,7 @@ NOT_PER_REQUEST = {
     "--preset": "it takes OTT-Vid's preset when it starts (vLLM: --hf-overrides '{\"ottvid_preset\": NAME}')",
     "--frames": "vLLM samples a Qwen-VL video by rate and ignores a frame count: give --fps (sent as "
                 "media_io_kwargs)",
+    "--keyframes": "it decodes every frame it samples itself (vLLM's video loaders read no key frames alone)",
 }
 
 # A local run's `tokens` (pipeline.Prepared.tokens): of these a plain server returns llm_input and generated.

@@ -77,6 +77,8 @@ class OttvidOptions(BaseModel):
                                                      "(`ottvid.picture.image`, a PNG data: URL).")
     point: bool = Field(default=False, description="ground only: the query names a moment, so one time is asked "
                                                    "for and `span` is [t, t] (`ottvid ground --point`).")
+    keyframes: bool = Field(default=False, description="Each frame the key frame nearest its planned time, read "
+                                                       "alone (`ottvid ask --keyframes`).")
 
     # the numbers are checked as sent (mode "before"): `true` is not 1, "0.5" is not 0.5
     @field_validator("ratio", mode="before")
@@ -104,7 +106,7 @@ class OttvidOptions(BaseModel):
     def _fps(cls, v):
         return v if v is None else check_positive(v, "fps")
 
-    @field_validator("picture", "point", mode="before")
+    @field_validator("picture", "point", "keyframes", mode="before")
     @classmethod
     def _boolean(cls, v, info):  # a JSON boolean only: not 1, "true" or "yes"
         if not isinstance(v, bool):
@@ -124,7 +126,8 @@ class OttvidOptions(BaseModel):
         frames = self.frames
         if frames is None and fps is None and default_frames is not None and default_frames > limit:
             frames = limit
-        return Sampling(frames=frames, fps=fps, max_frames=max_frames, max_pixels=max_pixels, decoder=decoder)
+        return Sampling(frames=frames, fps=fps, max_frames=max_frames, max_pixels=max_pixels, decoder=decoder,
+                        keyframes=self.keyframes)
 
 
 class StreamOptions(BaseModel):

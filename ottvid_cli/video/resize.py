@@ -70,7 +70,7 @@ class FrameResize:
 
         if tuple(frames.shape[1:3]) == tuple(size):
             return frames
-        video = torch.from_numpy(np.ascontiguousarray(frames)).permute(0, 3, 1, 2)
+        video = torch.from_numpy(np.require(frames, requirements=["C", "W"])).permute(0, 3, 1, 2)  # (Pillow's: read-only)
         if self.contiguous:
             video = video.contiguous()
         if scratch is not None and self.resample is bicubic:

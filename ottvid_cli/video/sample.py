@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 import os
+import time
 
 from ..settings import DECODERS
 from .decord import _open_decord, _sample_decord, resolve_decoder
@@ -32,6 +33,7 @@ def _sample(path: str | os.PathLike, plan: Plan, decoder: str, start: float | No
         planned[:] = bounded(timeline)
         return planned
 
+    began = time.perf_counter()
     bounded = _within(plan, start, end)
     chosen = _keyframe_plan(remember) if keyframes else bounded
     if os.path.isdir(path):  # a folder of frame images: Pillow reads them, the decoder does not apply
@@ -61,6 +63,7 @@ def _sample(path: str | os.PathLike, plan: Plan, decoder: str, start: float | No
         source_size=shrink.source,
         keyframes=keyframes,
         planned=[max(0.0, float(timeline.starts[i]) - lo) for i in planned] if keyframes else None,
+        decode_ms=(time.perf_counter() - began) * 1e3,
     )
 
 

@@ -59,6 +59,7 @@ class Video:
     source_size: tuple[int, int] | None = None
     keyframes: bool = False
     planned: list[float] | None = None
+    decode_ms: float | None = None  # how long sampling took (reading, decoding, resizing), where timed
 
     @property
     def sampled_fps(self) -> float:

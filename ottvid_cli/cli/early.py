@@ -1,0 +1,74 @@
+"""Decode while the model loads: a one-shot `ask` / `ground` starts decoding the video in a background
+thread before the weights load (the decoder works on the CPU, loading on the disk and the device), and
+joins before the vision encoder. The frames leave the decoder at the model's size, read from the
+checkpoint's config and video processor alone (`backbones.frame_plan`). A video that cannot be decoded
+interrupts the load at once: its one-line error is the run's, as without the overlap."""
+
+from __future__ import annotations
+
+import _thread
+import threading
+import time
+from typing import Any
+
+
+class EarlyDecode:
+    """The video decoded in a daemon thread; `join()` returns the `video.Video` (its `decode_ms` is the
+    decoding's own time) or raises what decoding raised. `failed` says whether it raised (checked by the
+    main thread after an interrupt)."""
+
+    def __init__(self, path: str, sampling: Any, default_frames: int, resize: Any):
+        self.path, self.sampling, self.default_frames, self.resize = path, sampling, default_frames, resize
+        self.video = None
+        self.error: BaseException | None = None
+        self.done = threading.Event()
+        self.interrupted = False  # the main thread was interrupted because decoding failed
+        self.thread = threading.Thread(target=self._run, name="ottvid-decode", daemon=True)
+        self.thread.start()
+
+    def _run(self) -> None:
+        from ..video import VideoError
+
+        try:
+            self.video = self.sampling.decode(self.path, self.default_frames, resize=self.resize)
+        except BaseException as exc:  # noqa: BLE001 - handed to the main thread by join()
+            self.error = exc
+            if isinstance(exc, (VideoError, ValueError)):  # the user's file: stop the load, say why at once
+                self.interrupted = True
+                _thread.interrupt_main()
+        finally:
+            self.done.set()
+
+    @property
+    def failed(self) -> bool:
+        return self.done.is_set() and self.error is not None
+
+    def join(self):
+        """The decoded video, once decoding is done; what decoding raised, raised here (also when its
+        interrupt of the main thread lands here rather than during the load)."""
+        try:
+            while not self.done.wait(0.1):  # in slices, so that Ctrl-C reaches the main thread meanwhile
+                pass
+            time.sleep(0)  # an interrupt decoding sent lands by now, inside this try
+        except KeyboardInterrupt:
+            if not self.interrupted:
+                raise
+        if self.error is not None:
+            raise self.error
+        return self.video
+
+
+def start(model: str, video: str, sampling: Any) -> EarlyDecode | None:
+    """Start decoding `video` for `model` now (None where the checkpoint's sizes cannot be read without
+    loading it: the run then decodes after loading, as before)."""
+    from ..backbones import frame_plan
+
+    plan = frame_plan(model)
+    if plan is None:
+        return None
+    default_frames, make_resize = plan
+    return EarlyDecode(video, sampling, default_frames, make_resize(sampling.max_pixels, sampling.min_pixels))
+
+
+def elapsed_ms(since: float) -> float:
+    return (time.perf_counter() - since) * 1e3
