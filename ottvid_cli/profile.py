@@ -26,7 +26,7 @@ import numpy as np
 import torch
 
 from .compression import OTTVidConfig
-from .pipeline import Prepared, Sampling, make_config, prepare
+from .pipeline import Prepared, Sampling, frame_resize, make_config, prepare
 from .timing import Stopwatch, synchronize
 from .video import Timeline, Video
 from .video.timeline import _even, _frames_at
@@ -93,8 +93,8 @@ def profile(backbone, video: str | Path | Video, prompt: str, ratios: list[float
             raise ValueError(f"every ratio must be in (0, 1], got {ratio:g}")
     sampling = sampling or Sampling.default_for(video)
     if not isinstance(video, Video):
-        path = video
-        decode = lambda: sampling.decode(path, backbone.default_frames)  # noqa: E731
+        path, resize = video, frame_resize(backbone, sampling)
+        decode = lambda: sampling.decode(path, backbone.default_frames, resize=resize)  # noqa: E731
         video = decode()
     step = on_step or (lambda name: None)
     device = backbone.device

@@ -96,3 +96,14 @@ def test_a_decoding_failure_stops_the_load_with_its_one_line_error(tiny_qwen, tm
     assert [line for line in result.stderr.splitlines() if line.startswith("error:")] == \
         [result.stderr.strip().splitlines()[-1]]
     assert "load_finished" not in seen
+
+
+def test_profile_decodes_while_the_model_loads(tiny_qwen, monkeypatch):
+    seen: dict = {}
+    _slow_load(monkeypatch, seen, wait_for_decode=True)
+    result = runner.invoke(app, ["profile", str(DATA / "yoga.mp4"), "--model", str(tiny_qwen), "--frames", "8",
+                                 "--repeats", "1", "--warmup", "0", "--json"])
+    assert result.exit_code == 0, result.output
+    assert seen == {"decoding": True, "finished_during_load": True}
+    data = json.loads(result.stdout)
+    assert data["frames"]["count"] == 8 and data["rows"][0]["timings_ms"]["decode"]["median"] > 0

@@ -9,7 +9,7 @@ from __future__ import annotations
 import _thread
 import threading
 import time
-from typing import Any
+from typing import Any, Callable
 
 
 class EarlyDecode:
@@ -68,6 +68,18 @@ def start(model: str, video: str, sampling: Any) -> EarlyDecode | None:
         return None
     default_frames, make_resize = plan
     return EarlyDecode(video, sampling, default_frames, make_resize(sampling.max_pixels, sampling.min_pixels))
+
+
+def overlapped(decoding: EarlyDecode | None, work: Callable[[], Any]) -> Any:
+    """work() (loading the model, warming it up) while `decoding` runs. A decoding that fails interrupts
+    it: then None is returned, and `decoding.join()` raises the decoder's error; any other interrupt
+    (Ctrl-C) goes on as one."""
+    try:
+        return work()
+    except KeyboardInterrupt:
+        if decoding is None or not decoding.interrupted:
+            raise
+        return None
 
 
 def elapsed_ms(since: float) -> float:

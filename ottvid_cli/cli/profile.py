@@ -5,6 +5,7 @@ from __future__ import annotations
 import typer
 
 from ..settings import check_count, check_positive
+from . import early
 from .errors import EXIT_WRITE, _fail, _tables
 from .options import (
     Attention,
@@ -34,6 +35,7 @@ from .progress import _Progress
 from .steps import (
     _check_output,
     _check_video,
+    _joined,
     _load,
     _method_config,
     _method_options,
@@ -178,16 +180,25 @@ def profile(
             _fail("the synthetic clip needs a --size of at least 28x28")
     options = _method_options(methods, ratios, preset, method_args)
     progress = _Progress(quiet)
-    backbone = _load(model, device, dtype, attention, max_pixels, progress, siglip_head)
+    decoding = early.start(model, video, sampling) if video is not None else None  # decode while the model loads
+    backbone = early.overlapped(decoding, lambda: _load(model, device, dtype, attention, max_pixels, progress,
+                                                        siglip_head))
     from .. import profile as prof
+    from ..pipeline import frame_resize
     from ..report import render_profile, to_json
 
-    source = video if video is not None else prof.synthetic_clip(seconds, width, height, sampling,
-                                                                 backbone.default_frames)
+    redecode = None
+    if decoding is not None:
+        source = _joined(decoding, progress)
+        resize = frame_resize(backbone, sampling)
+        redecode = lambda: sampling.decode(video, backbone.default_frames, resize=resize)  # noqa: E731 (timed)
+    else:
+        source = video if video is not None else prof.synthetic_clip(seconds, width, height, sampling,
+                                                                     backbone.default_frames)
     configs = {m: _method_config(backbone, m, ratios[0], preset, options[m]) for m in methods}
     result = _run(lambda: prof.profile(backbone, source, prompt, ratios, sampling=sampling, repeats=repeats,
                                        warmup=warmup, preset=preset, on_step=progress.step, methods=methods,
-                                       configs=configs), progress)
+                                       configs=configs, decode=redecode), progress)
     data = result.to_dict()
     if as_json:
         typer.echo(to_json(data))

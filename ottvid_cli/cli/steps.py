@@ -182,6 +182,17 @@ def _run(work, progress: _Progress):
         raise
 
 
+def _joined(decoding, progress: _Progress):
+    """The video `decoding` (cli.early) decoded while the model loaded; its failure is the usual one-line
+    error, as without the overlap (the progress display goes on otherwise)."""
+    progress.step("decode")
+    try:
+        return _run(decoding.join, _Progress(quiet=True))
+    except SystemExit:
+        progress.stop()
+        raise
+
+
 def _write_picture(prepared, path: str, max_tiles: int | None = None) -> tuple[dict | None, str]:
     """Write the picture: (what was written, "") or (None, the error) for the caller to report after
     printing its result."""
@@ -220,7 +231,8 @@ def _answer(task: str, video: str, texts, options, ratio, frames, fps, max_frame
     began = time.perf_counter()  # the start of work: the wall clock of the first question counts from here
     # decode while the model loads (not with --cache-dir, whose entry may spare the decoding altogether)
     decoding = early.start(model, video, sampling) if cache_dir is None else None
-    try:
+
+    def load_model():
         backbone = _load(model, device, dtype, attention, max_pixels, progress, siglip_head)
         config = _method_config(backbone, method, ratio, preset, method_options)
         if task == "ground" and not getattr(backbone, "grounds", False):
@@ -230,13 +242,13 @@ def _answer(task: str, video: str, texts, options, ratio, frames, fps, max_frame
         engine = _engine(backbone, cache_dir, max_gb=cache_max_gb)
         if warm_up or (warm_up is None and backbone.device.type != "cpu"):  # --warm-up; by default on accelerators
             _warm_up(engine, progress)
-    except KeyboardInterrupt:
-        if decoding is None or not decoding.interrupted:
-            raise
+        return config, engine
+
+    loaded = early.overlapped(decoding, load_model)
     source: Any = video
     if decoding is not None:
-        progress.step("decode")
-        source = _run(decoding.join, progress)  # the decoder's one-line error, as without the overlap
+        source = _joined(decoding, progress)
+    config, engine = loaded
     documents, failure = [], ""
     for i, text in enumerate(texts):
         started = began if i == 0 else time.perf_counter()
