@@ -191,3 +191,21 @@ def test_library_rejects_unknown_method(tiny_qwen):
 
     with pytest.raises(ValueError):
         pipeline.ask(load_backbone(str(tiny_qwen)), DATA / "bikes.mp4", "q", method="fast")
+
+
+def test_keyframes_take_the_files_key_frames_and_say_how_far(tiny_qwen):
+    import av
+
+    with av.open(str(DATA / "cockatoo.mp4")) as container:
+        keys = [i for i, frame in enumerate(container.decode(video=0)) if frame.key_frame]
+    data = as_json(invoke("ask", DATA / "cockatoo.mp4", "What happens?", "--model", tiny_qwen, "--json", "--frames",
+                          "8", "--keyframes", "--max-new-tokens", "2"))
+    frames = data["frames"]
+    assert frames["keyframes"] is True and set(frames["indices"]) <= set(keys)
+    assert len(frames["keyframe_offsets"]) == 8 and any("key frames only" in n for n in frames["notes"])
+    plain = as_json(invoke("ask", DATA / "cockatoo.mp4", "What happens?", "--model", tiny_qwen, "--json", "--frames",
+                           "8", "--max-new-tokens", "2"))
+    planned = plain["frames"]["timestamps"]
+    assert [round(t - o, 4) for t, o in zip(frames["timestamps"], frames["keyframe_offsets"])] == \
+        pytest.approx(planned, abs=1e-3)
+    assert plain["frames"]["keyframes"] is False and plain["frames"]["keyframe_offsets"] is None

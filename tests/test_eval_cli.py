@@ -159,3 +159,19 @@ def test_a_resumed_run_says_it_resumed_and_how_much_was_done(tiny_qwen, tmp_path
     assert again.exit_code == 0, again.output
     assert f"resuming {out}: 1 of 2 samples done already (1 records kept, 1 to run)" in again.stderr
     assert json.loads(again.stdout)["results"][0]["count"] == 2
+
+
+def test_keyframes_only_when_named_and_recorded(tiny_qwen, tmp_path):
+    """--keyframes changes what the protocol feeds the model: recorded in the run's config, and a resume
+    that does not name it (or a run that does, in a folder made without it) is refused."""
+    out = tmp_path / "keyed"
+    args = ["jsonl", "--data", EVAL / "custom.jsonl", "--videos", DATA, "--model", tiny_qwen, "--method", "none",
+            "--max-frames", "4", "--limit", "1", "--out", out, "--json", "--quiet"]
+    result = invoke(*args, "--keyframes")
+    assert result.exit_code == 0, result.output
+    assert json.loads((out / "config.json").read_text())["keyframes"] is True
+    again = invoke(*args)
+    assert again.exit_code == 2 and "keyframes" in again.stderr
+    plain = tmp_path / "plain"
+    assert invoke(*args[:-4], "--out", plain, "--json", "--quiet").exit_code == 0
+    assert "keyframes" not in json.loads((plain / "config.json").read_text())

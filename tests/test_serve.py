@@ -686,3 +686,16 @@ def test_sigterm_finishes_the_request_in_flight_and_exits_0(tiny_qwen, media, tm
     reply = results["reply"]
     assert reply.status_code == 200 and reply.json()["ottvid"]["tokens"]["generated"] >= 1
     assert results["answered"] > signalled  # it was in flight when the signal came
+
+
+def test_keyframes_in_the_request(http, media, tiny_qwen):
+    """`ottvid.keyframes`: each frame the key frame nearest its planned time, reported so; a non-boolean is refused."""
+    response = http.post("/v1/chat/completions", json=body((media[0] / "bikes.mp4").as_uri(), model=str(tiny_qwen),
+                                                           ottvid={"frames": 4, "keyframes": True}))
+    assert response.status_code == 200, response.text
+    frames = response.json()["ottvid"]["frames"]
+    assert frames["keyframes"] is True and len(frames["keyframe_offsets"]) == 4
+    assert any("key frames only" in note for note in frames["notes"])
+    refused = http.post("/v1/chat/completions", json=body((media[0] / "bikes.mp4").as_uri(), model=str(tiny_qwen),
+                                                          ottvid={"frames": 4, "keyframes": "yes"}))
+    assert refused.status_code == 400 and "keyframes must be true or false" in refused.text
