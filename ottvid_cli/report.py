@@ -88,7 +88,7 @@ def render_run(result: dict[str, Any], console: Console, streamed: bool = False,
 
     timings = Table(title=f"time (ms) on {result['device']}" + (f" at {server}" if server else ""))
     names = ["load"] * (load and server is None) + ["decode", "preprocess", "vision", "saliency", "compression",
-                                                    "prefill", "generate"] + ["wall"] * ("wall" in result["timings_ms"])
+                                                    "prefill", "generate"]
     for name in names:
         timings.add_column(name, justify="right", overflow="fold")
     timings.add_row(*("cached" if result.get("cache_hit") and n in CACHED_STAGES else _ms(result["timings_ms"].get(n))
@@ -97,8 +97,9 @@ def render_run(result: dict[str, Any], console: Console, streamed: bool = False,
     if result["timings_ms"].get("warmup") is not None and server is None:  # first-call overheads, before the question
         captions.append(f"warm-up before the first question (first-call overheads): "
                         f"{_ms(result['timings_ms']['warmup'])} ms")
-    if result.get("decoded_while_loading"):
-        captions.append("decoding overlapped loading: wall (start of work to last token) is less than the sum")
+    if result["timings_ms"].get("wall") is not None:  # the question's whole time, from the start of work
+        overlap = ", less than the sum: decoding overlapped loading" if result.get("decoded_while_loading") else ""
+        captions.append(f"wall {_ms(result['timings_ms']['wall'])} ms from the start of work to the last token{overlap}")
     if captions:
         timings.caption = "; ".join(captions)
     console.print(timings)

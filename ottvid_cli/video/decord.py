@@ -10,7 +10,7 @@ import numpy as np
 from ..interrupt import checkpoint
 from ..settings import DECODERS
 from .probe import Header, _native_stderr_silenced, _pyav_stream, _header, _unreadable, judge_index
-from .pyav import _sample_pyav
+from .inorder import _sample_pyav
 from .resize import Shrinker
 from .timeline import Plan, Timeline, VideoError, _reason
 

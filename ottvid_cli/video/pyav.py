@@ -4,15 +4,15 @@ trusted, else every frame decoded in order (damaged packets skipped; the B-frame
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator
 
 import numpy as np
 
 from ..interrupt import checkpoint
-from .probe import Header, _header, _pyav_stream, judge_index, pyav_file_errors
-from .resize import Background, Shrinker
-from .timeline import Plan, Timeline, VideoError, _reason
+from .probe import Header, _pyav_stream, judge_index, pyav_file_errors
+from .resize import Background
+from .timeline import Timeline
 
 
 @dataclass
@@ -23,11 +23,15 @@ class _Packets:
     keys: np.ndarray  # pts of key frames
     end: int | None  # the latest pts + duration
     missing: int  # packets with data but no pts
+    key_dts: dict = field(default_factory=dict)  # a key frame's pts -> its dts (where the demuxer gives one)
+    first_dts: int | None = None  # the lowest dts of any packet
 
 
 
 def _demux(container, stream) -> _Packets:
     pts, keys, end, missing = [], [], None, 0
+    key_dts: dict[int, int] = {}
+    first_dts = None
     for packet in container.demux(stream):
         checkpoint("reading the video")
         if packet.size == 0:  # flush packets, and the empty placeholders some AVI writers store
@@ -36,11 +40,16 @@ def _demux(container, stream) -> _Packets:
             missing += 1
             continue
         pts.append(packet.pts)
+        if packet.dts is not None:
+            first_dts = packet.dts if first_dts is None else min(first_dts, packet.dts)
         if packet.is_keyframe:
             keys.append(packet.pts)
+            if packet.dts is not None:
+                key_dts[packet.pts] = packet.dts
         if packet.duration:
             end = packet.pts + packet.duration if end is None else max(end, packet.pts + packet.duration)
-    return _Packets(np.sort(np.asarray(pts, dtype=np.int64)), np.sort(np.asarray(keys, dtype=np.int64)), end, missing)
+    return _Packets(np.sort(np.asarray(pts, dtype=np.int64)), np.sort(np.asarray(keys, dtype=np.int64)), end, missing,
+                    key_dts, first_dts)
 
 
 
@@ -93,11 +102,13 @@ def _seek_decode(path: str, packets: _Packets, wanted_pts: list[int],
         size = _stream_size(stream)
         if keyframes:  # one packet decoded per frame: frame threads would only add latency
             stream.thread_type = "SLICE"
-        seeker = _Seeker(container, stream, packets.keys, set(targets))
+        seeker = _Seeker(container, stream, packets, set(targets))
+        key_set = set(packets.keys.tolist())
         try:
             for target in targets:
                 checkpoint("decoding the video")
-                frame = _key_frame(container, stream, packets.keys, target) if keyframes else seeker.frame_at(target)
+                frame = _key_frame(container, stream, packets, target) if keyframes and target in key_set \
+                    else seeker.frame_at(target)
                 if frame is None:
                     return None
                 converting.put(target, lambda frame=frame: shrink(_rgb(frame, size)))
@@ -107,13 +118,12 @@ def _seek_decode(path: str, packets: _Packets, wanted_pts: list[int],
 
 
 
-def _key_frame(container, stream, keys: np.ndarray, target: int):
+def _key_frame(container, stream, packets: _Packets, target: int):
     """The key frame whose pts is `target`, decoded alone: seek to it, read packets (nothing decoded) up to
     its own, decode that one packet and drain the decoder. None where it cannot be reached (a seek that
-    lands after it is retried from the key frame before, up to three times)."""
+    lands after it is retried: `_seek_points`)."""
     context = stream.codec_context
-    seek_to = target
-    for _ in range(4):
+    for seek_to in [target, *_seek_points(packets, target, target)]:
         container.seek(int(seek_to), stream=stream, backward=True, any_frame=False)
         found = None
         for packet in container.demux(stream):
@@ -130,29 +140,47 @@ def _key_frame(container, stream, keys: np.ndarray, target: int):
             frames = list(context.decode(found)) + list(context.decode(None))
             context.flush_buffers()  # out of draining, for the next seek
             return next((f for f in frames if _frame_pts(f) == target), None)
-        earlier = keys[keys < seek_to]
-        if not len(earlier):
-            return None
-        seek_to = int(earlier[-1])
     return None
+
+
+def _seek_points(packets: _Packets, target: int, below: int) -> list[int]:
+    """Where to seek again after a seek to `below` landed after the frame `target`, in order: the decoding
+    time (dts) of the key frame at or before it (demuxers that seek by decoding time, MPEG-TS: a key
+    frame's dts lies before its pts, so a seek to its pts lands after it), the key frame before that, and
+    the stream's first packet; each before the last, so that every retry goes back."""
+    keys = packets.keys
+    at = keys[keys <= target]
+    points = []
+    if len(at) and int(at[-1]) in packets.key_dts:
+        points.append(packets.key_dts[int(at[-1])])
+    if len(at) > 1:
+        points.append(int(at[-2]))
+    if packets.first_dts is not None:
+        points.append(packets.first_dts)
+    out = []
+    for point in points:
+        if point < below and (not out or point < out[-1]):
+            out.append(int(point))
+    return out
 
 
 
 class _Seeker:
-    """Frames by exact pts, decoding forward while the next one is at most one key frame ahead.
+    """Frames by exact pts, decoding forward while no key frame lies between the decoder and the next one.
 
     After a seek, frames count only from the first key frame decoded on, and a frame is taken only when
     its pts equals the one wanted. A seek that lands after the frame wanted (FFmpeg may seek by decoding
     time, with B-frames a key frame is decoded before frames shown just before it, and MPEG-TS seeks
-    land on the next key frame) or past the end is retried from the key frame before, up to three times.
+    land on the next key frame) or past the end is retried (`_seek_points`: the key frame's decoding
+    time, the key frame before, the stream's first packet), up to three times.
 
     Frames nothing refers to are not decoded unless wanted: before each packet the decoder is told to
     skip non-reference frames (`skip_frame` "NONREF") when the packet is not a wanted frame, which
     FFmpeg's H.264, HEVC, MPEG-4 and MPEG-2 decoders honour (others decode everything).
     """
 
-    def __init__(self, container, stream, keys: np.ndarray, wanted: set[int]):
-        self.container, self.stream, self.keys = container, stream, keys
+    def __init__(self, container, stream, packets: _Packets, wanted: set[int]):
+        self.container, self.stream, self.packets, self.keys = container, stream, packets, packets.keys
         self.wanted = wanted
         self.context = stream.codec_context
         self.mode = None  # the skip_frame set last
@@ -182,12 +210,12 @@ class _Seeker:
         after = np.searchsorted(self.keys, self.last, side="right")
         return after < len(self.keys) and self.keys[after] <= target
 
-    def _seek_earlier(self, landed: int) -> bool:
-        """Seek to the key frame before both `landed` and the last seek; False when none is left to try."""
-        earlier = self.keys[self.keys < min(landed, self.seek_to)]
-        if not len(earlier):
+    def _seek_earlier(self, landed: int, target: int) -> bool:
+        """Seek again, before both `landed` and the last seek (`_seek_points`); False when nothing is left."""
+        points = _seek_points(self.packets, target, min(landed, self.seek_to))
+        if not points:
             return False
-        self._seek(int(earlier[-1]))
+        self._seek(points[0])
         return True
 
     def frame_at(self, target: int):
@@ -214,7 +242,7 @@ class _Seeker:
                 if self.started:
                     return None
                 pts = self.seek_to + 1  # landed past the last key frame
-            if not self._seek_earlier(pts):
+            if not self._seek_earlier(pts, target):
                 return None
         return None
 
@@ -267,142 +295,3 @@ def _decoded(container, stream, skipped: list[int] | None = None,
                 skipped[0] += 1
             continue
         yield from frames
-
-
-
-def _decode_all(path: str, keep: set[int], skipped: list[int] | None = None,
-                shrink: Callable[[np.ndarray], np.ndarray] | None = None
-                ) -> tuple[np.ndarray, float, dict[int, np.ndarray], float, np.ndarray]:
-    """Decode every frame in order: (start times from the stream's start, the last frame's end, the kept
-    frames by index (each passed through `shrink` as it is decoded), average fps, the key frames'
-    indices). A frame without a usable pts (none, or not after the previous one) is
-    given the previous time plus one frame gap. Damaged packets are skipped (counted in `skipped[0]`);
-    after one, the pictures the decoder puts out of order (B-frames whose references were lost) are
-    dropped, so that every later frame keeps its own time.
-
-    The decoder hands frames out in the order they are shown. Where their pts still go backwards in
-    that order while their dts strictly increase (an AVI, which stores no presentation times, with
-    DivX-style packed B-frames: the demuxer's guessed pts are a frame or two off, issue 23), each
-    frame's time is its own dts instead, as FFmpeg's best-effort timestamp prefers the dts when the
-    pts are the faultier, counted from the stream's start like every other time (issue 34); either
-    way a frame's time and pixels come from the same decoded frame."""
-    times: list[float] = []
-    dts: list[int | None] = []  # each kept-in-order frame's dts
-    backwards = False  # some frame's pts was not after the previous frame's
-    kept: dict[int, np.ndarray] = {}
-    keys: list[int] = []
-    end = None
-    shrink = shrink or (lambda image: image)
-    if skipped is None:
-        skipped = [0]
-    with _pyav_stream(path) as (container, stream):
-        header = _header(container, stream)
-        tb = float(header.time_base)
-        gap = 1.0 / header.average_fps if header.average_fps > 0 else 1.0 / 30
-        origin = header.start_pts
-        size = _stream_size(stream)
-        try:
-            i = -1
-            for frame in _decoded(container, stream, skipped):
-                pts = _frame_pts(frame)
-                if origin is None and pts is not None:
-                    origin = pts
-                t = (pts - origin) * tb if pts is not None else None
-                if t is not None and times and t <= times[-1] and skipped[0]:
-                    continue  # a picture that damaged data put out of order (its references are lost): dropped
-                i += 1
-                if t is not None and times and t <= times[-1]:
-                    backwards = True
-                if t is None or (times and t <= times[-1]):
-                    t = times[-1] + gap if times else 0.0
-                times.append(t)
-                if frame.key_frame:
-                    keys.append(i)
-                dts.append(getattr(frame, "dts", None))
-                duration = getattr(frame, "duration", None)
-                end = t + duration * tb if duration else None
-                if i in keep:
-                    kept[i] = shrink(_rgb(frame, size))
-        except pyav_file_errors() as exc:
-            if not times:
-                raise VideoError(f"cannot decode frames of {path}: {_reason(exc)}") from None
-            # a damaged tail: keep what decoded
-    if not times:
-        raise VideoError(f"video has no frames: {path} (nothing decodes)")
-    key_indices = np.asarray(keys, dtype=np.int64)
-    if backwards and (starts := _dts_times(dts, origin, tb, gap)) is not None:  # the pts were wrong: the dts
-        return starts, _span_end(starts, None, header.average_fps), kept, header.average_fps, key_indices
-    starts = np.asarray(times)
-    return starts, _span_end(starts, end, header.average_fps), kept, header.average_fps, key_indices
-
-
-
-def _dts_times(dts: list[int | None], origin: int | None, tb: float, gap: float) -> np.ndarray | None:
-    """Frame times (s) from the frames' dts, counted from `origin` (the stream's start, in ticks; None:
-    the first frame's dts); a frame without one (the last, flushed from the decoder) one gap after the
-    previous. None when the first frame has none, it lies before `origin`, or the known ones do not
-    strictly increase."""
-    known = [d for d in dts if d is not None]
-    if not dts or dts[0] is None or any(b <= a for a, b in zip(known, known[1:])):
-        return None
-    origin = dts[0] if origin is None else origin
-    if dts[0] < origin:
-        return None
-    times = []
-    for d in dts:
-        times.append((d - origin) * tb if d is not None else times[-1] + gap)
-    if any(b <= a for a, b in zip(times, times[1:])):
-        return None
-    return np.asarray(times, dtype=np.float64)
-
-
-
-def _sequential(path: str, plan: Plan, guess: Timeline | None, problem: str, shrink: Shrinker
-                ) -> tuple[Timeline, list[int], np.ndarray]:
-    """Decode every frame in order, keeping only the sampled ones, each shrunk as it is decoded (memory:
-    the sample at its final size plus one frame).
-
-    The frames to keep are first chosen on `guess` (an index's times); if the decoded times choose
-    others (or another count, which may change their size), a second pass keeps those.
-    """
-    first = plan(guess) if guess is not None else []
-    shrink.restart(len(first))
-    skipped = [0]
-    starts, end, kept, fps, keys = _decode_all(path, set(first), skipped, shrink)
-    if skipped[0]:
-        problem = f"{problem}; {skipped[0]} damaged packets skipped (their frames are missing)"
-    timeline = Timeline(starts=starts, duration=end, average_fps=fps, source="decoded frames", trusted=False,
-                        problem=problem, keys=keys)
-    indices = plan(timeline)
-    if not set(indices) <= kept.keys() or len(indices) != len(first):
-        shrink.restart(len(indices))
-        kept = _decode_all(path, set(indices), shrink=shrink)[2]
-    return timeline, indices, np.stack([kept[i] for i in indices])
-
-
-
-def _sample_pyav(path: str, plan: Plan, shrink: Shrinker, distrust: str = "", keyframes: bool = False
-                 ) -> tuple[Timeline, list[int], np.ndarray]:
-    """Seek to the sampled frames where PyAV's index is trusted (and `distrust` gives no reason not to),
-    else decode every frame in order. `keyframes`: the plan picks key frames (`timeline._keyframe_plan`),
-    which are read without decoding anything else."""
-    with _pyav_stream(path) as (container, stream):
-        header = _header(container, stream)
-        packets = _demux(container, stream)
-    if len(packets.pts) == 0:
-        return _sequential(path, plan, None, distrust or "the demuxer lists no timestamped frames", shrink)
-    timeline = _pyav_timeline(packets, header)
-    problem = distrust or timeline.problem
-    if not problem and header.reordered and header.format.split(",")[0] == "avi":
-        problem = "AVI stores no presentation times: with B-frames the demuxer guesses them"
-    if not problem:
-        indices = plan(timeline)
-        shrink.restart(len(indices))
-        wanted = [int(packets.pts[i]) for i in indices]
-        got = _seek_decode(path, packets, wanted, shrink, keyframes)
-        if got is not None:
-            return timeline, indices, np.stack([got[p] for p in wanted])
-        problem = "seeking did not reach the frames the index lists"
-    starts = timeline.starts
-    usable = bool(np.all(np.isfinite(starts)) and np.all(np.diff(starts) > 0))
-    return _sequential(path, plan, timeline if usable else None, problem, shrink)

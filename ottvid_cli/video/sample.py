@@ -11,7 +11,8 @@ from ..settings import DECODERS
 from .decord import _open_decord, _sample_decord, resolve_decoder
 from .images import _frame_rate, _read_image, _sample_images, frame_files
 from .probe import _checked_path, _header, _pyav_stream, _unreadable, pyav_file_errors
-from .pyav import _decoded, _demux, _pyav_timeline, _sample_pyav
+from .inorder import _sample_pyav
+from .pyav import _decoded, _demux, _pyav_timeline
 from .resize import FrameResize, Shrinker, Size, as_resize
 from .timeline import (Plan, Timeline, Video, VideoError, _keyframe_plan, _plan_count, _plan_rate, _rule, _segment,
                        _within)
@@ -27,15 +28,15 @@ def _sample(path: str | os.PathLike, plan: Plan, decoder: str, start: float | No
     if decoder not in DECODERS:
         raise VideoError(f"unknown decoder {decoder!r}: choose one of {', '.join(DECODERS)}")
     shrink = Shrinker(as_resize(resize))
-    planned: list[int] = []
+    planned: list[float] = []  # the plan's own times (from the part's start), before key frames replace them
 
-    def remember(timeline: Timeline) -> list[int]:  # the plan's own frames, before key frames replace them
-        planned[:] = bounded(timeline)
-        return planned
+    def remember(part: Timeline) -> list[int]:  # on the part's timeline: key frames are chosen within it
+        picked = plan(part)
+        planned[:] = [float(part.starts[i]) for i in picked]
+        return picked
 
     began = time.perf_counter()
-    bounded = _within(plan, start, end)
-    chosen = _keyframe_plan(remember) if keyframes else bounded
+    chosen = _within(_keyframe_plan(remember) if keyframes else plan, start, end)
     if os.path.isdir(path):  # a folder of frame images: Pillow reads them, the decoder does not apply
         path = os.fspath(path)
         timeline, indices, frames = _sample_images(path, chosen, _frame_rate(frame_rate), shrink)
@@ -62,7 +63,7 @@ def _sample(path: str | os.PathLike, plan: Plan, decoder: str, start: float | No
         decoder=backend,
         source_size=shrink.source,
         keyframes=keyframes,
-        planned=[max(0.0, float(timeline.starts[i]) - lo) for i in planned] if keyframes else None,
+        planned=[max(0.0, t) for t in planned] if keyframes else None,
         decode_ms=(time.perf_counter() - began) * 1e3,
     )
 

@@ -138,8 +138,11 @@ def _plan_rate(fps: float, max_frames: int | None, rule: str = "centre") -> Plan
 def _nearest_keys(timeline: Timeline, indices: list[int]) -> list[int]:
     """The key frame nearest (in time) each planned frame, distinct where the video has enough key frames:
     then the assignment keeps the order and has the least total distance (dynamic programming over the
-    planned frames and the key frames, O(n x keys) in numpy); otherwise each takes its nearest."""
-    keys = np.asarray(timeline.keys if timeline.keys is not None and len(timeline.keys) else [0], dtype=np.int64)
+    planned frames and the key frames, O(n x keys) in numpy); otherwise each takes its nearest. Without
+    a key frame (a part of the video between two), the planned frames themselves."""
+    if timeline.keys is None or not len(timeline.keys):
+        return list(indices)
+    keys = np.asarray(timeline.keys, dtype=np.int64)
     planned = timeline.starts[np.asarray(indices, dtype=np.int64)]
     times = timeline.starts[keys]
     n, k = len(indices), len(keys)

@@ -1,0 +1,151 @@
+"""PyAV's sampling (`_sample_pyav`): seeking to the sampled frames where the index is trusted (`pyav`),
+else decoding every frame in order: the frames' times are measured by decoding them all and only the
+sampled ones are kept (damaged packets skipped; the B-frame time rules). The primitives are `pyav`'s,
+read through the module so that a test that wraps one sees every use."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from . import pyav as _pyav
+from .probe import _header, _pyav_stream, pyav_file_errors
+from .resize import Shrinker
+from .timeline import Plan, Timeline, VideoError, _reason
+
+
+def _decode_all(path: str, keep: set[int], skipped: list[int] | None = None,
+                shrink=None
+                ) -> tuple[np.ndarray, float, dict[int, np.ndarray], float, np.ndarray]:
+    """Decode every frame in order: (start times from the stream's start, the last frame's end, the kept
+    frames by index (each passed through `shrink` as it is decoded), average fps, the key frames'
+    indices). A frame without a usable pts (none, or not after the previous one) is
+    given the previous time plus one frame gap. Damaged packets are skipped (counted in `skipped[0]`);
+    after one, the pictures the decoder puts out of order (B-frames whose references were lost) are
+    dropped, so that every later frame keeps its own time.
+
+    The decoder hands frames out in the order they are shown. Where their pts still go backwards in
+    that order while their dts strictly increase (an AVI, which stores no presentation times, with
+    DivX-style packed B-frames: the demuxer's guessed pts are a frame or two off, issue 23), each
+    frame's time is its own dts instead, as FFmpeg's best-effort timestamp prefers the dts when the
+    pts are the faultier, counted from the stream's start like every other time (issue 34); either
+    way a frame's time and pixels come from the same decoded frame."""
+    times: list[float] = []
+    dts: list[int | None] = []  # each kept-in-order frame's dts
+    backwards = False  # some frame's pts was not after the previous frame's
+    kept: dict[int, np.ndarray] = {}
+    keys: list[int] = []
+    end = None
+    shrink = shrink or (lambda image: image)
+    if skipped is None:
+        skipped = [0]
+    with _pyav_stream(path) as (container, stream):
+        header = _header(container, stream)
+        tb = float(header.time_base)
+        gap = 1.0 / header.average_fps if header.average_fps > 0 else 1.0 / 30
+        origin = header.start_pts
+        size = _pyav._stream_size(stream)
+        try:
+            i = -1
+            for frame in _pyav._decoded(container, stream, skipped):
+                pts = _pyav._frame_pts(frame)
+                if origin is None and pts is not None:
+                    origin = pts
+                t = (pts - origin) * tb if pts is not None else None
+                if t is not None and times and t <= times[-1] and skipped[0]:
+                    continue  # a picture that damaged data put out of order (its references are lost): dropped
+                i += 1
+                if t is not None and times and t <= times[-1]:
+                    backwards = True
+                if t is None or (times and t <= times[-1]):
+                    t = times[-1] + gap if times else 0.0
+                times.append(t)
+                if frame.key_frame:
+                    keys.append(i)
+                dts.append(getattr(frame, "dts", None))
+                duration = getattr(frame, "duration", None)
+                end = t + duration * tb if duration else None
+                if i in keep:
+                    kept[i] = shrink(_pyav._rgb(frame, size))
+        except pyav_file_errors() as exc:
+            if not times:
+                raise VideoError(f"cannot decode frames of {path}: {_reason(exc)}") from None
+            # a damaged tail: keep what decoded
+    if not times:
+        raise VideoError(f"video has no frames: {path} (nothing decodes)")
+    key_indices = np.asarray(keys, dtype=np.int64)
+    if backwards and (starts := _dts_times(dts, origin, tb, gap)) is not None:  # the pts were wrong: the dts
+        return starts, _pyav._span_end(starts, None, header.average_fps), kept, header.average_fps, key_indices
+    starts = np.asarray(times)
+    return starts, _pyav._span_end(starts, end, header.average_fps), kept, header.average_fps, key_indices
+
+
+
+def _dts_times(dts: list[int | None], origin: int | None, tb: float, gap: float) -> np.ndarray | None:
+    """Frame times (s) from the frames' dts, counted from `origin` (the stream's start, in ticks; None:
+    the first frame's dts); a frame without one (the last, flushed from the decoder) one gap after the
+    previous. None when the first frame has none, it lies before `origin`, or the known ones do not
+    strictly increase."""
+    known = [d for d in dts if d is not None]
+    if not dts or dts[0] is None or any(b <= a for a, b in zip(known, known[1:])):
+        return None
+    origin = dts[0] if origin is None else origin
+    if dts[0] < origin:
+        return None
+    times = []
+    for d in dts:
+        times.append((d - origin) * tb if d is not None else times[-1] + gap)
+    if any(b <= a for a, b in zip(times, times[1:])):
+        return None
+    return np.asarray(times, dtype=np.float64)
+
+
+
+def _sequential(path: str, plan: Plan, guess: Timeline | None, problem: str, shrink: Shrinker
+                ) -> tuple[Timeline, list[int], np.ndarray]:
+    """Decode every frame in order, keeping only the sampled ones, each shrunk as it is decoded (memory:
+    the sample at its final size plus one frame).
+
+    The frames to keep are first chosen on `guess` (an index's times); if the decoded times choose
+    others (or another count, which may change their size), a second pass keeps those.
+    """
+    first = plan(guess) if guess is not None else []
+    shrink.restart(len(first))
+    skipped = [0]
+    starts, end, kept, fps, keys = _decode_all(path, set(first), skipped, shrink)
+    if skipped[0]:
+        problem = f"{problem}; {skipped[0]} damaged packets skipped (their frames are missing)"
+    timeline = Timeline(starts=starts, duration=end, average_fps=fps, source="decoded frames", trusted=False,
+                        problem=problem, keys=keys)
+    indices = plan(timeline)
+    if not set(indices) <= kept.keys() or len(indices) != len(first):
+        shrink.restart(len(indices))
+        kept = _decode_all(path, set(indices), shrink=shrink)[2]
+    return timeline, indices, np.stack([kept[i] for i in indices])
+
+
+
+def _sample_pyav(path: str, plan: Plan, shrink: Shrinker, distrust: str = "", keyframes: bool = False
+                 ) -> tuple[Timeline, list[int], np.ndarray]:
+    """Seek to the sampled frames where PyAV's index is trusted (and `distrust` gives no reason not to),
+    else decode every frame in order. `keyframes`: the plan picks key frames (`timeline._keyframe_plan`),
+    which are read without decoding anything else."""
+    with _pyav_stream(path) as (container, stream):
+        header = _header(container, stream)
+        packets = _pyav._demux(container, stream)
+    if len(packets.pts) == 0:
+        return _sequential(path, plan, None, distrust or "the demuxer lists no timestamped frames", shrink)
+    timeline = _pyav._pyav_timeline(packets, header)
+    problem = distrust or timeline.problem
+    if not problem and header.reordered and header.format.split(",")[0] == "avi":
+        problem = "AVI stores no presentation times: with B-frames the demuxer guesses them"
+    if not problem:
+        indices = plan(timeline)
+        shrink.restart(len(indices))
+        wanted = [int(packets.pts[i]) for i in indices]
+        got = _pyav._seek_decode(path, packets, wanted, shrink, keyframes)
+        if got is not None:
+            return timeline, indices, np.stack([got[p] for p in wanted])
+        problem = "seeking did not reach the frames the index lists"
+    starts = timeline.starts
+    usable = bool(np.all(np.isfinite(starts)) and np.all(np.diff(starts) > 0))
+    return _sequential(path, plan, timeline if usable else None, problem, shrink)
