@@ -5,6 +5,7 @@ import os
 import subprocess
 import sys
 
+import pytest
 from typer.testing import CliRunner
 
 from ottvid_cli.cli import app
@@ -119,3 +120,52 @@ def test_commands_are_listed_ask_first_under_headings():
     assert "Ask and answer" in lines and "Exit codes: 0 done, 1 the model or run failed" in " ".join(lines)
     short = subprocess.run([sys.executable, "-m", "ottvid_cli", "ask", "-h"], capture_output=True, text=True)
     assert short.returncode == 0 and short.stdout.startswith("Usage: ottvid ask VIDEO QUESTION...")
+
+
+# ------------------------------------------------------------------------------------------------
+# issue 43: a report piped or redirected keeps to the terminal's width without breaking a word
+
+
+def fits(text: str, columns: int) -> None:
+    """Every line of `text` within `columns`, nothing cut with an ellipsis."""
+    lines = text.splitlines()
+    assert lines and max(len(line) for line in lines) <= columns, max(lines, key=len)
+    assert "…" not in text and "..." not in text
+
+
+@pytest.mark.parametrize("columns", [80, 100])
+def test_methods_and_counts_fit_the_terminal_piped(columns):
+    """`COLUMNS=80 ottvid methods | less` was 149 columns wide: its prose now wraps at word boundaries,
+    every word whole (counts' table was narrow enough already)."""
+    from ottvid_cli.compression import methods
+
+    result = runner.invoke(app, ["methods"], env={"COLUMNS": str(columns)})
+    assert result.exit_code == 0, result.output
+    fits(result.stdout, columns)
+    words = set(result.stdout.replace("│", " ").split())
+    for name in methods.names():
+        assert name in words and set(methods.get(name).summary.split()) <= words, name
+    assert ("--ratio sets every method's share kept (none keeps all); --preset official is ottvid's (the authors' "
+            "code); see docs/methods.md") in " ".join(result.stdout.split())
+    counts = runner.invoke(app, ["counts", "-t", "32", "-n", "196", "-r", "0.25"], env={"COLUMNS": str(columns)})
+    fits(counts.stdout, columns)
+    assert "spatial selection" in counts.stdout
+
+
+def test_the_terminal_width_comes_from_columns_or_a_terminal_on_stdin(monkeypatch):
+    """`ottvid profile ... | less` in a 90-column terminal: stdout is a pipe, stdin still the terminal."""
+    import fcntl
+    import struct
+    import termios
+
+    from ottvid_cli.report import terminal_width
+
+    monkeypatch.delenv("COLUMNS", raising=False)
+    assert terminal_width() is None  # the tests' own streams: no terminal
+    master, slave = os.openpty()
+    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 24, 90, 0, 0))
+    with os.fdopen(master, "rb"), os.fdopen(slave, "rb") as terminal:
+        monkeypatch.setattr(sys, "stdin", terminal)
+        assert terminal_width() == 90
+        monkeypatch.setenv("COLUMNS", "100")
+        assert terminal_width() == 100
