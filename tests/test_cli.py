@@ -169,3 +169,44 @@ def test_the_terminal_width_comes_from_columns_or_a_terminal_on_stdin(monkeypatc
         assert terminal_width() == 90
         monkeypatch.setenv("COLUMNS", "100")
         assert terminal_width() == 100
+
+
+def _flags(command: list[str]) -> list[str]:
+    """The flags (options that take no value) of a command, by their first long name; --help left out."""
+    from typer.main import get_command
+
+    found = get_command(app)
+    for word in command:
+        found = found.commands[word]
+    return [next(o for o in p.opts if o.startswith("--")) for p in found.params
+            if p.param_type_name == "option" and p.is_flag and "--help" not in p.opts]
+
+
+@pytest.mark.parametrize("command", COMMANDS, ids=" ".join)
+def test_a_value_after_a_flag_is_refused_by_the_flags_name(command):
+    """Issue 43: `ottvid counts --json true` said "unexpected extra argument" with no hint, and
+    `ask VIDEO Q --json true` would have asked "true" too; every command's flags now say they take no value."""
+    flags = _flags(command)
+    for n, flag in enumerate(flags):
+        for value in (("true", "yes", "1")[n % 3], "0"):
+            result = runner.invoke(app, [*command, flag, value])
+            lines = result.stderr.strip().splitlines()
+            assert result.exit_code == 2 and result.stdout == "", (command, flag, result.output)
+            assert lines == [f"error: {flag} takes no value: write {flag} alone, without '{value}' (see "
+                             f"`ottvid {' '.join(command)} --help`)"], result.stderr
+        refused = runner.invoke(app, [*command, f"{flag}=true"])
+        assert refused.exit_code == 2 and f"{flag} takes no value" in refused.stderr, refused.output
+
+
+def test_flags_checked_on_every_command_that_has_them():
+    with_flags = {" ".join(c) for c in COMMANDS if _flags(c)}
+    assert {"ask", "ground", "chat", "show", "profile", "eval", "counts", "methods", "cache ls"} <= with_flags
+
+
+def test_a_word_no_argument_takes_after_a_flag_names_the_flag():
+    result = runner.invoke(app, ["counts", "--json", "pretty"])
+    assert result.exit_code == 2 and "--json takes no value: write --json alone, without 'pretty'" in result.stderr
+    asked = runner.invoke(app, ["ask", "video.mp4", "What?", "--json", "--quiet", "--model", "/nowhere"])
+    assert asked.exit_code == 2 and "takes no value" not in asked.stderr  # flags alone are fine
+    assert runner.invoke(app, ["counts", "--json", "-t", "8"]).exit_code == 0
+    assert runner.invoke(app, ["counts", "--help", "true"]).exit_code == 0  # --help still shows the help
