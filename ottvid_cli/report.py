@@ -12,17 +12,104 @@ from rich.text import Text
 
 
 # Tables: every column folds a value too long for it onto the next line (overflow="fold"), never
-# cutting it with an ellipsis; `table_console` gives a pipe or a file a console as wide as the table.
+# cutting it with an ellipsis. `table_console` gives a pipe or a file the terminal's width without
+# breaking a word: prose wraps, a table shares out the width its columns can give up, and whatever
+# cannot fit without breaking a word (a long path, a table of many numbers) is printed whole.
 PIPED_WIDTH = 1 << 12
 
 
 def table_console(console: Console) -> Console:
-    """`console` on a terminal; for a pipe or a file, a console on the same output as wide as any
-    table needs, so that no number or heading is cut or folded there (of `console`'s class, so that a
-    closed pipe is handled as `console` handles it)."""
+    """`console` on a terminal; for a pipe or a file, a console on the same output (of `console`'s
+    class, so that a closed pipe is handled as `console` handles it) that never breaks a word, so that
+    no number or heading is cut or folded there (`| grep` sees it whole), and otherwise keeps to the
+    terminal's width (`terminal_width`): with none known, every line is as long as it needs."""
     if console.is_terminal:
         return console
-    return type(console)(file=console.file, width=PIPED_WIDTH, no_color=console.no_color)
+    return _unbroken(type(console))(file=console.file, width=terminal_width() or PIPED_WIDTH,
+                                    no_color=console.no_color)
+
+
+def terminal_width() -> int | None:
+    """The terminal's width while stdout goes elsewhere: COLUMNS, else the width of a terminal on stdin
+    or stderr (`ottvid profile ... | less`); None when neither says (a script's pipe, a test)."""
+    import os
+    import sys
+
+    columns = os.environ.get("COLUMNS", "")
+    if columns.isdigit() and int(columns) > 0:
+        return int(columns)
+    for stream in (sys.stdin, sys.stderr):
+        try:
+            if stream is not None and stream.isatty():
+                return os.get_terminal_size(stream.fileno()).columns or None
+        except (OSError, ValueError, AttributeError):  # closed, or no file descriptor behind it
+            continue
+    return None
+
+
+class _Unbroken:
+    """A console mixin: each print is laid out at the console's width where it fits without breaking
+    a word (tables: `_fit_table`), else printed as wide as its longest word, or a table at its full
+    width."""
+
+    def print(self, *objects: Any, **kwargs: Any) -> None:
+        if kwargs.get("width") is not None or kwargs.get("soft_wrap"):
+            return super().print(*objects, **kwargs)
+        width, laid = self.width, []
+        for item in objects:
+            item, need = _fit(self, item, width, kwargs.get("markup"))
+            laid.append(item)
+            width = max(width, need)
+        saved, self.width = self.width, width
+        try:
+            super().print(*laid, **kwargs)
+        finally:
+            self.width = saved
+
+
+_UNBROKEN: dict[type, type] = {}
+
+
+def _unbroken(cls: type) -> type:
+    """`cls` with `_Unbroken`'s print (one class per console class)."""
+    if cls not in _UNBROKEN:
+        _UNBROKEN[cls] = type(f"Unbroken{cls.__name__}", (_Unbroken, cls), {})
+    return _UNBROKEN[cls]
+
+
+def _fit(console: Console, item: Any, width: int, markup: bool | None) -> tuple[Any, int]:
+    """`item` laid out to `width` if it can be without breaking a word, and the width to print it at."""
+    from rich.measure import Measurement
+    from rich.protocol import is_renderable
+
+    if isinstance(item, Table):
+        return _fit_table(console, item, width)
+    if isinstance(item, str):
+        item = console.render_str(item, markup=markup, highlight=False)
+    if not is_renderable(item):
+        return item, width
+    return item, max(width, Measurement.get(console, console.options.update_width(PIPED_WIDTH), item).minimum)
+
+
+def _fit_table(console: Console, table: Table, width: int) -> tuple[Table, int]:
+    """`table` in `width` columns if its longest words fit side by side there (each column given its
+    longest word and a share of the rest by how much more it would take); else as wide as it needs."""
+    import copy
+    import dataclasses
+
+    from rich._ratio import ratio_distribute
+
+    wide = console.options.update_width(PIPED_WIDTH)
+    ranges = [table._measure_column(console, wide, column) for column in table.columns]
+    extra = table._extra_width
+    low, high = sum(r.minimum for r in ranges) + extra, sum(r.maximum for r in ranges) + extra
+    if high <= width or low > width:
+        return table, max(width, high)
+    shares = ratio_distribute(width - low, [r.maximum - r.minimum for r in ranges])
+    fitted = copy.copy(table)
+    fitted.columns = [dataclasses.replace(column, width=r.minimum + share - table._get_padding_width(column._index))
+                      for column, r, share in zip(table.columns, ranges, shares)]
+    return fitted, width
 
 
 def to_json(data: dict[str, Any]) -> str:

@@ -5,6 +5,7 @@ import os
 import subprocess
 import sys
 
+import pytest
 from typer.testing import CliRunner
 
 from ottvid_cli.cli import app
@@ -119,3 +120,93 @@ def test_commands_are_listed_ask_first_under_headings():
     assert "Ask and answer" in lines and "Exit codes: 0 done, 1 the model or run failed" in " ".join(lines)
     short = subprocess.run([sys.executable, "-m", "ottvid_cli", "ask", "-h"], capture_output=True, text=True)
     assert short.returncode == 0 and short.stdout.startswith("Usage: ottvid ask VIDEO QUESTION...")
+
+
+# ------------------------------------------------------------------------------------------------
+# issue 43: a report piped or redirected keeps to the terminal's width without breaking a word
+
+
+def fits(text: str, columns: int) -> None:
+    """Every line of `text` within `columns`, nothing cut with an ellipsis."""
+    lines = text.splitlines()
+    assert lines and max(len(line) for line in lines) <= columns, max(lines, key=len)
+    assert "…" not in text and "..." not in text
+
+
+@pytest.mark.parametrize("columns", [80, 100])
+def test_methods_and_counts_fit_the_terminal_piped(columns):
+    """`COLUMNS=80 ottvid methods | less` was 149 columns wide: its prose now wraps at word boundaries,
+    every word whole (counts' table was narrow enough already)."""
+    from ottvid_cli.compression import methods
+
+    result = runner.invoke(app, ["methods"], env={"COLUMNS": str(columns)})
+    assert result.exit_code == 0, result.output
+    fits(result.stdout, columns)
+    words = set(result.stdout.replace("│", " ").split())
+    for name in methods.names():
+        assert name in words and set(methods.get(name).summary.split()) <= words, name
+    assert ("--ratio sets every method's share kept (none keeps all); --preset official is ottvid's (the authors' "
+            "code); see docs/methods.md") in " ".join(result.stdout.split())
+    counts = runner.invoke(app, ["counts", "-t", "32", "-n", "196", "-r", "0.25"], env={"COLUMNS": str(columns)})
+    fits(counts.stdout, columns)
+    assert "spatial selection" in counts.stdout
+
+
+def test_the_terminal_width_comes_from_columns_or_a_terminal_on_stdin(monkeypatch):
+    """`ottvid profile ... | less` in a 90-column terminal: stdout is a pipe, stdin still the terminal."""
+    import fcntl
+    import struct
+    import termios
+
+    from ottvid_cli.report import terminal_width
+
+    monkeypatch.delenv("COLUMNS", raising=False)
+    assert terminal_width() is None  # the tests' own streams: no terminal
+    master, slave = os.openpty()
+    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 24, 90, 0, 0))
+    with os.fdopen(master, "rb"), os.fdopen(slave, "rb") as terminal:
+        monkeypatch.setattr(sys, "stdin", terminal)
+        assert terminal_width() == 90
+        monkeypatch.setenv("COLUMNS", "100")
+        assert terminal_width() == 100
+
+
+def _flags(command: list[str]) -> list[str]:
+    """The flags (options that take no value) of a command, by their first long name; --help left out."""
+    from typer.main import get_command
+
+    found = get_command(app)
+    for word in command:
+        found = found.commands[word]
+    return [next(o for o in p.opts if o.startswith("--")) for p in found.params
+            if p.param_type_name == "option" and p.is_flag and "--help" not in p.opts]
+
+
+@pytest.mark.parametrize("command", COMMANDS, ids=" ".join)
+def test_a_value_after_a_flag_is_refused_by_the_flags_name(command):
+    """Issue 43: `ottvid counts --json true` said "unexpected extra argument" with no hint, and
+    `ask VIDEO Q --json true` would have asked "true" too; every command's flags now say they take no value."""
+    flags = _flags(command)
+    for n, flag in enumerate(flags):
+        for value in (("true", "yes", "1")[n % 3], "0"):
+            result = runner.invoke(app, [*command, flag, value])
+            lines = result.stderr.strip().splitlines()
+            assert result.exit_code == 2 and result.stdout == "", (command, flag, result.output)
+            assert lines == [f"error: {flag} takes no value: write {flag} alone, without '{value}' (see "
+                             f"`ottvid {' '.join(command)} --help`)"], result.stderr
+        refused = runner.invoke(app, [*command, f"{flag}=true"])
+        assert refused.exit_code == 2 and f"{flag} takes no value" in refused.stderr, refused.output
+
+
+def test_flags_checked_on_every_command_that_has_them():
+    with_flags = {" ".join(c) for c in COMMANDS if _flags(c)}
+    assert {"ask", "ground", "chat", "show", "profile", "eval", "counts", "methods", "cache ls"} <= with_flags
+
+
+def test_a_word_no_argument_takes_after_a_flag_names_the_flag():
+    result = runner.invoke(app, ["counts", "--json", "pretty"])
+    assert result.exit_code == 2 and "--json takes no value: write --json alone, without 'pretty'" in result.stderr
+    asked = runner.invoke(app, ["ask", "video.mp4", "What?", "--json", "--quiet", "--model", "/nowhere"])
+    assert asked.exit_code == 2 and "takes no value" not in asked.stderr  # flags alone are fine
+    assert runner.invoke(app, ["counts", "--json", "-t", "8"]).exit_code == 0
+    assert runner.invoke(app, ["counts", "--help", "true"]).exit_code == 0  # --help still shows the help

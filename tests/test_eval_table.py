@@ -141,3 +141,27 @@ def test_a_runs_summary_prints_its_numbers_as_the_table_does(tmp_path):
     assert summary_rows["ottvid"] == ["ottvid", "10%", "3", "0", "0.0", "0.0"]
     for method, (_, ratio, score, _) in table_rows.items():  # method, ratio, mlvu, VQA Avg.
         assert summary_rows[method][1] == ratio and summary_rows[method][4] == score
+
+
+@pytest.mark.parametrize("columns", [80, 100])
+def test_the_table_fits_the_terminal_piped(tmp_path, columns):
+    """Issue 43: three runs made a 100-column table even with COLUMNS=80; piped, its headings wrap at
+    word boundaries to fit the terminal's width, every score whole on its row."""
+    mlvu = _run(tmp_path / "mlvu", "mlvu", EVAL / "mlvu" / "4_count.json",
+                {("none", 1.0): ["(A)", "(B)", "(C)"], ("ottvid", 0.1): ["(A)", "(A)", "(A)"]})
+    timelens = _run(tmp_path / "tl", "timelens", EVAL / "timelens_charades.json",
+                    {("none", 1.0): ["From 0 to 10 seconds."] * 3, ("ottvid", 0.1): ["From 0 to 5 seconds."] * 3})
+    mixed = _run(tmp_path / "mixed", "jsonl", EVAL / "custom.jsonl",
+                 {("none", 1.0): ["A", "B", "From 6 to 14 seconds."], ("ottvid", 0.1): ["A", "A", "From 6 to 10."]})
+    args = ["eval", "--table", str(mlvu), "--table", str(timelens), "--table", str(mixed)]
+    text = cli.invoke(app, args, env={"COLUMNS": str(columns)})
+    assert text.exit_code == 0, text.output
+    lines = text.stdout.splitlines()
+    assert max(len(line) for line in lines) <= columns, max(lines, key=len)
+    table = json.loads(invoke("--table", mlvu, "--table", timelens, "--table", mixed, "--json").stdout)
+    rows = _rows(text.stdout)
+    for row in table["rows"]:
+        printed = rows[row["method"]]
+        assert printed[2:] == [f"{row['scores'][c['label']]:.1f}" for c in table["columns"] if c["family"] == "vqa"] \
+            + [f"{row['average']['vqa']:.1f}"] + [f"{row['scores'][c['label']]:.1f}" for c in table["columns"]
+                                                  if c["family"] == "grounding"] + [f"{row['average']['grounding']:.1f}"]

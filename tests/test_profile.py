@@ -217,3 +217,19 @@ def test_human_table_fits_the_terminal_and_cuts_no_number(width, ratios):
                      *(f"{1.5 + k + i:.1f}" for k in range(7))]
     for value in expected:
         assert value in text, value
+
+
+@pytest.mark.parametrize("columns", [80, 100])
+def test_every_line_fits_the_terminal_piped(tiny_qwen, columns):
+    """Issue 43: `COLUMNS=100 ottvid profile VIDEO ... | less` printed its note on times as one 249-column
+    line; piped, the note wraps as prose at the terminal's width and every table fits it, no word broken."""
+    result = invoke("profile", DATA / "bikes.mp4", "--model", tiny_qwen, "--ratio", "0.1", "--frames", "8",
+                    "--repeats", "1", "--warmup", "0", "--quiet", env={"COLUMNS": str(columns)})
+    assert result.exit_code == 0, result.output
+    lines = result.stdout.splitlines()
+    assert max(len(line) for line in lines) <= columns, max(lines, key=len)
+    assert "…" not in result.stdout
+    assert ("times in ms: median, then min-max of 1 runs after 0 warm-up; preprocess, vision and saliency: one "
+            "encoding shared by every run; TTFT = vision + saliency + compression + prefill") in " ".join(result.stdout.split())
+    words = set(result.stdout.replace("│", " ").replace("┃", " ").split())
+    assert {"vanilla", "OTT-Vid", "0.1", "preprocess", "compression", "sinkhorn", "TFLOPs"} <= words

@@ -13,6 +13,7 @@ import io
 import os
 import re
 import shutil
+import threading
 import time
 
 import httpx
@@ -693,5 +694,37 @@ def test_the_page_reports_what_the_reply_says(browser, folder, tmp_path):
         assert page["span"].get_attribute("title").endswith("not a start and an end")
         assert page.unexpected_console() == []
     finally:
+        page.close()
+        server.stop()
+
+
+class _WarmingUp(_Spans):
+    """A stand-in engine whose start-up warm-up runs until `gate` is set, then says it took 1234 ms."""
+
+    def __init__(self):
+        super().__init__()
+        self.gate = threading.Event()
+
+    def warm_up(self) -> float:
+        self.gate.wait(60)
+        return 1234.0
+
+
+def test_a_page_opened_while_the_server_warms_up_says_so_then_shows_the_note(browser, folder):
+    """Issue 43: the warm-up note was shown only to a page that connected after the warm-up had
+    finished; one opened meanwhile said nothing, even once it had."""
+    engine = _WarmingUp()
+    server, page = _stand_in_page(browser, engine, "warming", folder[0])
+    try:
+        assert httpx.get(server.url + "/v1/ottvid/info").json()["ready"] is False
+        assert page["warmup"].inner_text() == "warming up…"
+        engine.gate.set()
+        page.tab.wait_for_function("() => document.getElementById('warmup').textContent === "
+                                   "'warmed up at start in 1234 ms'")
+        info = httpx.get(server.url + "/v1/ottvid/info").json()
+        assert info["ready"] is True and info["warmup_ms"] == 1234.0
+        assert page.unexpected_console() == []
+    finally:
+        engine.gate.set()
         page.close()
         server.stop()

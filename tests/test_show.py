@@ -289,3 +289,18 @@ def test_the_budget_panel_explains_itself_and_labels_bars_by_time():
     calm = dict(report, overflow_rounds=0)  # no pair at the cap after redistribution: no orange to explain
     assert not any("orange" in line for line in show.draw(frames, stamps, grid, assignment, index, selected,
                                                           calm)[1].caption["budget"])
+
+
+@pytest.mark.parametrize("columns", [80, 100])
+def test_the_report_fits_the_terminal_piped(tiny_qwen, tmp_path, monkeypatch, columns):
+    """Issue 43: piped, `wrote <picture>: ...; ottvid kept 5 of 48 tokens` was one line however long;
+    it wraps as prose at the terminal's width, the picture's name whole."""
+    monkeypatch.chdir(tmp_path)
+    name = "what-the-compression-keeps-and-drops-at-ratio-0.1.png"
+    result = runner.invoke(app, ["show", str(DATA / "bikes.mp4"), "-o", name, "--model", str(tiny_qwen), "--ratio",
+                                 "0.1", "--frames", "8", "--quiet"], env={"COLUMNS": str(columns)})
+    assert result.exit_code == 0, result.output
+    lines = result.stdout.splitlines()
+    assert max(len(line) for line in lines) <= columns, max(lines, key=len)
+    text = " ".join(lines)
+    assert f"wrote {name}: " in text and " tokens" in text and (tmp_path / name).is_file()

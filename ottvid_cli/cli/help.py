@@ -171,10 +171,18 @@ def print_group_help(group, ctx) -> None:
 
 
 class HelpCommand(TyperCommand):
-    """A command whose --help is `print_command_help`'s."""
+    """A command whose --help is `print_command_help`'s, and whose flags refuse a value
+    (`flags.refuse_flag_values`)."""
 
     def format_help(self, ctx, formatter) -> None:
         print_command_help(self, ctx)
+
+    def parse_args(self, ctx, args: list[str]) -> list[str]:
+        from .flags import refuse_flag_values
+
+        if not ctx.resilient_parsing:
+            refuse_flag_values(self, ctx, args)
+        return super().parse_args(ctx, args)
 
 
 class HelpGroup(TyperGroup):

@@ -5,7 +5,8 @@
                                     script asks for the key when the server has one); HEAD too
     GET /page/{page.css,page.js}    its style and script; HEAD too
     GET /v1/ottvid/info             what the page offers: model, tasks, methods, upload cap, whether
-                                    local videos are served, the start-up warm-up's time
+                                    local videos are served, whether the start-up warm-up has
+                                    run (ready) and its time
     GET /v1/ottvid/media            the videos under --allowed-media-dir (403 without the flag)
     GET /v1/ottvid/media/{name}     one of them, for the page's player (Range requests work; a
                                     malformed Range is ignored); HEAD too
@@ -75,13 +76,14 @@ def add_page(app: FastAPI) -> None:
         """What this server offers, for the page's controls."""
         settings = request.app.state.settings
         backbone = getattr(request.app.state.engine, "backbone", None)
+        worker = getattr(request.app.state, "worker", None)
         grounds = backbone is None or bool(getattr(backbone, "grounds", False))
         return {"object": "ottvid.server", "model": settings.model_id,
                 "tasks": ["ask", "ground"] if grounds else ["ask"], "methods": list(METHODS),
                 "presets": list(PRESETS), "ratio": 0.1, "frames": getattr(backbone, "default_frames", None),
                 "max_tokens": DEFAULT_TOKENS, "max_upload_bytes": settings.max_upload_bytes,
                 "media_folder": settings.allowed_media_dir is not None,
-                "warmup_ms": getattr(getattr(request.app.state, "worker", None), "warmup_ms", None)}
+                "ready": getattr(worker, "ready", True), "warmup_ms": getattr(worker, "warmup_ms", None)}
 
     @app.get("/v1/ottvid/media", dependencies=[Depends(require_key)])
     async def media_list(request: Request) -> dict[str, Any]:

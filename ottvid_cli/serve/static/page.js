@@ -139,11 +139,34 @@
     if (!info.tasks.includes("ground")) task.title = "ground needs a Qwen2.5-VL model";
     $("frames").placeholder = info.frames ? "default (" + info.frames + ")" : "default";
     updateTokenHint();
-    // the model's warm-up ran once, when the server started: said beside the model, never in a question's time
-    const warm = info.warmup_ms;
-    $("warmup").textContent = Number.isFinite(warm) ? "warmed up at start in " + Math.round(warm) + " ms" : "";
+    showWarmUp(info);
     if (info.media_folder) await listMedia();
     document.body.dataset.ready = "true"; // connected: the controls are filled (a hook for scripts)
+  }
+
+  // The model's warm-up runs once, when the server starts: said beside the model, never in a question's
+  // time. A page opened while it runs says so, and asks again until it has run.
+  const WARM_POLL_MS = 1000;
+  let warmPoll = null;
+
+  function showWarmUp(info) {
+    clearTimeout(warmPoll);
+    if (info.ready === false) {
+      $("warmup").textContent = "warming up…";
+      warmPoll = setTimeout(pollWarmUp, WARM_POLL_MS);
+      return;
+    }
+    const warm = info.warmup_ms;
+    $("warmup").textContent = Number.isFinite(warm) ? "warmed up at start in " + Math.round(warm) + " ms" : "";
+  }
+
+  async function pollWarmUp() {
+    try {
+      showWarmUp(await getJson("/v1/ottvid/info"));
+    } catch (error) {
+      if (error instanceof ApiError && error.status === 401) return handle(error); // asks for the key
+      warmPoll = setTimeout(pollWarmUp, WARM_POLL_MS); // not reachable for now: ask again later
+    }
   }
 
   function fill(select, values, chosen) {
