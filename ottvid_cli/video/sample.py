@@ -45,7 +45,7 @@ def _sample(path: str | os.PathLike, plan: Plan, decoder: str, start: float | No
         backend = resolve_decoder(decoder)
         path = _checked_path(path)
         if backend == "decord" and not keyframes:
-            timeline, indices, frames = _sample_decord(path, chosen, decoder == "auto", shrink)
+            timeline, indices, frames = _sample_decord(path, chosen, False, shrink)  # asked for by name: no fallback
         else:  # key frames alone: PyAV decodes single packets, decord cannot
             timeline, indices, frames = _sample_pyav(path, chosen, shrink, keyframes=keyframes)
         backend = "decord" if timeline.source == "decord index" else "pyav"
