@@ -93,7 +93,11 @@ class Shrinker:
     `resize` keeps frames as decoded."""
 
     def __init__(self, resize: FrameResize | None, frames: int = 1):
+        import threading
+
         self.resize = resize
+        self.lock = threading.Lock()  # the size is chosen once, whichever worker thread comes first
+        self.local = threading.local()  # each thread's float buffer
         self.restart(frames)
 
     def restart(self, frames: int) -> None:
@@ -101,16 +105,19 @@ class Shrinker:
         self.frames = max(int(frames), 1)
         self.source: Size | None = None
         self.size: Size | None = None
-        self.scratch: dict = {}
 
     def __call__(self, image: np.ndarray) -> np.ndarray:
         source = (int(image.shape[0]), int(image.shape[1]))
-        if self.source is None:
-            self.source = source
-            self.size = source if self.resize is None else self.resize.size(*source, self.frames)
+        with self.lock:
+            if self.source is None:
+                self.size = source if self.resize is None else self.resize.size(*source, self.frames)
+                self.source = source
         if self.resize is None:
             return image
-        return self.resize.batch(image[None], self.size, self.scratch)[0]
+        scratch = getattr(self.local, "scratch", None)
+        if scratch is None:
+            scratch = self.local.scratch = {}
+        return self.resize.batch(image[None], self.size, scratch)[0]
 
 
 def as_resize(value: FrameResize | Size | None) -> FrameResize | None:
@@ -125,19 +132,23 @@ def as_resize(value: FrameResize | Size | None) -> FrameResize | None:
 
 
 class Background:
-    """Frames converted and shrunk in one worker thread while the decoder goes on (PyAV's conversion and
-    torch's resize release the GIL, so both cores work: the decoder's threads and this one), at most
-    `depth` frames in flight, so that memory holds a few decoded frames besides the sample.
+    """Frames converted and shrunk in worker threads while the decoder goes on (PyAV's conversion and
+    torch's resize release the GIL, so every core works: the decoder's threads and these), at most
+    `depth` frames in flight, so that memory holds a few decoded frames besides the sample. `workers`:
+    one per core, at most 2 (default): with key frames alone the decoder is idle and the resizing is the
+    work; on a dense plan the decoder's threads take the cores the workers leave.
 
     `put(key, work)` queues `work()` (a frame's conversion and resize); `take()` waits for all of it and
     returns {key: result}, raising the first error a piece of work raised. Use it as a context manager:
     leaving it early (an error, an interrupt) drops what is still queued."""
 
-    def __init__(self, depth: int = 3):
+    def __init__(self, depth: int = 4, workers: int | None = None):
+        import os
         import threading
         from concurrent.futures import ThreadPoolExecutor
 
-        self.pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="ottvid-frames", initializer=_one_thread)
+        workers = workers or max(1, min(2, os.cpu_count() or 1))
+        self.pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="ottvid-frames", initializer=_one_thread)
         self.slots = threading.BoundedSemaphore(depth)
         self.futures: dict = {}
 
