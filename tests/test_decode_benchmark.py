@@ -1,0 +1,45 @@
+"""benchmarks/decode.py (issue 39), slow: the whole script on its tiny --quick clips, every clip kind and
+every measurement with a time and a peak memory, ottvid's 32-frame plan giving 32 frames."""
+
+import importlib.util
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+SCRIPT = ROOT / "benchmarks" / "decode.py"
+KINDS = {"1080p-bframes", "1080p-no-bframes", "4k", "one-keyframe"}
+
+
+@pytest.mark.slow
+def test_quick_run_measures_every_clip_and_decoder(tmp_path):
+    done = subprocess.run([sys.executable, str(SCRIPT), "--quick", "--json", "--clips", str(tmp_path)],
+                          capture_output=True, text=True, timeout=1800, cwd=ROOT)
+    assert done.returncode == 0, done.stderr[-2000:]
+    result = json.loads(done.stdout)
+    assert {c["kind"] for c in result["clips"]} == KINDS
+    assert all(Path(c["path"]).parent == tmp_path for c in result["clips"])
+    keys = {c["kind"]: c["keyframes"] for c in result["clips"]}
+    assert keys["one-keyframe"] == 1 and keys["1080p-bframes"] == 3  # 600 frames, a key frame every 250
+
+    expected = {"floor", "32 auto", "32 pyav", "32 keyframes", "fps auto", "fps pyav"}
+    if result["environment"]["decord"]:
+        expected |= {"32 decord", "fps decord"}
+    if importlib.util.find_spec("torchcodec"):
+        expected |= {"torchcodec 32", "torchcodec fps"}
+    rows = {(r["clip"], r["measurement"]): r for r in result["rows"]}
+    assert set(rows) == {(kind, name) for kind in KINDS for name in expected}
+    for (kind, name), row in rows.items():
+        assert "error" not in row, (kind, name, row["error"])
+        assert row["seconds"] > 0 and row["peak_mb"] > 0 and row["frames"] > 0, (kind, name)
+        if name.startswith("32 ") or name == "torchcodec 32":
+            assert row["frames"] == 32, (kind, name)
+    for kind in KINDS:
+        assert rows[(kind, "floor")]["frames"] == (300 if kind == "4k" else 600)
+        assert rows[(kind, "fps auto")]["frames"] == rows[(kind, "fps pyav")]["frames"]
+    assert {kind for kind in result["ratios"]} == KINDS
+    assert all(v is not None and v > 0 for kind in KINDS for k, v in result["ratios"][kind].items()
+               if "torchcodec" not in k or importlib.util.find_spec("torchcodec"))
