@@ -167,9 +167,8 @@ def load(backbone, video: str | Path | Video, sampling: Sampling | None = None, 
     sampling = sampling or Sampling.default_for(video)
     step = on_step or (lambda name: None)
     watch = Stopwatch(torch.device("cpu"))
-    if isinstance(video, Video):  # decoded already (e.g. while the model loaded): its own decoding time
+    if isinstance(video, Video):  # decoded already: nothing decoded here (its own time: `Video.decode_ms`)
         clip = video
-        watch.ms["decode"] = video.decode_ms
     else:
         step("decode")
         with watch("decode"):

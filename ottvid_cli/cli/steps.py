@@ -263,6 +263,8 @@ def _answer(task: str, video: str, texts, options, ratio, frames, fps, max_frame
         stream.close()
         _cache_warnings(engine, quiet)
         data = result.to_dict()
+        if decoding is not None and i == 0 and not data.get("cache_hit"):  # decoded while the model loaded
+            data["timings_ms"]["decode"] = source.decode_ms
         data["timings_ms"]["wall"] = early.elapsed_ms(started)  # from the start of work to the last token
         data["decoded_while_loading"] = decoding is not None and i == 0
         if i == 0 and output is not None:
