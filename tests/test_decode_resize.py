@@ -97,3 +97,18 @@ def test_a_fixed_size_and_a_decoded_clip_keep_their_sizes():
         sample_frames(DATA / "yoga.mp4", 2, resize="small")
     with pytest.raises(ValueError, match="positive"):
         sample_frames(DATA / "yoga.mp4", 2, resize=fixed(0, 4))
+
+
+def test_frame_plan_without_weights_sizes_frames_as_the_loaded_model(backbones, tiny_qwen, tiny_qwen3_vl, tiny_llava_ov):
+    """`backbones.frame_plan` (decoding while the weights load) reads the checkpoint's config and video
+    processor alone: the same default frame count and the same sizes as the loaded backbone's."""
+    from ottvid_cli.backbones import frame_plan
+
+    for (name, backbone), path in zip(backbones.items(), (tiny_qwen, tiny_qwen3_vl, tiny_llava_ov)):
+        frames, make = frame_plan(str(path))
+        assert frames == backbone.default_frames
+        for pixels in (None, 128 * 28 * 28):
+            early, loaded = make(pixels, None), backbone.frame_resize(pixels, None)
+            for height, width, n in ((720, 1280, 32), (1080, 1920, 768), (100, 3000, 8), (480, 270, 2)):
+                assert early.size(height, width, n) == loaded.size(height, width, n), (name, height, width, n)
+    assert frame_plan(str(pathlib.Path(tiny_qwen).parent / "no-such-model")) is None
