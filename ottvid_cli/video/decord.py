@@ -10,7 +10,6 @@ import numpy as np
 from ..interrupt import checkpoint
 from ..settings import DECODERS
 from .probe import Header, _native_stderr_silenced, _pyav_stream, _header, _unreadable, judge_index
-from .inorder import _sample_pyav
 from .resize import Shrinker
 from .timeline import Plan, Timeline, VideoError, _reason
 
@@ -97,20 +96,15 @@ def read_timeline(reader, header: Header) -> Timeline:
 DECORD_CHUNK = 8  # frames decord hands over at once (each at full size until shrunk)
 
 
-def _sample_decord(path: str, plan: Plan, fallback: bool, shrink: Shrinker) -> tuple[Timeline, list[int], np.ndarray]:
+def _sample_decord(path: str, plan: Plan, shrink: Shrinker) -> tuple[Timeline, list[int], np.ndarray]:
+    """Sample with decord, asked for by name: a file it cannot open, an index it cannot be trusted with, or
+    frames that are not RGB are one-line VideoErrors (never handed to PyAV silently)."""
     with _pyav_stream(path) as (container, stream):
         header = _header(container, stream)
-    try:
-        reader = _open_decord(path)
-    except VideoError:  # PyAV read the header: FFmpeg can read the file, decord cannot
-        if not fallback:
-            raise
-        return _sample_pyav(path, plan, shrink, distrust="decord cannot open it")
+    reader = _open_decord(path)
     timeline = read_timeline(reader, header)
     if not timeline.trusted:
-        if not fallback:
-            raise VideoError(f"decord cannot be trusted on {path} ({timeline.problem}); use decoder 'pyav' or 'auto'")
-        return _sample_pyav(path, plan, shrink, distrust=f"decord's index: {timeline.problem}")
+        raise VideoError(f"decord cannot be trusted on {path} ({timeline.problem}); use decoder 'pyav' or 'auto'")
     indices = plan(timeline)
     shrink.restart(len(indices))
     frames, problem = [], ""
@@ -125,8 +119,6 @@ def _sample_decord(path: str, plan: Plan, fallback: bool, shrink: Shrinker) -> t
             frames.extend(shrink(image) for image in chunk)
     except decord_file_errors() as exc:
         problem = _reason(exc)
-    if problem:  # e.g. decord 0.6.0 on a file shown turned by a quarter turn: PyAV decodes it
-        if not fallback:
-            raise VideoError(f"decord cannot decode frames of {path}: {problem}")
-        return _sample_pyav(path, plan, shrink)
+    if problem:  # e.g. decord 0.6.0 on a file shown turned by a quarter turn (PyAV decodes it)
+        raise VideoError(f"decord cannot decode frames of {path}: {problem}")
     return timeline, indices, np.stack(frames)

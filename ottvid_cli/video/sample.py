@@ -45,7 +45,7 @@ def _sample(path: str | os.PathLike, plan: Plan, decoder: str, start: float | No
         backend = resolve_decoder(decoder)
         path = _checked_path(path)
         if backend == "decord" and not keyframes:
-            timeline, indices, frames = _sample_decord(path, chosen, False, shrink)  # asked for by name: no fallback
+            timeline, indices, frames = _sample_decord(path, chosen, shrink)
         else:  # key frames alone: PyAV decodes single packets, decord cannot
             timeline, indices, frames = _sample_pyav(path, chosen, shrink, keyframes=keyframes)
         backend = "decord" if timeline.source == "decord index" else "pyav"
@@ -76,8 +76,7 @@ def check_video(path: str | os.PathLike, decoder: str = "auto") -> None:
     PyAV reads the header and decodes up to the first frame (damaged packets skipped, as decoding
     does): a file whose frames cannot be decoded (cut off after its header, a broken codec header, a
     codec FFmpeg opens but cannot decode) is refused here, before a model is loaded, not after.
-    Decoder "decord" also has decord open the file ("auto" does not need to: PyAV takes over where
-    decord cannot open a file). A folder must hold frame images, the first of which must read.
+    Decoder "decord" also has decord open the file. A folder must hold frame images, the first of which must read.
     """
     if os.path.isdir(path):
         if decoder not in DECODERS:
