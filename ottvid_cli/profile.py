@@ -76,6 +76,12 @@ def summary(values: list[float]) -> dict[str, float]:
     return {"median": float(statistics.median(values)), "min": float(min(values)), "max": float(max(values))}
 
 
+def decoder(backbone, path: str | Path, sampling: Sampling) -> Callable[[], Video]:
+    """Decoding `path` as a run for `backbone` decodes it (its frame size), to be called and timed."""
+    resize = frame_resize(backbone, sampling)
+    return lambda: sampling.decode(path, backbone.default_frames, resize=resize)
+
+
 def profile(backbone, video: str | Path | Video, prompt: str, ratios: list[float], repeats: int = 5,
             warmup: int = 1, decode: Callable[[], Video] | None = None, config: OTTVidConfig | None = None,
             sampling: Sampling | None = None, preset: str = "paper",
@@ -93,8 +99,7 @@ def profile(backbone, video: str | Path | Video, prompt: str, ratios: list[float
             raise ValueError(f"every ratio must be in (0, 1], got {ratio:g}")
     sampling = sampling or Sampling.default_for(video)
     if not isinstance(video, Video):
-        path, resize = video, frame_resize(backbone, sampling)
-        decode = lambda: sampling.decode(path, backbone.default_frames, resize=resize)  # noqa: E731
+        decode = decoder(backbone, video, sampling)
         video = decode()
     step = on_step or (lambda name: None)
     device = backbone.device

@@ -184,14 +184,12 @@ def profile(
     backbone = early.overlapped(decoding, lambda: _load(model, device, dtype, attention, max_pixels, progress,
                                                         siglip_head))
     from .. import profile as prof
-    from ..pipeline import frame_resize
     from ..report import render_profile, to_json
 
     redecode = None
     if decoding is not None:
         source = _joined(decoding, progress)
-        resize = frame_resize(backbone, sampling)
-        redecode = lambda: sampling.decode(video, backbone.default_frames, resize=resize)  # noqa: E731 (timed)
+        redecode = prof.decoder(backbone, video, sampling)  # timed in the profile
     else:
         source = video if video is not None else prof.synthetic_clip(seconds, width, height, sampling,
                                                                      backbone.default_frames)

@@ -146,10 +146,9 @@ def _nearest_keys(timeline: Timeline, indices: list[int]) -> list[int]:
     planned = timeline.starts[np.asarray(indices, dtype=np.int64)]
     times = timeline.starts[keys]
     n, k = len(indices), len(keys)
-    if k < n or len(set(indices)) < n:  # too few key frames (or a plan that repeats frames): the nearest each
-        nearest = np.abs(planned[:, None] - times[None, :]).argmin(axis=1)
-        return keys[nearest].astype(int).tolist()
     cost = np.abs(planned[:, None] - times[None, :])  # (n, k)
+    if k < n or len(set(indices)) < n:  # too few key frames (or a plan that repeats frames): the nearest each
+        return keys[cost.argmin(axis=1)].astype(int).tolist()
     # best[i, j]: least total distance of planned frames 0..i with frame i on key j (keys strictly increasing);
     # choice[i, j]: the key of frame i - 1 on that best assignment
     best = np.empty((n, k))
