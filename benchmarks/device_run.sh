@@ -21,11 +21,18 @@ export PYTHONPATH=/tmp/ottvid-site:$PWD OTTVID_MIRROR=$PWD/.device/mirror HF_HUB
 "triton", triton.__version__, "transformers", transformers.__version__, "av", av.__version__, "numpy", numpy.__version__)'
 } 2>&1 | tee "$out/machine.txt"
 # The tests that need the GPU first (the compiled kernels' decisions against the PyTorch path, the
-# launch and sync counts, the varlen attention): tests/test_fused.py and tests/test_attention.py on
-# CUDA; OTTVID_DEVICE_TESTS=0 skips them.
-if [ "${OTTVID_DEVICE_TESTS:-1}" != 0 ]; then
-    timeout 300 python3 -m pytest -q -p no:cacheprovider -rs tests/test_fused.py tests/test_attention.py 2>&1 |
-        tee "$out/tests.txt"
+# launch and sync counts, the varlen attention, the vision tower's kernels): tests/test_fused.py,
+# tests/test_attention.py and tests/test_fast_vision.py on CUDA; OTTVID_DEVICE_TESTS=0 skips them,
+# OTTVID_DEVICE_TESTS=fast runs the last only.
+case "${OTTVID_DEVICE_TESTS:-1}" in
+    0) ;;
+    fast) timeout 300 python3 -m pytest -q -p no:cacheprovider -rs tests/test_fast_vision.py 2>&1 | tee "$out/tests.txt" ;;
+    *) timeout 300 python3 -m pytest -q -p no:cacheprovider -rs tests/test_fused.py tests/test_attention.py \
+           tests/test_fast_vision.py 2>&1 | tee "$out/tests.txt" ;;
+esac
+# Where one request's time goes, kernel by kernel (benchmarks/gpu_trace.py); OTTVID_DEVICE_TRACE=0 skips it.
+if [ "${OTTVID_DEVICE_TRACE:-1}" != 0 ]; then
+    timeout 240 python3 benchmarks/gpu_trace.py 2>&1 | grep -v '^USDT' | tee "$out/trace.txt"
 fi
 if [ $# -eq 0 ]; then
     set -- --sections launches stages model ttft methods

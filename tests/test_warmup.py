@@ -14,6 +14,7 @@ from ottvid_cli.backbones import load_backbone
 from ottvid_cli.cli import app as cli_app
 from ottvid_cli.serve.app import ServeSettings, create_app
 from ottvid_cli.session import Engine
+from ottvid_cli.video import sample_frames
 from ottvid_cli.warmup import warm_clip, warm_up
 
 DATA = Path(__file__).parent / "data"
@@ -39,10 +40,34 @@ def test_warm_up_runs_the_vision_encoder_and_the_llm(backbone):
     assert calls["llm"] >= 3  # a full prefill, a prefill of the second question from the prefix, decoding steps
 
 
-def test_warm_clip_has_two_groups_at_the_backbones_frame_size(backbone):
+def test_warm_clip_has_the_default_requests_shape(backbone):
+    """The default request's frame count (the first real request then finds its kernels made)."""
     clip = warm_clip(backbone)
-    assert clip.frames.shape[0] == 2 * backbone.frames_per_group and clip.duration > 0
+    assert clip.frames.shape[0] == backbone.default_frames and clip.duration > 0
     assert clip.frames.shape[1] ** 2 <= backbone.max_pixels
+    prepared = backbone.preprocess(clip.frames, clip.timestamps, clip.duration, "?")
+    real = sample_frames(DATA / "cockatoo.mp4", backbone.default_frames)
+    wanted = backbone.preprocess(real.frames, real.timestamps, real.duration, "?")
+    assert prepared["video_grid_thw"][0, 0] == wanted["video_grid_thw"][0, 0]  # as many temporal groups
+    assert warm_clip(backbone, groups=2).frames.shape[0] == 2 * backbone.frames_per_group
+
+
+def test_warm_up_decodes_a_file(backbone, monkeypatch):
+    """The decoder is warmed too: a small file sampled as a request's, resized for the model."""
+    import ottvid_cli.video as video
+
+    seen = []
+    real = video.sample_frames
+
+    def spy(path, *args, **kwargs):
+        clip = real(path, *args, **kwargs)
+        seen.append((path, kwargs.get("resize"), clip))
+        return clip
+
+    monkeypatch.setattr(video, "sample_frames", spy)
+    warm_up(backbone, max_new_tokens=1)
+    assert len(seen) == 1 and seen[0][1] is not None and len(seen[0][2].indices) == 4
+    assert not Path(seen[0][0]).exists()  # the temporary file is gone
 
 
 def test_engine_warm_up_leaves_the_caches_empty(backbone):

@@ -18,6 +18,7 @@ import torch
 
 from ..timing import Stopwatch
 from ..video.resize import FrameResize, bicubic
+from . import fast_vision
 from .attention import use_packed_vision
 from .base import (KeptTokenGeneration, VisualTokens, attention_implementation, chat_text, check_aspect,
                    load_processor, resolve_device, resolve_dtype)
@@ -76,6 +77,8 @@ class Qwen25VL(KeptTokenGeneration):
         ).to(dev).eval()
         if attention == "auto":  # the vision tower's windows / frame groups in one call per block
             use_packed_vision(model)
+            if fast_vision.enabled(dev):  # fewer, better-shaped kernels (docs/gpu.md)
+                fast_vision.speed_up_vision(model)
         return cls(model, processor, name=model_id, max_pixels=max_pixels or cls.default_max_pixels)
 
     @classmethod
