@@ -223,6 +223,20 @@ def measure_vision(args: argparse.Namespace) -> dict[str, Any]:
             out = model.model.get_video_features(inputs["pixel_values_videos"], inputs["video_grid_thw"])
         return out.pooler_output[0]
 
+    reference = None
+    if backbone.device.type == "cuda" and model.dtype != torch.float32:  # the stock tower in float32: the truth
+        import copy
+
+        tower = copy.deepcopy(model.model.visual).float()
+        tower.config._attn_implementation = PACKED
+        tf32 = torch.backends.cudnn.allow_tf32
+        torch.backends.cudnn.allow_tf32 = False  # the Conv3d in float32, not TF32
+        with torch.inference_mode():
+            reference = tower(inputs["pixel_values_videos"].float(), grid_thw=inputs["video_grid_thw"]).pooler_output
+        reference = (reference[0] if isinstance(reference, (tuple, list)) else reference).float()
+        torch.backends.cudnn.allow_tf32 = tf32
+        del tower
+        torch.cuda.empty_cache()
     rows = {}
     outputs = {}
     variants = [("stock sdpa", "sdpa"), ("packed attention", PACKED)]
@@ -247,6 +261,9 @@ def measure_vision(args: argparse.Namespace) -> dict[str, Any]:
                 run()
             times.append(watch.ms["vision"])
         rows[name] = {"ms": stats(times), "calls": calls}
+        if reference is not None:
+            scale = float(reference.abs().max())
+            rows[name]["gap_to_fp32"] = float((outputs[name].float() - reference).abs().max()) / scale
     model.set_attn_implementation({"vision_config": PACKED})
     ours = variants[-1][0]
     stock = outputs["stock sdpa"].float()
@@ -310,19 +327,25 @@ def measure_first_request(args: argparse.Namespace) -> dict[str, Any]:
     warm = Engine(backbone).warm_up()
     clip = args.video  # a file, as a served request names it
 
+    stages: list[dict[str, float]] = []
+
     def request() -> float:
         engine = Engine(backbone)
         begin = time.perf_counter()
-        engine.ask(clip, QUESTIONS[0], sampling=Sampling(frames=args.frames), ratio=args.ratios[0],
-                   max_new_tokens=args.max_new_tokens)
+        result = engine.ask(clip, QUESTIONS[0], sampling=Sampling(frames=args.frames), ratio=args.ratios[0],
+                            max_new_tokens=args.max_new_tokens)
         synchronize(backbone.device)
+        stages.append({k: v for k, v in result.timings_ms.items() if isinstance(v, (int, float))})
         return (time.perf_counter() - begin) * 1e3
 
     first = request()
     later = [request() for _ in range(max(args.repeats, 1))]
     warm_stats = stats(later)
+    by_stage = {k: {"first": stages[0][k], "warm": statistics.median(s.get(k, 0.0) for s in stages[1:])}
+                for k in stages[0]}
     return {"model": backbone.name, "device": str(backbone.device), "build_ms": built, "warmup_ms": warm,
-            "first_ms": first, "warm_ms": warm_stats, "ratio_first_to_warm": first / warm_stats["median"]}
+            "first_ms": first, "warm_ms": warm_stats, "ratio_first_to_warm": first / warm_stats["median"],
+            "stages": by_stage}
 
 
 def first_request(args: argparse.Namespace) -> dict[str, Any]:
@@ -365,12 +388,14 @@ MEASURES = {"vision": measure_vision, "reuse": measure_reuse, "first-request": f
 
 def vision_table(data: dict[str, Any]):
     t, h, w = data["grid"]
-    rows = [[name, f"{r['calls']:,}", f"{r['calls'] / data['blocks']:.1f}", cell(r["ms"])]
+    rows = [[name, f"{r['calls']:,}", f"{r['calls'] / data['blocks']:.1f}", cell(r["ms"]),
+             f"{r['gap_to_fp32']:.1e}" if "gap_to_fp32" in r else "-"]
             for name, r in data["rows"].items()]
     return table(f"vision encoder, warm ({data['model']}, {data['device']}; {data['frames']} frames, grid "
                  f"{t}x{h}x{w}); {data['ours']}: {data['speedup']:.2f}x stock; max |stock - ours| "
-                 f"{data['max_abs_diff']:.2e} ({data['max_rel_diff']:.1e} of the largest)",
-                 ["tower", "attention calls / video", "calls / block", "ms"], rows)
+                 f"{data['max_abs_diff']:.2e} ({data['max_rel_diff']:.1e} of the largest); gap to float32: the "
+                 f"largest |features - the stock tower's in float32| over the largest feature",
+                 ["tower", "attention calls / video", "calls / block", "ms", "gap to float32"], rows)
 
 
 def reuse_table(data: dict[str, Any]):
@@ -384,6 +409,8 @@ def first_request_table(data: dict[str, Any]):
     rows = [["model built", f"{data['build_ms']:,.0f}"], ["warm-up (first-call overheads)", f"{data['warmup_ms']:,.0f}"],
             ["first request after warm-up", f"{data['first_ms']:,.1f}"], ["warm request", cell(data["warm_ms"])],
             ["first / warm", f"{data['ratio_first_to_warm']:.2f}x"]]
+    rows += [[f"  {name}: first / warm", f"{t['first']:,.1f} / {t['warm']:,.1f}"]
+             for name, t in data.get("stages", {}).items()]
     return table(f"warm start ({data['model']}, {data['device']}; {data['process']}; wall ms, request = ask on a new "
                  f"engine)", ["", "ms"], rows)
 
@@ -407,7 +434,10 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
     """Every asked section's data, the first request first (before anything else warms this process)."""
     settle(args)
     chosen = args.only or list(SECTIONS)
-    order = sorted(chosen, key=lambda s: (s != "first-request", SECTIONS.index(s)))
+    if args.smoke or args.in_process:  # the first request in this process: after vision, which needs the stock tower
+        order = sorted(chosen, key=SECTIONS.index)
+    else:
+        order = sorted(chosen, key=lambda s: (s != "first-request", SECTIONS.index(s)))
     return {name: MEASURES[name](args) for name in order}
 
 

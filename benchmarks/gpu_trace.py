@@ -65,7 +65,7 @@ def graphed_prefill(backbone, prepared):
     """The compressed prefill's language model (28 layers and the LM head on the last position) captured
     once as a CUDA graph at this prompt's length, to measure what launch and host overhead cost
     (a measurement, not ottvid's prefill path): returns (replay, the largest |graph - eager| of the
-    last position's logits)."""
+    last position's logits). The replay function holds the graph's input tensors: they must outlive it."""
     import torch
     from transformers import DynamicCache
 
@@ -98,7 +98,12 @@ def graphed_prefill(backbone, prepared):
         graph.replay()
         torch.cuda.synchronize()
         gap = float((logits[:, -1].float() - eager).abs().max())
-    return graph.replay, gap
+    held = (embeds, positions, logits, graph)
+
+    def replay():
+        held[-1].replay()
+
+    return replay, gap
 
 
 def main(argv: list[str] | None = None) -> None:
