@@ -63,6 +63,20 @@ def warm_decoder(backbone: Any, frames: int = 4) -> None:
         sample_frames(path, frames, resize=frame_resize(backbone, Sampling(frames=frames)))
 
 
+def _precompile(prepared: Any) -> None:
+    """On the Triton backend, compile the compression kernels' variants for this request shape (their K
+    block size is chosen by the content, so the warm clip alone would not reach them all)."""
+    from .compression.backend import choose
+
+    features, config = prepared.visual.features, prepared.config
+    if config is None or choose(features.device) != "triton" or features.device.type != "cuda":
+        return
+    from .compression import kernels
+
+    kernels.precompile(features.device, max(1, features.shape[0] - 1), features.shape[1], config.max_iter,
+                       config.sinkhorn_stop == "tol")
+
+
 def warm_up(backbone: Any, max_new_tokens: int = 2) -> float:
     """Run one small question (and a second from its prefix) through `backbone`; returns the wall time
     in ms, also kept as `backbone.warmup_ms`. Nothing is cached: the engine's caches never see it."""
@@ -76,6 +90,7 @@ def warm_up(backbone: Any, max_new_tokens: int = 2) -> float:
     clip = warm_clip(backbone)
     prepared = prepare(backbone, clip, Sampling(frames=len(clip.indices)), "ottvid",
                        prompt=qa.build_prompt(WARM_QUESTIONS[0]))
+    _precompile(prepared)
     first = answer(prepared, "ask", max_new_tokens, keep_prefix=True)
     if first.prefix is not None:
         answer(prepared.reprompt(qa.build_prompt(WARM_QUESTIONS[1])), "ask", max_new_tokens, prefix=first.prefix)

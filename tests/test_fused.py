@@ -357,3 +357,15 @@ def test_decisions_unchanged_on_the_pytorch_path(key):
 @pytest.mark.parametrize("key", ["0/paper", "1/official", "0/scope-kernel"])
 def test_decisions_unchanged_on_the_fused_path(interpret, key):
     _golden_check(key, "triton")
+
+
+def test_precompile_compiles_every_k_block(kdev):
+    """Warm-up's precompile runs the Sinkhorn kernel at each K block (16 to 256) and the greedy kernel, with
+    run-time sizes left unspecialised (a first request then compiles nothing new)."""
+    from ottvid_cli.compression import kernels
+
+    kernels.precompile(kdev, pairs=2, tokens=8, max_iter=2, early_stop=True)
+    kernels.precompile(kdev, pairs=2, tokens=8, max_iter=2, early_stop=False)
+    built = kernels._BUILT[("sinkhorn", kernels.interpreting())]
+    if not kernels.interpreting():  # compiled: one variant per block size and stage, whatever the sizes
+        assert {"pairs", "k", "done"} <= {built.arg_names[i] for i in built.do_not_specialize}

@@ -192,12 +192,31 @@ def _launch(kernel, grid: tuple[int, ...], *args, **kwargs) -> None:
     kernel[grid](*args, **kwargs)
 
 
-def _kernel(name: str, body):
-    """triton.jit(body), built once per mode (interpreter or compiled)."""
+def _kernel(name: str, body, sizes: tuple[str, ...] = ()):
+    """triton.jit(body), built once per mode (interpreter or compiled). `sizes`: its run-time integer
+    arguments, compiled for any value: Triton otherwise compiles a variant per value class (1, a multiple
+    of 16, other) of each, so a request whose sizes or iteration counts fall in a new class paid a compile
+    (~0.6 s on an H200) that no warm-up could foresee."""
     key = (name, interpreting())
     if key not in _BUILT:
-        _BUILT[key] = triton.jit(body)
+        _BUILT[key] = triton.jit(body, do_not_specialize=list(sizes))
     return _BUILT[key]
+
+
+def precompile(device: torch.device | str, pairs: int, tokens: int, max_iter: int, early_stop: bool) -> None:
+    """Compile every variant of the Sinkhorn kernel that a request of `pairs` frame pairs can need with this
+    iteration cap and stopping rule (each K block size: K is chosen by the content) and the greedy
+    kernel's for `tokens` tokens a group, on `device` (warm-up: a first request then compiles nothing)."""
+    device = torch.device(device)
+    generator = torch.Generator().manual_seed(0)
+    for k in (9, 17, 33, 65, 129):  # K blocks 16, 32, 64, 128, 256
+        a = torch.full((pairs, k), 1.0 / k, device=device)
+        cost = torch.rand(pairs, k, k, generator=generator).to(device)
+        sinkhorn(a, a, cost, 0.1, max_iter, 1e-3, early_stop=early_stop)
+    sim = torch.rand(1, tokens, tokens, generator=generator).to(device)
+    w = torch.full((1, tokens), 1.0 / tokens, device=device)
+    for scope in (False, True):
+        greedy_coverage(sim, w, min(2, tokens), candidate_weighted=scope)
 
 
 def _quiet():
@@ -237,7 +256,8 @@ def sinkhorn(
     block = max(16, triton.next_power_of_2(k))
     if block > MAX_BLOCK:
         raise ValueError(f"the fused Sinkhorn holds K <= {MAX_BLOCK}, got K = {k}")
-    kernel = _kernel("sinkhorn", _sinkhorn_iterations)
+    kernel = _kernel("sinkhorn", _sinkhorn_iterations,
+                     ("pairs", "k", "done", "steps", "previous", "max_iter", "chunk"))
     plan = torch.empty(pairs, k, k, device=device, dtype=torch.float32)
     out = torch.empty(pairs, 2, device=device, dtype=torch.float32)
     state = torch.empty(2, 3, pairs, block, device=device, dtype=torch.float32)
@@ -290,7 +310,7 @@ def greedy_coverage(sim: torch.Tensor, w: torch.Tensor, k: int, candidate_weight
     order = torch.empty(t, k, dtype=torch.long, device=sim.device)
     bn = max(16, triton.next_power_of_2(n))
     bi = max(1, min(triton.next_power_of_2(n), 8192 // bn))
-    kernel = _kernel("greedy", _greedy_steps)
+    kernel = _kernel("greedy", _greedy_steps, ("n", "k"))
     with _quiet():
         _launch(kernel, (t,), sim, w, gap, order, n, k, BN=bn, BI=bi, SCOPE=candidate_weighted, num_warps=4)
     return order
