@@ -45,13 +45,14 @@ class Engine:
         self.keep_saliency = keep_saliency
         self._lock = threading.RLock()
 
-    def warm_up(self) -> float:
+    def warm_up(self, precompile: bool = True) -> float:
         """One small request through the model (`warmup.warm_up`), outside the caches, so that the
-        first real question is not a cold one; returns its time in ms."""
+        first real question is not a cold one; returns its time in ms. precompile: also compile every
+        compression kernel variant a request may need (for processes that answer many: serve, chat)."""
         from .warmup import warm_up
 
         with self._lock:
-            return warm_up(self.backbone)
+            return warm_up(self.backbone, precompile=precompile)
 
     def ask(self, video, question: str, options: list[str] | None = None, sampling: Sampling | None = None,
             method: str = "ottvid", ratio: float = 0.1, config=None, preset: str = "paper",

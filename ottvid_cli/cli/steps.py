@@ -144,11 +144,12 @@ def _load(model: str, device: str, dtype: str, attention: str, max_pixels: int |
         _fail(str(exc), code=EXIT_RUN)
 
 
-def _warm_up(engine, progress: _Progress) -> None:
+def _warm_up(engine, progress: _Progress, precompile: bool = True) -> None:
     """One small question through the loaded model (`Engine.warm_up`: the first-call overheads, timed as
-    the backbone's `warmup_ms`), so that the user's first question runs warm."""
+    the backbone's `warmup_ms`), so that the user's first question runs warm. precompile: every kernel
+    variant a later question may need (chat); a one-shot question compiles only its own."""
     progress.step("warming up the model")
-    _run(engine.warm_up, _Progress(quiet=True))  # failures as one-line errors; the display goes on
+    _run(lambda: engine.warm_up(precompile=precompile), _Progress(quiet=True))  # failures as one-line errors
 
 
 def _run(work, progress: _Progress):
@@ -241,7 +242,7 @@ def _answer(task: str, video: str, texts, options, ratio, frames, fps, max_frame
                   f"(the paper evaluates grounding on Qwen2.5-VL only)")
         engine = _engine(backbone, cache_dir, max_gb=cache_max_gb)
         if warm_up or (warm_up is None and backbone.device.type != "cpu"):  # --warm-up; by default on accelerators
-            _warm_up(engine, progress)
+            _warm_up(engine, progress, precompile=False)
         return config, engine
 
     loaded = early.overlapped(decoding, load_model)
