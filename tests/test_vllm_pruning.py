@@ -96,6 +96,18 @@ def test_positions_past_the_encoding_are_refused():
         pruning.encode_positions(torch.tensor([[2**24]] * 4), torch.float32)
 
 
+@pytest.mark.parametrize(("q", "kept", "tokens", "want"), [
+    (0.9, 0.1, 75, 8),  # 1 - 0.9 in floating point is 0.0999...: round(7.4999...) kept 7
+    (0.7, 0.3, 10, 3),  # 1 - 0.7 = 0.30000000000000004
+    (0.75, 0.25, 64, 16),
+    (0.99, 0.01, 250, 2),  # round(2.5) = 2: halves go to the even neighbour, as everywhere in ottvid
+])
+def test_the_kept_share_is_exact_from_q_as_written(q, kept, tokens, want):
+    chosen = settings.read(config(ottvid_method="ottvid"), q)
+    assert chosen.ratio == kept and chosen.config.ratio == kept
+    assert pruning.retained(chosen.ratio, 1, tokens) == want == methods.target_count(kept, 1, tokens)
+
+
 def test_retained_is_round_not_vllms_floor():
     assert pruning.retained(0.25, 4, 12) == 12
     assert pruning.retained(0.1, 50, 2) == 10  # vLLM's EVS: max(2, int(100 * 0.1)) = 9 (its float arithmetic)

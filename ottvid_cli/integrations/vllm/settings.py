@@ -12,11 +12,18 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from decimal import Decimal
 from typing import Any
 
 from ...method_args import MethodArgError, check_config, parse_method_args
 
 KEYS = ("ottvid_method", "ottvid_method_args", "ottvid_preset")
+
+
+def kept_share(pruning_rate: float) -> float:
+    """1 - q from q as written (its shortest decimal form, Python's repr), exactly: 1 - 0.9 is 0.1, where
+    the float subtraction gives 0.09999999999999998 and kept 7 of 75 tokens instead of round(0.1 x 75) = 8."""
+    return float(Decimal(1) - Decimal(repr(float(pruning_rate))))
 
 
 class SettingsError(ValueError):
@@ -66,7 +73,7 @@ def read(hf_config: Any, pruning_rate: float | None) -> Settings | None:
                                      or not 0.0 <= pruning_rate < 1.0):
         raise SettingsError(f"--video-pruning-rate must be in [0, 1) (the share of video tokens pruned), "
                             f"got {pruning_rate!r}")
-    ratio = 1.0 - pruning_rate if pruning_rate else 0.5  # options are checked at some ratio even when q is 0
+    ratio = kept_share(pruning_rate) if pruning_rate else 0.5  # options are checked at some ratio even when q is 0
     try:
         options = parse_method_args(method, _options(method, given.get("ottvid_method_args")))
         config = check_config(method, ratio, options, preset)
