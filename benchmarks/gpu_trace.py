@@ -21,6 +21,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
 import gpu_model
+from provenance import line, of_model
 
 
 def trace(fn, device, rows: int) -> list[str]:
@@ -122,7 +123,8 @@ def main(argv: list[str] | None = None) -> None:
     base = prepare(backbone, clip, sampling, "none", None, prompt="Describe what happens in the video.",
                    saliency=True)
     inputs = base.inputs
-    print(f"# {backbone.name} on {backbone.device}; grid {inputs['video_grid_thw'][0].tolist()}", flush=True)
+    print(f"# {backbone.name}; grid {inputs['video_grid_thw'][0].tolist()}; {line(of_model(backbone.model))}",
+          flush=True)
 
     def vision():
         with torch.inference_mode():

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import pathlib
 import subprocess
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -194,3 +195,55 @@ def test_unknown_method_stops_the_server_with_one_line(vllm_env, tiny_qwen_vllm)
     line = lines[0].split("SettingsError: ", 1)[1]
     assert line.startswith("ottvid_method 'nope' is not a known method: use one of ")
     assert all(name in line for name in RUNNABLE)
+
+
+# -- settings whose count is not the exact retention (issue 40): exact at run time, or refused at start-up --
+
+@pytest.mark.parametrize("overrides", [{"ottvid_method": "ottvid", "ottvid_preset": "official"},
+                                       {"ottvid_method": "ottvid", "ottvid_method_args": {"budget_cap": "K-1"}}],
+                         ids=["official-preset", "budget-cap-K-1"])
+def test_a_count_of_its_own_serves_short_clips_and_the_engine_lives(vllm_env, tiny_qwen_vllm, tmp_path, overrides):
+    """The authors' K - 1 cap keeps 4 tokens of a 2-group clip at q = 0.9 (M = 3): that ended the engine
+    (4 returned for 3 placeholders). The placeholders now follow the method's own count rule."""
+    import json
+
+    from openai import OpenAI
+
+    from ottvid_cli.integrations.vllm import settings
+    from vllm_env import serving
+
+    media = tmp_path / "media"
+    media.mkdir()
+    chosen = settings.read(SimpleNamespace(**overrides), 0.9)
+    args = ["--video-pruning-rate", "0.9", "--hf-overrides", json.dumps(overrides), "--allowed-local-media-path",
+            str(media), "--enable-prompt-tokens-details"]
+    with serving(vllm_env.python, tiny_qwen_vllm, args, tmp_path / "server.log", timeout=600) as url:
+        client = OpenAI(base_url=f"{url}/v1", api_key="unused")
+        plain = client.chat.completions.create(
+            model=str(tiny_qwen_vllm), max_tokens=1, temperature=0,
+            messages=[{"role": "user", "content": [{"type": "text", "text": QUESTION}]}])
+        for frames in (4, 6, 16, 4):  # 2, 3, 8 groups of 4 x 4 tokens; the short one again after the others
+            clip = write_clip(media / f"clip{frames}.mp4", frames=frames, rate=2)  # 2 fps: every frame sampled
+            reply = client.chat.completions.create(
+                model=str(tiny_qwen_vllm), max_tokens=2, temperature=0,
+                messages=[{"role": "user", "content": [{"type": "video_url", "video_url": {"url": clip.as_uri()}},
+                                                       {"type": "text", "text": QUESTION}]}])
+            video_tokens = reply.usage.prompt_tokens - plain.usage.prompt_tokens - 2
+            want = methods.output_count("ottvid", chosen.config, frames // 2, 16)
+            assert video_tokens == want, (frames, video_tokens, want)
+        assert methods.output_count("ottvid", chosen.config, 2, 16) == 4 != methods.target_count(0.1, 2, 16)
+
+
+def test_a_count_that_depends_on_the_video_stops_the_server_with_one_line(vllm_env, tiny_qwen_vllm):
+    done = subprocess.run(
+        [str(vllm_env.python), "-m", "vllm.entrypoints.openai.api_server", "--model", str(tiny_qwen_vllm),
+         "--host", "127.0.0.1", "--port", "0", "--video-pruning-rate", "0.9",
+         "--hf-overrides", '{"ottvid_method": "fastvid", "ottvid_method_args": {"exact": false}}',
+         "--gpu-memory-utilization", "0.1", "--enforce-eager", "--max-model-len", "4096"],
+        capture_output=True, text=True, timeout=600,
+        env=run_env(VLLM_TARGET_DEVICE="cpu", VLLM_CPU_NUM_OF_RESERVED_CPU="0"))
+    assert done.returncode != 0
+    output = done.stdout + done.stderr
+    lines = [line for line in output.splitlines() if "SettingsError: ottvid_method fastvid" in line]
+    assert lines, output[-3000:]
+    assert "depends on the video" in lines[0] and "leave exact at true" in lines[0]

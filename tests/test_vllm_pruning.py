@@ -105,13 +105,51 @@ def test_positions_past_the_encoding_are_refused():
 def test_the_kept_share_is_exact_from_q_as_written(q, kept, tokens, want):
     chosen = settings.read(config(ottvid_method="ottvid"), q)
     assert chosen.ratio == kept and chosen.config.ratio == kept
-    assert pruning.retained(chosen.ratio, 1, tokens) == want == methods.target_count(kept, 1, tokens)
+    assert pruning.retained(chosen.method, chosen.config, 1, tokens) == want == methods.target_count(kept, 1, tokens)
+
+
+def _retained(ratio: float, groups: int, tokens: int, method: str = "ottvid", **options) -> int:
+    return pruning.retained(method, methods.make_config(method, ratio, **options), groups, tokens)
 
 
 def test_retained_is_round_not_vllms_floor():
-    assert pruning.retained(0.25, 4, 12) == 12
-    assert pruning.retained(0.1, 50, 2) == 10  # vLLM's EVS: max(2, int(100 * 0.1)) = 9 (its float arithmetic)
-    assert pruning.retained(0.001, 2, 4) == 1
+    assert _retained(0.25, 4, 12) == 12
+    assert _retained(0.1, 50, 2) == 10  # vLLM's EVS: max(2, int(100 * 0.1)) = 9 (its float arithmetic)
+    assert _retained(0.001, 2, 4) == 1
+
+
+def test_retained_is_the_methods_own_count_rule():
+    """The settings that ended the engine (issue 40): the authors' preset's K - 1 cap keeps 4 of 2 x 16 at
+    10% (M = 3); the placeholders are those 4, and the method returns them."""
+    official = methods.make_config("ottvid", 0.1, budget_cap="K-1", k_rounding="floor")
+    assert pruning.retained("ottvid", official, 2, 16) == 4
+    embeds, sal = _video(2, 4, 4, d=8, seed=3)
+    assert pruning.run_method(embeds, (2, 4, 4), sal, "ottvid", official).index.numel() == 4
+    with pytest.raises(ValueError, match="depends on the video"):
+        pruning.retained("fastvid", methods.make_config("fastvid", 0.1, exact=False), 2, 16)
+
+
+@pytest.mark.parametrize("overrides", [
+    {"ottvid_method": "fastvid", "ottvid_method_args": {"exact": False}},
+    {"ottvid_method": "divprune", "ottvid_method_args": ["exact=false"]},
+    {"ottvid_method": "flashvid", "ottvid_method_args": {"exact": False}},
+])
+def test_a_count_that_depends_on_the_video_is_refused_at_start_up(overrides):
+    with pytest.raises(settings.SettingsError, match="depends on the video") as caught:
+        settings.read(config(**overrides), 0.9)
+    assert "\n" not in str(caught.value)
+
+
+@pytest.mark.parametrize("overrides", [
+    {"ottvid_method": "ottvid", "ottvid_preset": "official"},
+    {"ottvid_method": "ottvid", "ottvid_method_args": {"budget_cap": "K-1"}},
+    {"ottvid_method": "evs", "ottvid_method_args": {"exact": False}},
+])
+def test_counts_of_their_own_that_are_pure_are_served(overrides):
+    chosen = settings.read(config(**overrides), 0.9)
+    for groups, tokens in ((2, 16), (4, 16), (16, 256)):
+        count = pruning.retained(chosen.method, chosen.config, groups, tokens)
+        assert count == methods.output_count(chosen.method, chosen.config, groups, tokens) >= 1
 
 
 def _video(t: int, h: int, w: int, d: int = 8, seed: int = 0):
@@ -160,18 +198,18 @@ def test_ottvid_merged_tokens_sit_at_their_root():
     embeds, sal = _video(4, 3, 4, d=16, seed=1)
     cfg = OTTVidConfig(ratio=0.25)
     rows, out = pruning.compress_video(embeds, (4, 3, 4), sal, 1.0, 2, "ottvid", cfg)
-    assert rows.shape[0] == pruning.retained(0.25, 4, 12) == out.index.numel()
+    assert rows.shape[0] == _retained(0.25, 4, 12) == out.index.numel()
     positions = pruning.decode_positions(rows[:, 16:])
     t, rest = out.index // 12, out.index % 12
     assert positions[0].tolist() == (t * 2).tolist()
     assert positions[1].tolist() == (rest // 4).tolist() and positions[2].tolist() == (rest % 4).tolist()
 
 
-def test_a_method_that_misses_the_count_is_refused():
+def test_a_method_with_a_pure_count_of_its_own_fills_that_many_placeholders():
     embeds, sal = _video(4, 2, 2)
     cfg = methods.make_config("evs", 0.1, exact=False)  # vLLM's own count: at least the first group (4, not 2)
-    with pytest.raises(ValueError, match="placeholders"):
-        pruning.compress_video(embeds, (4, 2, 2), sal, 1.0, 2, "evs", cfg)
+    rows, out = pruning.compress_video(embeds, (4, 2, 2), sal, 1.0, 2, "evs", cfg)
+    assert rows.shape[0] == out.index.numel() == pruning.retained("evs", cfg, 4, 4) == 4
 
 
 def test_image_positions_end_at_the_larger_side():

@@ -54,6 +54,16 @@ def token_counts(
     return TokenCounts(M=m, K=k, B_tot=b_tot, r_s=r_s, r_t=r_t)
 
 
+def output_count(config: OTTVidConfig, groups: int, tokens: int) -> int:
+    """How many tokens `compress` returns for `groups` x `tokens` tokens with `config`, before it runs: every
+    token at ratio >= 1, else T K - B_tot (the budgets always sum to B_tot): M, unless the authors' K - 1
+    cap binds (`token_counts`)."""
+    if config.ratio >= 1.0:
+        return groups * tokens
+    counts = token_counts(groups, tokens, config.ratio, config.gamma, config.k_rounding, config.budget_cap)
+    return groups * counts.K - counts.B_tot
+
+
 def pair_cap(k: int, budget_cap: str = "K") -> int:
     """Operations one pair may hold: K (each source token used at most once) or K - 1."""
     return k - 1 if budget_cap == "K-1" else k

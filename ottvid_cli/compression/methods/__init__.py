@@ -8,6 +8,8 @@
 # Each module registers its method on import; this order is the order `names()` shows.
 from . import builtin, topk, divprune, visionzip, fastvid, holitom, flashvid, unicomp  # noqa: F401,E401
 from . import evs, vidcom2  # noqa: F401,E401  vLLM's video pruning methods
-from .registry import Method, MethodReport, compress_with, get, make_config, names, register, target_count
+from .registry import (Method, MethodReport, compress_with, exact_count, get, make_config, names, output_count,
+                       register, target_count)
 
-__all__ = ["Method", "MethodReport", "compress_with", "get", "make_config", "names", "register", "target_count"]
+__all__ = ["Method", "MethodReport", "compress_with", "exact_count", "get", "make_config", "names", "output_count",
+           "register", "target_count"]

@@ -7,11 +7,12 @@ from dataclasses import dataclass
 import torch
 
 from ..config import OTTVidConfig
-from ..ottvid import Compressed, compress
+from ..ottvid import Compressed, compress, output_count
 from .registry import MethodReport, register
 
 
-@register("ottvid", OTTVidConfig, "OTT-Vid: coverage selection + optimal-transport temporal merging (the paper)")
+@register("ottvid", OTTVidConfig, "OTT-Vid: coverage selection + optimal-transport temporal merging (the paper)",
+          count=output_count)
 def ottvid(features: torch.Tensor, saliency: torch.Tensor, grid: tuple[int, int], config: OTTVidConfig,
            signals: dict[str, torch.Tensor] | None = None) -> Compressed:
     return compress(features, saliency, grid, config)
@@ -28,7 +29,8 @@ class NoneConfig:
             raise ValueError(f"method none keeps every token: ratio must be 1, got {self.ratio!r}")
 
 
-@register("none", NoneConfig, "no compression: every visual token reaches the LLM")
+@register("none", NoneConfig, "no compression: every visual token reaches the LLM",
+          count=lambda config, groups, tokens: groups * tokens)
 def none(features: torch.Tensor, saliency: torch.Tensor | None, grid: tuple[int, int], config: NoneConfig,
          signals: dict[str, torch.Tensor] | None = None) -> Compressed:
     groups, tokens = features.shape[:2]

@@ -17,7 +17,7 @@ import torch.nn.functional as F
 
 from ..ottvid import Compressed
 from .common import assemble, begin, check_flags, check_ratio, descending, owner_of_kept
-from .registry import register
+from .registry import register, target_count
 
 
 @dataclass(frozen=True)
@@ -53,8 +53,15 @@ def dissimilarity(features: torch.Tensor) -> torch.Tensor:
     return torch.cat([first, 1.0 - F.cosine_similarity(x[1:], x[:-1], dim=-1)])
 
 
+def _count(config: EVSConfig, groups: int, tokens: int) -> int:
+    """exact: the exact retention; else vLLM's own count (a pure function too)."""
+    if config.exact:
+        return target_count(config.ratio, groups, tokens)
+    return min(groups * tokens, vllm_count(config.ratio, groups, tokens))
+
+
 @register("evs", EVSConfig, "EVS (vLLM's default video pruning): drop tokens most like the previous group's, "
-                            "first group kept")
+                            "first group kept", count=_count)
 def evs(features: torch.Tensor, saliency: torch.Tensor | None, grid: tuple[int, int], config: EVSConfig,
         signals: dict[str, torch.Tensor] | None = None) -> Compressed:
     groups, tokens, _, report, done = begin("evs", features, saliency, grid, config)

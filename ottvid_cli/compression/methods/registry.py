@@ -28,14 +28,19 @@ from ..ottvid import Compressed
 MethodFn = Callable[..., Compressed]  # (features, saliency, grid, config, signals=None) -> Compressed
 
 
+CountFn = Callable[[Any, int, int], "int | None"]  # (config, groups, tokens) -> tokens returned, or None
+
+
 @dataclass(frozen=True)
 class Method:
-    """A registered method: its name, config class, function and a one-line summary."""
+    """A registered method: its name, config class, function, a one-line summary and its count rule
+    (`output_count`)."""
 
     name: str
     config: type
     fn: MethodFn
     summary: str
+    count: CountFn | None = None
 
     def defaults(self) -> dict[str, Any]:
         """The config's fields and default values (ratio included)."""
@@ -62,16 +67,35 @@ class MethodReport:
 _REGISTRY: dict[str, Method] = {}
 
 
-def register(name: str, config: type, summary: str) -> Callable[[MethodFn], MethodFn]:
-    """Decorator: register `fn` under `name` with its config class."""
+def register(name: str, config: type, summary: str, count: CountFn | None = None) -> Callable[[MethodFn], MethodFn]:
+    """Decorator: register `fn` under `name` with its config class; `count` its count rule when it is
+    not `exact_count`'s (see `output_count`)."""
 
     def wrap(fn: MethodFn) -> MethodFn:
         if name in _REGISTRY:
             raise ValueError(f"method {name!r} is already registered")
-        _REGISTRY[name] = Method(name=name, config=config, fn=fn, summary=summary)
+        _REGISTRY[name] = Method(name=name, config=config, fn=fn, summary=summary, count=count)
         return fn
 
     return wrap
+
+
+def exact_count(config: Any, groups: int, tokens: int) -> int | None:
+    """The default count rule: `target_count` when the config asks for the exact retention (`exact`
+    true, or no such option), else None (the method then keeps a count of its own that depends on the
+    content)."""
+    if not getattr(config, "exact", True):
+        return None
+    return target_count(config.ratio, groups, tokens)
+
+
+def output_count(name: str, config: Any, groups: int, tokens: int) -> int | None:
+    """How many tokens method `name` with `config` returns for `groups` x `tokens` input tokens, as a pure
+    function of them (what a server must know before the encoder runs: vLLM sizes the prompt's
+    placeholders from it), or None when the count depends on the content. tests/test_methods_count.py
+    checks it against every method's output, over its options."""
+    method = get(name)
+    return (method.count or exact_count)(config, groups, tokens)
 
 
 def names() -> list[str]:

@@ -32,10 +32,15 @@ VALUES = 7  # t, h, w, next, j, lead, length
 CHANNELS = VALUES * DIGITS
 
 
-def retained(ratio: float, groups: int, tokens: int) -> int:
-    """Video placeholders, and tokens the method returns: max(1, round(ratio x V)), V = groups x tokens
-    (vLLM's EVS keeps max(tokens, int(V (1 - q))) instead: at least one whole group, truncated)."""
-    return methods.target_count(ratio, groups, tokens)
+def retained(method: str, config: Any, groups: int, tokens: int) -> int:
+    """Video placeholders, and tokens the method returns: `methods.output_count` (the same function the
+    method's count follows; for an exact method max(1, round(ratio x V)), V = groups x tokens, where vLLM's
+    EVS keeps max(tokens, int(V (1 - q))): at least one whole group, truncated). ValueError for a config
+    whose count depends on the content (`settings.read` refuses it at start-up)."""
+    count = methods.output_count(method, config, groups, tokens)
+    if count is None:
+        raise ValueError(f"{method} with this config keeps a count that depends on the video")
+    return count
 
 
 def encode_positions(positions: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
@@ -69,10 +74,10 @@ def run_method(embeds: torch.Tensor, grid: tuple[int, int, int], saliency: torch
     if out.order is not None:  # positions come from each row's root: a reordered layout has none to give
         raise ValueError(f"{method} with a reordered output (layout='official') cannot keep M-RoPE positions; "
                          f"use its default layout")
-    want = retained(config.ratio, t, h * w)
-    if out.index.numel() != want:
-        raise ValueError(f"{method} returned {out.index.numel()} tokens where the prompt holds {want} "
-                         f"placeholders (set its exact option to true)")
+    want = retained(method, config, t, h * w)
+    if out.index.numel() != want:  # a method whose output disagrees with its own count rule: our bug
+        raise RuntimeError(f"{method} returned {out.index.numel()} tokens where its count rule "
+                           f"(methods.output_count) and the prompt say {want}")
     return out
 
 

@@ -4,7 +4,8 @@
 architecture name `Qwen2_5_VLForConditionalGeneration`. Without `ottvid_method` in hf_overrides, or
 with `--video-pruning-rate` 0, every override below hands over to vLLM's own code (EVS included).
 With it:
-- the processor writes round((1 - q) x V) video placeholders (`pruning.retained`) before the encoder;
+- the processor writes the method's own count of video placeholders (`pruning.retained`: round((1 - q) x V) for an
+  exact method) before the encoder;
 - the encoder's last block gives the saliency (mean attention each merged token receives), recomputed
   from that block's queries and keys as the transformers backbone does (`backbones.saliency`);
 - the method compresses each video; the kept and merged tokens carry their roots' trained (t, h, w)
@@ -50,7 +51,7 @@ class OTTVidQwen2_5_VLProcessor(Qwen2_5_VLMultiModalProcessor):
 
         def video_placeholders(item_idx: int) -> list[int]:
             t, h, w = (int(v) for v in out_mm_kwargs["video"][item_idx]["video_grid_thw"].data)
-            return [video_token] * pruning.retained(chosen.ratio, t, (h // merge) * (w // merge))
+            return [video_token] * pruning.retained(chosen.method, chosen.config, t, (h // merge) * (w // merge))
 
         return [update if update.modality != "video"
                 else PromptReplacement(modality="video", target=update.target, replacement=video_placeholders)

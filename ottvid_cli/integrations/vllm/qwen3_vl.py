@@ -5,7 +5,7 @@
 Without `ottvid_method` in hf_overrides, or with `--video-pruning-rate` 0, every override hands over to
 vLLM's own code (EVS included). With it:
 - the processor sizes each video's lumped placeholder (all its video tokens in the first group's block,
-  as vLLM's EVS does) to round((1 - q) x V) (`pruning.retained`) before the encoder runs;
+  as vLLM's EVS does) to the method's own count (`pruning.retained`: round((1 - q) x V) for an exact method) before the encoder runs;
 - the last vision block gives the saliency (`saliency.LastBlockSaliency`);
 - the method compresses each video's main features; every DeepStack level follows the same decisions
   (`Compressed.apply`, as `backbones.qwen3_vl` does); the model returns the whole placeholder laid out as
@@ -46,7 +46,7 @@ class OTTVidQwen3VLProcessor(Qwen3VLMultiModalProcessor):
         if chosen is None:
             return None
         merge = self.info.get_hf_config().vision_config.spatial_merge_size
-        return [pruning.retained(chosen.ratio, int(t), (int(h) // merge) * (int(w) // merge)) for t, h, w in grids]
+        return [pruning.retained(chosen.method, chosen.config, int(t), (int(h) // merge) * (int(w) // merge)) for t, h, w in grids]
 
     def _apply_hf_processor_main(self, mm_items: Any, hf_kwargs: Mapping[str, object]) -> Any:
         processed = super()._apply_hf_processor_main(mm_items, hf_kwargs)

@@ -79,6 +79,10 @@ def read(hf_config: Any, pruning_rate: float | None) -> Settings | None:
         config = check_config(method, ratio, options, preset)
     except MethodArgError as exc:
         raise SettingsError(str(exc).replace("--method-arg", "ottvid_method_args")) from None
+    if methods.output_count(method, config, 2, 16) is None:  # vLLM sizes the prompt before the encoder runs
+        raise SettingsError(f"ottvid_method {method} with these ottvid_method_args keeps a count of tokens that "
+                            f"depends on the video, and vLLM sizes the prompt before the encoder runs: leave "
+                            f"exact at true")
     if not pruning_rate:
         return None
     return Settings(method=method, ratio=ratio, config=config)
