@@ -254,15 +254,19 @@ def test_silu_mul_kernel(dtype):
         assert int(_ulps_bf16(got, want).max()) <= _steps(device, 2)
 
 
-def test_tower_with_kernels_gives_the_stock_features(odd_qwen, monkeypatch):
+@pytest.mark.parametrize("qwen3", [False, True], ids=["qwen2.5-vl", "qwen3-vl"])
+def test_tower_with_kernels_gives_the_stock_features(odd_qwen, odd_qwen3, monkeypatch, qwen3):
     """Every kernel inside the tower (interpreter on CPU, compiled on a GPU), at float32 (cuDNN's TF32
-    off: the stock Conv3d would otherwise round its inputs to 10 bits)."""
+    off: the stock Conv3d would otherwise round its inputs to 10 bits). Qwen3-VL: the rotary kernel (its
+    LayerNorm and GELU MLP stay PyTorch's), DeepStack outputs included."""
     device = _kernel_device()
     monkeypatch.setattr(torch.backends.cudnn, "allow_tf32", False)
-    stock, fast = _model(odd_qwen).to(device), _model(odd_qwen).to(device)
+    path = odd_qwen3 if qwen3 else odd_qwen
+    stock, fast = _model(path, qwen3).to(device), _model(path, qwen3).to(device)
     done = speed_up_vision(fast, kernels=True)
-    assert "RMSNorm in one kernel" in done and "packed attention with a fused rotary embedding" in done
-    assert fast.model.visual.blocks[0].mlp.kernels
+    assert "packed attention with a fused rotary embedding" in done
+    assert ("RMSNorm in one kernel" in done) is not qwen3
+    assert qwen3 or fast.model.visual.blocks[0].mlp.kernels
     pixels, grid = _video(stock, 2, 4)
     for got, want in zip(_features(fast, pixels.to(device), grid.to(device)),
                          _features(stock, pixels.to(device), grid.to(device)), strict=True):
