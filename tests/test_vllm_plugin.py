@@ -23,8 +23,8 @@ import numpy as np
 import pytest
 
 from ottvid_cli.compression import methods
-from vllm_parity import (QUESTION, check_image_before_video, check_prefix_cache, ours_at, prompt_text, run_job,
-                         run_jobs, write_clip)
+from vllm_parity import (QUESTION, RUNNERS, check_image_before_video, check_prefix_cache, check_runner, ours_at,
+                         prompt_text, run_job, run_jobs, write_clip)
 from vllm_env import run_env
 
 pytestmark = pytest.mark.slow
@@ -52,26 +52,27 @@ def ours(tiny_qwen_vllm):
     return Qwen25VL.load(str(tiny_qwen_vllm), device="cpu", dtype="float32")
 
 
-@pytest.fixture(scope="module")
-def every_method(vllm_env, tiny_qwen_vllm, ours, clip, tmp_path_factory) -> dict[str, dict]:
+@pytest.fixture(scope="module", params=RUNNERS)
+def every_method(request, vllm_env, tiny_qwen_vllm, ours, clip, tmp_path_factory) -> dict[str, dict]:
     """One engine at q = 0.75 with the plugin, each registered method run in turn on the same request; then
-    one more request with an image (56 x 56: 2 x 2 merged tokens) before the video (`image+video`)."""
+    one more request with an image (56 x 56: 2 x 2 merged tokens) before the video (`image+video`). Under
+    Model Runner V1 and V2 (what GPU deployments run: docs/vllm.md, "Model Runner V2")."""
     folder = tmp_path_factory.mktemp("vllm_jobs")
     np.save(folder / "image.npy", np.random.default_rng(4).integers(0, 256, size=(56, 56, 3), dtype=np.uint8))
     messages = [{"role": "user", "content": [{"type": "image"}, {"type": "video"}, {"type": "text", "text": QUESTION}]}]
     runs = run_job(vllm_env, folder, model=str(tiny_qwen_vllm), q=0.75,
                    overrides={"ottvid_method": "ottvid"}, frames=str(clip), fps=FPS, prompt=prompt_text(ours),
-                   methods=RUNNABLE, logprobs=5, image=str(folder / "image.npy"),
+                   methods=RUNNABLE, logprobs=5, image=str(folder / "image.npy"), runner=request.param,
                    image_prompt=ours.processor.apply_chat_template(messages, tokenize=False,
                                                                    add_generation_prompt=True))
-    return {run["method"]: run for run in runs}
+    return {"runner": request.param, **{run["method"]: run for run in runs}}
 
 
 @pytest.mark.parametrize("method", RUNNABLE)
 def test_every_method_in_vllm_matches_ottvid_cli(every_method, ours, clip, method):
     run, mine = every_method[method], ours_at(ours, clip, method, 0.25)
     assert run["model_class"] == "OTTVidQwen2_5_VL"
-    assert run["pruning_flag"] and run["plugin_scope_enables"]  # the CPU runner fix, for a model that asks
+    check_runner(run, every_method["runner"])
     # the prompt vLLM built is our sequence exactly: the text tokens and round((1 - q) V) placeholders
     assert run["prompt_token_ids"] == mine["ids"]
     assert run["prompt_token_ids"].count(ours.video_token_id) == len(mine["kept"]) == round(0.25 * V) == 16

@@ -16,8 +16,8 @@ import numpy as np
 import pytest
 
 from ottvid_cli.compression import methods
-from vllm_parity import (QUESTION, check_image_before_video, check_prefix_cache, ours_at, prompt_text, run_jobs,
-                         write_clip)
+from vllm_parity import (QUESTION, RUNNERS, check_image_before_video, check_prefix_cache, check_runner, ours_at,
+                         prompt_text, run_jobs, write_clip)
 
 pytestmark = pytest.mark.slow
 
@@ -65,13 +65,15 @@ def _every_method(model, backbone, clip, folder, image: bool = False) -> dict:
                 prompt=prompt_text(backbone), methods=RUNNABLE, logprobs=5, **extra)
 
 
-@pytest.fixture(scope="module")
-def both_runs(vllm_env, tiny_qwen3_vllm, tiny_qwen3_moe_vllm, dense, moe, clip, tmp_path_factory):
-    """The dense engine (with the image request), then the MoE engine: each method's run."""
+@pytest.fixture(scope="module", params=RUNNERS)
+def both_runs(request, vllm_env, tiny_qwen3_vllm, tiny_qwen3_moe_vllm, dense, moe, clip, tmp_path_factory):
+    """The dense engine (with the image request), then the MoE engine: each method's run; under Model
+    Runner V1 and V2 (docs/vllm.md, "Model Runner V2")."""
     folder = tmp_path_factory.mktemp("vllm_qwen3_jobs")
     dense_job = _every_method(tiny_qwen3_vllm, dense, clip, folder, image=True)
-    results = run_jobs(vllm_env, folder, dense_job, _every_method(tiny_qwen3_moe_vllm, moe, clip, folder))
-    return [{run["method"]: run for run in runs} for runs in results]
+    jobs = [{**job, "runner": request.param} for job in (dense_job, _every_method(tiny_qwen3_moe_vllm, moe, clip, folder))]
+    results = run_jobs(vllm_env, folder, *jobs)
+    return [{"runner": request.param, **{run["method"]: run for run in runs}} for runs in results]
 
 
 @pytest.fixture(scope="module")
@@ -92,10 +94,10 @@ def _item(run: dict, backbone) -> tuple[int, list[int]]:
     return run["prompt_token_ids"].index(config.video_token_id) - lead, layout
 
 
-def _check_parity(run: dict, backbone, clip, method: str, model_class: str) -> None:
+def _check_parity(run: dict, backbone, clip, method: str, model_class: str, runner: str) -> None:
     mine = ours_at(backbone, clip, method, 0.25, fps=FPS)
     assert run["model_class"] == model_class
-    assert run["pruning_flag"] and run["plugin_scope_enables"]
+    check_runner(run, runner)
     ids, video = run["prompt_token_ids"], backbone.model.config.video_token_id
     # vLLM's prompt: round((1 - q) V) placeholders, all in the first group's block
     assert ids.count(video) == len(mine["kept"]) == round(0.25 * V) == 16
@@ -113,12 +115,12 @@ def _check_parity(run: dict, backbone, clip, method: str, model_class: str) -> N
 
 @pytest.mark.parametrize("method", RUNNABLE)
 def test_every_method_in_vllm_qwen3_vl_matches_ottvid_cli(dense_runs, dense, clip, method):
-    _check_parity(dense_runs[method], dense, clip, method, "OTTVidQwen3VL")
+    _check_parity(dense_runs[method], dense, clip, method, "OTTVidQwen3VL", dense_runs["runner"])
 
 
 @pytest.mark.parametrize("method", RUNNABLE)
 def test_every_method_in_vllm_qwen3_vl_moe_matches_ottvid_cli(moe_runs, moe, clip, method):
-    _check_parity(moe_runs[method], moe, clip, method, "OTTVidQwen3VLMoe")
+    _check_parity(moe_runs[method], moe, clip, method, "OTTVidQwen3VLMoe", moe_runs["runner"])
 
 
 def _by_hand(layout: list[int], kept: list[int], p: int, config) -> tuple[list[list[int]], int]:

@@ -9,7 +9,8 @@ engine; [] or [null]: the engine as configured; [null, null]: the same request t
 image (.npy, (H, W, 3) uint8) and image_prompt (its chat text, the image before the video): one more
 request with both, after the others (its run's method is "image+video"), logprobs (top-k of the first
 generated token), plugins (False: VLLM_PLUGINS set so that no plugin loads: stock vLLM), cpu_fix ("all":
-the CPU runner fix for vLLM's own EVS too, `cpu_runner.patch("all")`).
+the CPU runner fix for vLLM's own EVS too, `cpu_runner.patch("all")`), runner ("v1", the default, or "v2":
+Model Runner V2 through Triton's interpreter, `interpreted_triton`).
 For each run: the prompt's token count, the generated text, the first token's top log-probabilities, and
 (with the plugin) the kept token indices, the positions the LLM received (3, L), the model's class and, for
 Qwen3-VL, each video's token ids as the LLM received them (`layout`).
@@ -22,20 +23,37 @@ import os
 import sys
 
 
-def main() -> None:
-    job = json.load(open(sys.argv[1]))
-    os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"  # the engine in this process: the model is reachable
-    os.environ.setdefault("VLLM_TARGET_DEVICE", "cpu")
-    os.environ.setdefault("VLLM_CPU_NUM_OF_RESERVED_CPU", "0")
-    if not job.get("plugins", True):
-        os.environ["VLLM_PLUGINS"] = "no-plugin-at-all"  # an allowlist that names no installed plugin
+def interpreted_triton() -> None:
+    """Model Runner V2 on vLLM's CPU build, in this process only: V2 needs Triton, and vllm-cpu 0.32.0 accepts
+    Triton only with a "cpu" backend (triton-cpu, which the package index lacks: `vllm/triton_utils/
+    importing.py`). Triton's interpreter runs every kernel in NumPy on the CPU tensors (TRITON_INTERPRET=1),
+    and a "cpu" entry in `triton.backends.backends`, whose driver says it is active, passes vLLM's check.
+    Call before vLLM is imported."""
+    os.environ["TRITON_INTERPRET"] = "1"
+    from triton.backends import Backend, backends
+
+    class InterpreterDriver:  # what vLLM's check calls: `driver.is_active()`; kernels run interpreted
+        @staticmethod
+        def is_active() -> bool:
+            return True
+
+    backends.setdefault("cpu", Backend(compiler=object, driver=InterpreterDriver))  # type: ignore[arg-type]
+
+
+def choose_runner(job: dict) -> bool:
+    """Model Runner V1 or V2 as the job's "runner" says (before vLLM is imported); True for V2."""
+    v2 = job.get("runner", "v1") == "v2"
+    os.environ["VLLM_USE_V2_MODEL_RUNNER"] = "1" if v2 else "0"
+    if v2:
+        interpreted_triton()
+    return v2
+
+
+def engine(job: dict, **extra):
+    """The job's `vllm.LLM` (float32, eager, the CPU settings; `extra`: more engine arguments) and its video as
+    vLLM takes it: (frames (n, H, W, 3), metadata of frames given as they are, not sampled again)."""
     import numpy as np
-    from vllm import LLM, SamplingParams
-
-    if job.get("cpu_fix") == "all":
-        from ottvid_cli.integrations.vllm import cpu_runner
-
-        cpu_runner.patch("all")
+    from vllm import LLM
 
     kwargs = {"video_pruning_rate": job["q"]} if job.get("q") else {}
     if job.get("overrides"):
@@ -43,12 +61,32 @@ def main() -> None:
     llm = LLM(model=job["model"], gpu_memory_utilization=0.1, enforce_eager=True, max_model_len=4096,
               limit_mm_per_prompt={"video": 1, "image": 1 if job.get("image") else 0}, dtype="float32",
               enable_prefix_caching=bool(job.get("prefix_caching", False)),
-              mm_processor_cache_gb=0, seed=0, **kwargs)
+              mm_processor_cache_gb=0, seed=0, **kwargs, **extra)
     frames = np.load(job["frames"])
     n = frames.shape[0]
     meta = {"fps": job["fps"], "duration": n / job["fps"], "total_num_frames": n, "frames_indices": list(range(n)),
             "video_backend": "opencv", "do_sample_frames": False}
-    request = {"prompt": job["prompt"], "multi_modal_data": {"video": (frames, meta)}}
+    return llm, (frames, meta)
+
+
+def main() -> None:
+    job = json.load(open(sys.argv[1]))
+    os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"  # the engine in this process: the model is reachable
+    os.environ.setdefault("VLLM_TARGET_DEVICE", "cpu")
+    os.environ.setdefault("VLLM_CPU_NUM_OF_RESERVED_CPU", "0")
+    if not job.get("plugins", True):
+        os.environ["VLLM_PLUGINS"] = "no-plugin-at-all"  # an allowlist that names no installed plugin
+    v2 = choose_runner(job)
+    import numpy as np
+    from vllm import SamplingParams
+
+    if job.get("cpu_fix") == "all":
+        from ottvid_cli.integrations.vllm import cpu_runner
+
+        cpu_runner.patch("all")
+
+    llm, video = engine(job)
+    request = {"prompt": job["prompt"], "multi_modal_data": {"video": video}}
     params = SamplingParams(max_tokens=job.get("max_tokens", 1), temperature=0, logprobs=job.get("logprobs", 5))
 
     def record(model):  # the positions the runner hands the LLM, as the model's override returns them
@@ -78,7 +116,9 @@ def main() -> None:
         return {"pruning_flag": bool(runner.is_multimodal_pruning_enabled), "plugin_scope_enables": plugin_scope,
                 "ottvid_set": getattr(runner.get_model(), "ottvid", None) is not None}
 
-    flags = llm.collective_rpc(runner_flags)[0] if job.get("plugins", True) else {}
+    flags = llm.collective_rpc(runner_flags)[0] if job.get("plugins", True) and not v2 else {}  # V1's flag
+    flags["runner"] = llm.collective_rpc(
+        lambda worker: f"{type(worker.model_runner).__module__}.{type(worker.model_runner).__name__}")[0]
     runs = []
     for method in job.get("methods") or [None]:
         if method is not None:
@@ -103,7 +143,7 @@ def main() -> None:
         from PIL import Image
 
         both = {"prompt": job["image_prompt"],
-                "multi_modal_data": {"image": Image.fromarray(np.load(job["image"])), "video": (frames, meta)}}
+                "multi_modal_data": {"image": Image.fromarray(np.load(job["image"])), "video": video}}
         out = llm.generate(both, params, use_tqdm=False)[0]
         last = llm.apply_model(lambda model: {
             "kept": [index.tolist() for index in getattr(model, "ottvid_last", [])],

@@ -36,6 +36,19 @@ def write_clip(path: pathlib.Path, frames: int = 16, rate: int = 4, side: int = 
     return path
 
 
+RUNNERS = ["v1", "v2"]  # vLLM's Model Runner V1 and V2 (V2 through Triton's interpreter: tests/vllm_job.py)
+RUNNER_CLASSES = {"v1": "vllm.v1.worker.cpu_model_runner.CPUModelRunner",
+                  "v2": "vllm.v1.worker.cpu.model_runner.CPUModelRunner"}
+
+
+def check_runner(run: dict, runner: str) -> None:
+    """The job ran on the runner asked for; on V1 the CPU runner's pruning flag is on for a model that asks
+    (`cpu_runner.patch`; V2 prunes through its `MultiModalPruner`, which has no such flag)."""
+    assert run["runner"] == RUNNER_CLASSES[runner]
+    if runner == "v1":
+        assert run["pruning_flag"] and run["plugin_scope_enables"]
+
+
 def prompt_text(backbone) -> str:
     from ottvid_cli.backbones.base import chat_text
 
