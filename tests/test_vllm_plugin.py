@@ -248,3 +248,25 @@ def test_a_count_that_depends_on_the_video_stops_the_server_with_one_line(vllm_e
     lines = [line for line in output.splitlines() if "SettingsError: ottvid_method fastvid" in line]
     assert lines, output[-3000:]
     assert "depends on the video" in lines[0] and "leave exact at true" in lines[0]
+
+
+def test_a_videos_frames_are_capped_by_max_frames_not_num_frames(vllm_server):
+    """docs/vllm.md, "Bounding a video's frames": for Qwen2.5-VL in vLLM 0.32 `max_frames` caps the frames,
+    while `num_frames` changes nothing (per request here, as `--media-io-kwargs` sets it for a server)."""
+    from openai import OpenAI
+
+    clip = write_clip(vllm_server.media / "forty.mp4", frames=40, rate=2)  # 20 s at 2 fps: 40 frames, 20 groups
+    client = OpenAI(base_url=vllm_server.url, api_key="unused")
+
+    def prompt_tokens(media_io: dict | None) -> int:
+        reply = client.chat.completions.create(
+            model=vllm_server.model, max_tokens=1, temperature=0,
+            messages=[{"role": "user", "content": [{"type": "video_url", "video_url": {"url": clip.as_uri()}},
+                                                   {"type": "text", "text": QUESTION}]}],
+            extra_body={"media_io_kwargs": media_io} if media_io else None)
+        return reply.usage.prompt_tokens
+
+    plain = prompt_tokens(None)
+    assert prompt_tokens({"video": {"num_frames": 8}}) == plain  # no effect
+    # at q = 0.9: 40 frames keep round(0.1 x 320) = 32 video tokens, 8 frames round(0.1 x 64) = 6
+    assert plain - prompt_tokens({"video": {"max_frames": 8}}) == 32 - 6
