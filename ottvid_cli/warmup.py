@@ -45,7 +45,6 @@ def warm_decoder(backbone: Any, frames: int = 4) -> None:
     """Write a small video file (MPEG-4 Part 2, 64 x 64, `frames` frames) in a temporary folder and sample it
     as a request samples a file (PyAV, each frame resized for this backbone in the worker threads)."""
     import av
-    import numpy as np
 
     from .pipeline import frame_resize
     from .sampling import Sampling

@@ -181,19 +181,24 @@ def test_text_after_a_cached_video_keeps_its_positions(vllm_server, ours):
                        ours.model.config.vision_end_token_id)
 
 
-def test_unknown_method_stops_the_server_with_one_line(vllm_env, tiny_qwen_vllm):
+def _refused_start(vllm_env, model, overrides: str, start: str) -> str:
+    """vLLM's server with `--hf-overrides overrides` at q = 0.9 exits at start-up; the first line of its output
+    holding `SettingsError: <start>`, from `start` on."""
     done = subprocess.run(
-        [str(vllm_env.python), "-m", "vllm.entrypoints.openai.api_server", "--model", str(tiny_qwen_vllm),
-         "--host", "127.0.0.1", "--port", "0", "--video-pruning-rate", "0.9",
-         "--hf-overrides", '{"ottvid_method": "nope"}', "--gpu-memory-utilization", "0.1", "--enforce-eager",
-         "--max-model-len", "4096"],
+        [str(vllm_env.python), "-m", "vllm.entrypoints.openai.api_server", "--model", str(model),
+         "--host", "127.0.0.1", "--port", "0", "--video-pruning-rate", "0.9", "--hf-overrides", overrides,
+         "--gpu-memory-utilization", "0.1", "--enforce-eager", "--max-model-len", "4096"],
         capture_output=True, text=True, timeout=600,
         env=run_env(VLLM_TARGET_DEVICE="cpu", VLLM_CPU_NUM_OF_RESERVED_CPU="0"))
     assert done.returncode != 0
     output = done.stdout + done.stderr
-    lines = [line for line in output.splitlines() if "SettingsError: ottvid_method 'nope'" in line]
+    lines = [line for line in output.splitlines() if f"SettingsError: {start}" in line]
     assert lines, output[-3000:]
-    line = lines[0].split("SettingsError: ", 1)[1]
+    return lines[0].split("SettingsError: ", 1)[1]
+
+
+def test_unknown_method_stops_the_server_with_one_line(vllm_env, tiny_qwen_vllm):
+    line = _refused_start(vllm_env, tiny_qwen_vllm, '{"ottvid_method": "nope"}', "ottvid_method 'nope'")
     assert line.startswith("ottvid_method 'nope' is not a known method: use one of ")
     assert all(name in line for name in RUNNABLE)
 
@@ -236,18 +241,9 @@ def test_a_count_of_its_own_serves_short_clips_and_the_engine_lives(vllm_env, ti
 
 
 def test_a_count_that_depends_on_the_video_stops_the_server_with_one_line(vllm_env, tiny_qwen_vllm):
-    done = subprocess.run(
-        [str(vllm_env.python), "-m", "vllm.entrypoints.openai.api_server", "--model", str(tiny_qwen_vllm),
-         "--host", "127.0.0.1", "--port", "0", "--video-pruning-rate", "0.9",
-         "--hf-overrides", '{"ottvid_method": "fastvid", "ottvid_method_args": {"exact": false}}',
-         "--gpu-memory-utilization", "0.1", "--enforce-eager", "--max-model-len", "4096"],
-        capture_output=True, text=True, timeout=600,
-        env=run_env(VLLM_TARGET_DEVICE="cpu", VLLM_CPU_NUM_OF_RESERVED_CPU="0"))
-    assert done.returncode != 0
-    output = done.stdout + done.stderr
-    lines = [line for line in output.splitlines() if "SettingsError: ottvid_method fastvid" in line]
-    assert lines, output[-3000:]
-    assert "depends on the video" in lines[0] and "leave exact at true" in lines[0]
+    line = _refused_start(vllm_env, tiny_qwen_vllm,
+                          '{"ottvid_method": "fastvid", "ottvid_method_args": {"exact": false}}', "ottvid_method fastvid")
+    assert "depends on the video" in line and "leave exact at true" in line
 
 
 def test_a_videos_frames_are_capped_by_max_frames_not_num_frames(vllm_server):

@@ -22,16 +22,13 @@ from __future__ import annotations
 
 import json
 import pathlib
-import subprocess
 
 import numpy as np
 import pytest
-from vllm_env import run_env
-from vllm_parity import LONG_QUESTION, QUESTION
+from vllm_parity import LONG_QUESTION, QUESTION, run_jobs
 
 pytestmark = pytest.mark.slow
 
-HERE = pathlib.Path(__file__).resolve().parent
 FRAMES, SIDE, FPS = 8, 112, 2.0  # 4 groups of 4 x 4 merged tokens: V = 64
 V = (FRAMES // 2) * (SIDE // 28) ** 2
 KEPT = round(0.25 * V)  # q = 0.75
@@ -40,17 +37,6 @@ BUDGET = 24  # tokens a prefill step: the prompts below come in chunks
 RAW_IMAGE_VIDEO = ("<|im_start|>user\n<|vision_start|><|image_pad|><|vision_end|><|vision_start|><|video_pad|>"
                    "<|vision_end|>" + QUESTION + "<|im_end|>\n<|im_start|>assistant\n")
 REQUESTS = ["video", "video again (prefix cache)", "image then video", "image and video in one chunk"]
-
-
-def run_v2_job(vllm_env, folder: pathlib.Path, job: dict) -> list[dict]:
-    path = folder / f"{job['runner']}.json"
-    path.write_text(json.dumps(job))
-    done = subprocess.run([str(vllm_env.python), str(HERE / "vllm_v2_job.py"), str(path)], capture_output=True,
-                          text=True, timeout=900, check=False,
-                          env=run_env(VLLM_CPU_NUM_OF_RESERVED_CPU="0"))
-    lines = [line for line in done.stdout.splitlines() if line.startswith("RESULT ")]
-    assert done.returncode == 0 and lines, (done.returncode, done.stdout[-2000:], done.stderr[-4000:])
-    return json.loads(lines[-1][len("RESULT "):])
 
 
 @pytest.fixture(scope="module")
@@ -77,7 +63,9 @@ def runs(vllm_env, tiny_qwen_vllm, tmp_path_factory) -> dict[str, list[dict]]:
            "frames": str(folder / "frames.npy"), "image": str(folder / "image.npy"), "fps": FPS,
            "requests": requests, "logprobs": 5, "max_tokens": 3, "prefix_caching": True,
            "max_num_batched_tokens": BUDGET}
-    return {runner: run_v2_job(vllm_env, folder, {**job, "runner": runner}) for runner in ("v1", "v2")}
+    v1, v2 = run_jobs(vllm_env, folder, *({**job, "runner": runner} for runner in ("v1", "v2")),
+                      script="vllm_v2_job.py")
+    return {"v1": v1, "v2": v2}
 
 
 def recomputes(run: dict) -> list[dict]:

@@ -60,14 +60,14 @@ def run_job(vllm_env, tmp_path, **job) -> list[dict]:
     return run_jobs(vllm_env, tmp_path, job)[0]
 
 
-def run_jobs(vllm_env, tmp_path, *jobs: dict) -> list[list[dict]]:
+def run_jobs(vllm_env, tmp_path, *jobs: dict, script: str = "vllm_job.py") -> list[list[dict]]:
     """Jobs one after the other (vLLM's CPU engines side by side, beside a running server, spin on the same
-    two cores and can take many minutes); each job's runs, in order."""
+    two cores and can take many minutes), each run by `script` (beside this file); each job's runs, in order."""
     results = []
     for job in jobs:
         path = tmp_path / f"job-{len(list(tmp_path.glob('job-*')))}.json"
         path.write_text(json.dumps(job))
-        done = subprocess.run([str(vllm_env.python), str(HERE / "vllm_job.py"), str(path)], capture_output=True,
+        done = subprocess.run([str(vllm_env.python), str(HERE / script), str(path)], capture_output=True,
                               text=True, timeout=900, env=run_env(VLLM_CPU_NUM_OF_RESERVED_CPU="0"))
         lines = [line for line in done.stdout.splitlines() if line.startswith("RESULT ")]
         assert done.returncode == 0 and lines, (done.returncode, done.stdout[-2000:], done.stderr[-4000:])

@@ -198,13 +198,12 @@ class PackedRotaryAttention(nn.Module):
         tokens = hidden_states.shape[0]
         qkv = self.qkv(hidden_states)
         cos, sin = position_embeddings
-        values = qkv.view(tokens, 3, self.num_heads, -1)[:, 2]
+        query, key, values = qkv.view(tokens, 3, self.num_heads, -1).unbind(1)  # views, (S, heads, d) each
         if self.kernels:
             from .vision_kernels import rotary
 
             query, key = rotary(qkv, self.num_heads, cos, sin)
         else:
-            query, key, _ = qkv.view(tokens, 3, self.num_heads, -1).unbind(1)
             query, key = self.reference(query, key, cos, sin)
         out = packed_sdpa(query, key, values, cu_seqlens, self.scaling)  # (S, heads, d)
         return self.proj(out.reshape(tokens, -1))

@@ -21,16 +21,7 @@ import torch
 import triton
 import triton.language as tl
 
-from ..compression.kernels import interpreting
-
-_BUILT: dict[tuple[str, bool], object] = {}
-
-
-def _kernel(name: str, body):
-    key = (name, interpreting())
-    if key not in _BUILT:
-        _BUILT[key] = triton.jit(body)
-    return _BUILT[key]
+from ..compression.kernels import _kernel, interpreting  # one cache of built kernels, per mode
 
 
 def _launch(kernel, grid, *args, **meta) -> None:
