@@ -6,6 +6,7 @@ is the block the doc marks)."""
 from __future__ import annotations
 
 import json
+import os
 import shlex
 import subprocess
 import venv
@@ -33,9 +34,18 @@ def test_the_gpu_install_resolves_as_written(tmp_path):
     assert installs == [["pip", "install", "-e", ".[vllm]"]]
     env = tmp_path / "env"
     venv.create(env, with_pip=True)
+    python = str(env / "bin" / "python")
+    # a current pip, as a user's would be: the bundled one (23.2) fetched every CUDA wheel whole to read its
+    # metadata and ran CI out of disk; downloads go to a folder of this test, nothing is cached
+    scratch = tmp_path / "tmp"
+    scratch.mkdir()
+    quiet = {**os.environ, "TMPDIR": str(scratch), "PIP_NO_CACHE_DIR": "1"}
+    upgraded = subprocess.run([python, "-m", "pip", "install", "-q", "-U", "pip"], capture_output=True, text=True,
+                              env=quiet, timeout=600)
+    assert upgraded.returncode == 0, upgraded.stderr[-2000:]
     report = tmp_path / "report.json"
-    done = subprocess.run([str(env / "bin" / "python"), "-m", "pip", "install", "-q", "--dry-run", "--report",
-                           str(report), *installs[0][2:]], cwd=ROOT, capture_output=True, text=True, timeout=1500)
+    done = subprocess.run([python, "-m", "pip", "install", "-q", "--dry-run", "--report", str(report),
+                           *installs[0][2:]], cwd=ROOT, capture_output=True, text=True, env=quiet, timeout=1500)
     assert done.returncode == 0, done.stderr[-2000:]
     chosen = {i["metadata"]["name"].lower(): i["metadata"]["version"] for i in json.loads(report.read_text())["install"]}
     assert chosen["vllm"].startswith("0.32.") and "ottvid-cli" in chosen

