@@ -1,3 +1,4 @@
 from .cli import main
 
-main()
+if __name__ == "__main__":  # not when a spawned process (vLLM's engine core) imports the main module again
+    main()

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 import os
+import threading
 from contextlib import contextmanager
 from dataclasses import dataclass
 from fractions import Fraction
@@ -74,23 +75,37 @@ def _open_options() -> dict[str, Any]:
 
 
 
+_SILENCE = threading.Lock()
+_silenced = {"depth": 0, "saved": None}  # how many are inside; descriptor 2 as it was before the first
+
+
 @contextmanager
 def _native_stderr_silenced() -> Iterator[None]:
-    """Send what native code writes to file descriptor 2 to /dev/null for the duration."""
+    """Send what native code writes to file descriptor 2 to /dev/null for the duration. Safe in several
+    threads at once (decoding ahead): the first in saves descriptor 2, the last out puts it back; two
+    unsynchronised save / restore pairs could restore /dev/null and silence the process for good."""
+    with _SILENCE:
+        if _silenced["depth"] == 0:
+            try:
+                saved = os.dup(2)
+            except OSError:  # no usable descriptor 2: nothing to silence
+                saved = None
+            if saved is not None:
+                devnull = os.open(os.devnull, os.O_WRONLY)
+                os.dup2(devnull, 2)
+                os.close(devnull)
+            _silenced["saved"] = saved
+        _silenced["depth"] += 1
     try:
-        saved = os.dup(2)
-    except OSError:  # no usable descriptor 2: nothing to silence
-        yield
-        return
-    devnull = os.open(os.devnull, os.O_WRONLY)
-    try:
-        os.dup2(devnull, 2)
         yield
     finally:
-        os.dup2(saved, 2)
-        os.close(saved)
-        os.close(devnull)
-
+        with _SILENCE:
+            _silenced["depth"] -= 1
+            saved = _silenced["saved"]
+            if _silenced["depth"] == 0 and saved is not None:
+                os.dup2(saved, 2)
+                os.close(saved)
+                _silenced["saved"] = None
 
 
 ATTACHED_PIC = 0x0400  # AV_DISPOSITION_ATTACHED_PIC: a still picture (cover art) stored as a video stream
