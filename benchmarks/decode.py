@@ -249,7 +249,7 @@ def benchmark(args: argparse.Namespace, scratch: Path) -> dict:
     if "decord" not in decoders:
         notes.append("decord is not installed: its rows are skipped")
     infos, rows, ratios, env = [], [], {}, provenance()  # read before: others may edit the code while it runs
-    for clip in clips(args.minutes, args.quick):
+    for clip in [c for c in clips(args.minutes, args.quick) if not args.kinds or c.kind in args.kinds]:
         path, made = clip_file(clip, Path(args.clips).expanduser())
         infos.append({**asdict(clip), "path": str(path), "made_s": made, **describe(path)})
         specs: list[tuple[str, str, dict]] = [("floor", "", {"what": "floor"})]
@@ -400,6 +400,8 @@ def main() -> None:
     parser.add_argument("--clips", default=str(DEFAULT_CLIPS), help="folder of generated clips (made once, reused)")
     parser.add_argument("--minutes", type=float, default=5, help="length of the long 1080p clips")
     parser.add_argument("--quick", action="store_true", help="tiny clips (320x180, 20 s): a smoke run")
+    parser.add_argument("--kinds", nargs="+", choices=("1080p-bframes", "1080p-no-bframes", "4k", "one-keyframe"),
+                        default=None, help="only these clip kinds (default: all four)")
     parser.add_argument("--json", action="store_true", help="print the result as one JSON object, no table")
     parser.add_argument("--out", help="also write the JSON result to this file")
     parser.add_argument("--torchcodec-threads", type=int, default=0,

@@ -20,6 +20,17 @@ other: the rest of the runner); what each setting of the sweep adds (its records
 and the FLOP model of the full-depth 7B at 32 frames of 448 x 448 (ottvid_cli/flops.py): the
 part of one setting's cost that a sweep shares, hence the lowest relative cost a sweep can reach
 where the vision encoder and the LLM run at equal efficiency.
+
+**Engines side by side** (`--engine`, repeat it; issue 41): the same questions through `ottvid eval`'s two
+engines, in one run, each on its own fresh run folder: samples per second of `--samples` questions (default
+16: the three clips in turn, each question its own sample) on the same proxy model, frames and setting
+(`--one`, and vanilla with `--vanilla`). The ottvid engine answers after a warm-up question (its model
+loaded before the clock starts); vLLM's engine start (loading, profiling, KV cache) is timed apart from its
+answering. vLLM runs in-process on its CPU build here, so run this with the vLLM environment's python
+(docs/vllm.md, "Testing on the CPU"):
+
+    PYTHONPATH=. ~/vllm-cpu-env/bin/python benchmarks/eval_sweep.py --engine vllm --engine ottvid \
+        --max-new-tokens 2 --frames 8
 """
 
 from __future__ import annotations
@@ -193,8 +204,14 @@ def main() -> None:
     parser.add_argument("--long", type=float, default=None, metavar="MINUTES",
                         help="ask about long videos (each clip muxed again and again to MINUTES, no re-encoding) "
                              "instead of the 10-14 s clips: decoding then costs what a benchmark's videos cost")
+    parser.add_argument("--engine", action="append", choices=("ottvid", "vllm"), default=None,
+                        help="compare engines instead (repeat: both side by side): samples per second of "
+                             "--samples questions (default 16), setting --one (+ vanilla with --vanilla)")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
+    if args.engine:
+        engines(args)
+        return
 
     import os
 
@@ -339,6 +356,110 @@ def main() -> None:
                   f"{parts['one setting']['shared wall'] / base:.0%} of one setting's wall time. The "
                   f"{before} tokens before the video (system prompt) are {full['system_prefix_fraction']:.1%} of "
                   f"one setting's LLM FLOPs.", highlight=False)
+
+
+# ----------------------------------------------------------------------------- engines side by side
+
+
+def questions(folder: Path, count: int) -> Path:
+    """`count` multiple-choice questions of the jsonl task, about the three clips in turn."""
+    rows = [{"id": f"q{i}", "video": CLIPS[i % len(CLIPS)], "question": f"What happens in the video? ({i})",
+             "options": ["a bird moves", "people ride bikes", "a person stretches"], "answer": "ABC"[i % 3]}
+            for i in range(count)]
+    data = folder / "questions.jsonl"
+    data.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    return data
+
+
+def engines(args: argparse.Namespace) -> None:
+    """Samples per second of each engine of `ottvid eval` on the same questions, frames, setting and model."""
+    import os
+
+    here = Path(__file__).resolve().parent  # benchmarks/vllm.py would stand for the vllm package
+    sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != here]
+
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    os.environ.setdefault("VLLM_LOGGING_STREAM", "ext://sys.stderr")
+    import torch
+    from rich.console import Console
+    from rich.table import Table
+
+    from ottvid_cli.eval import load_records, load_samples
+    from ottvid_cli.eval.runner import FramePlan, run
+
+    if args.threads is not None:
+        torch.set_num_threads(args.threads)
+    err = Console(stderr=True)
+    count = args.samples if args.samples != 2 else 16  # --samples' default is the sweep's 2
+    settings = ([("none", 1.0)] if args.vanilla else []) + [("ottvid", args.one)]
+    rows = []
+    with tempfile.TemporaryDirectory() as folder:
+        folder = Path(folder)
+        with err.status("building a 7B-shaped random Qwen2.5-VL ..."):
+            build_model(folder / "model", args.llm_layers, args.vision_blocks)
+        samples = load_samples("jsonl", questions(folder, count))
+        videos, plan = ROOT / "tests" / "data", FramePlan(frames=args.frames)
+        for engine in dict.fromkeys(args.engine):
+            out = folder / f"run-{engine}"
+            err.print(f"{engine}: {count} samples x {len(settings)} settings ...", highlight=False)
+            if engine == "ottvid":
+                from ottvid_cli.backbones import load_backbone
+
+                backbone = load_backbone(str(folder / "model"), dtype="float32")
+                run(backbone, samples[:1], folder / "warm-up", settings, videos, plan, max_new_tokens=args.max_new_tokens,
+                    prefetch=args.prefetch)
+                start = time.perf_counter()
+                run(backbone, samples, out, settings, videos, plan, max_new_tokens=args.max_new_tokens,
+                    prefetch=args.prefetch)
+                wall, started = time.perf_counter() - start, 0.0
+                del backbone
+            else:
+                from ottvid_cli.eval.vllm_runner import VllmOptions, run_vllm
+                from ottvid_cli.integrations.vllm.offline import OfflineEngine
+
+                starts: list[float] = []
+
+                def timed_engine(kwargs):  # vLLM's start (load, profile, KV cache), timed apart
+                    begin = time.perf_counter()
+                    engine_ = OfflineEngine(kwargs)
+                    starts.append(time.perf_counter() - begin)
+                    return engine_
+
+                # on vLLM's CPU build the share is of the machine's memory: the 7B-wide embeddings alone take 4 GB
+                options = VllmOptions(dtype="float32", engine_args={"enforce_eager": True,
+                                                                   "gpu_memory_utilization": 0.6})
+                start = time.perf_counter()
+                run_vllm(str(folder / "model"), samples, out, settings, videos, plan, options=options,
+                         max_new_tokens=args.max_new_tokens, prefetch=args.prefetch, make_engine=timed_engine)
+                started = sum(starts)
+                wall = time.perf_counter() - start - started
+            records = load_records(out)
+            errors = sum(1 for r in records if r.get("error"))
+            rows.append({"engine": engine, "samples": count, "settings": len(settings), "records": len(records),
+                         "errors": errors, "answering_s": wall, "engine_start_s": started,
+                         "samples_per_s": count / wall, "records_per_s": len(records) / wall,
+                         "replies": {f"{r['id']} {r['method']} {r['ratio']:g}": r["reply"] for r in records}})
+    same = None
+    if len(rows) == 2:
+        same = sum(rows[0]["replies"][k] == rows[1]["replies"].get(k) for k in rows[0]["replies"])
+    model = (f"random Qwen2.5-VL-7B shape, {args.llm_layers} LLM layers, {args.vision_blocks} vision blocks, float32, "
+             f"{torch.get_num_threads()} threads")
+    result = {"model": model, "frames": args.frames, "max_new_tokens": args.max_new_tokens,
+              "settings": [f"{m} {r:g}" for m, r in settings], "engines": rows, "equal_replies": same}
+    if args.json:
+        print(json.dumps(result, indent=2))
+        return
+    table = Table(title=f"ottvid eval's engines: {model}, {args.frames} frames, {', '.join(result['settings'])}, "
+                        f"{count} samples", title_justify="left")
+    for column in ("engine", "records", "errors", "engine start (s)", "answering (s)", "samples/s", "records/s"):
+        table.add_column(column, justify="left" if column == "engine" else "right")
+    for row in rows:
+        table.add_row(row["engine"], str(row["records"]), str(row["errors"]),
+                      f"{row['engine_start_s']:.1f}" if row["engine"] == "vllm" else "-",
+                      f"{row['answering_s']:.1f}", f"{row['samples_per_s']:.3f}", f"{row['records_per_s']:.3f}")
+    Console(width=200).print(table)
+    if same is not None:
+        Console(width=200).print(f"equal replies: {same} of {len(rows[0]['replies'])}", highlight=False)
 
 
 if __name__ == "__main__":

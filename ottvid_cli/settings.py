@@ -170,6 +170,21 @@ def model_source(model: str) -> str:
         raise ModelError(missing_weights_message(model, f"{why}, and it is not in the local cache")) from None
 
 
+def model_type(model: str) -> str:
+    """The checkpoint's model type from its config.json alone (no weights, no processor, no torch).
+    ModelError, one line, when the config cannot be read."""
+    from transformers import AutoConfig
+
+    source = model_source(model)
+    try:
+        return AutoConfig.from_pretrained(source).model_type
+    except (OSError, ValueError) as exc:
+        if os.path.isdir(os.path.expanduser(source)):
+            first = (str(exc).strip().splitlines() or [type(exc).__name__])[0].split(". ")[0][:160]
+            raise ModelError(f"{model} is not a loadable checkpoint folder ({first})") from None
+        raise ModelError(missing_weights_message(model)) from None
+
+
 # ------------------------------------------------------------------------------------------------
 # defaults
 

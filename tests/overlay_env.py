@@ -137,9 +137,9 @@ def overlay_name(sites: list[str], version: str = LMMS_VERSION) -> str:
     return f"lmms-{version}-py{sys.version_info[0]}.{sys.version_info[1]}-{digest.hexdigest()[:12]}"
 
 
-def fingerprint(versions: dict[str, str]) -> str:
+def fingerprint(versions: dict[str, str], own: set[str] = OWN) -> str:
     """A hash of the test environment's installed versions (a change rebuilds the overlay)."""
-    pinned = sorted(f"{n}=={v}" for n, v in versions.items() if n not in OWN | TOOLS)
+    pinned = sorted(f"{n}=={v}" for n, v in versions.items() if n not in own | TOOLS)
     return hashlib.sha256("\n".join(pinned).encode()).hexdigest()[:16]
 
 
@@ -204,10 +204,13 @@ def lmms_requirements(root: Path = ROOT) -> list[str]:
     return ["-e", f"{root}[lmms]"]
 
 
-def _build(tmp: Path, sites: list[str], main: dict[str, str], requirement: list[str], stamp: str) -> None:
+def _build(tmp: Path, sites: list[str], main: dict[str, str], requirement: list[str], stamp: str,
+           python: str | Path = sys.executable, own: set[str] = OWN) -> None:
+    """An overlay in `tmp` made by `python` (its version: the environment's under `sites`) over `sites`,
+    `requirement` installed with every distribution of `main` pinned but `own`."""
     log = tmp.parent / f"{tmp.name}.log"
     log.unlink(missing_ok=True)
-    done = _run([sys.executable, "-m", "venv", tmp], log)
+    done = _run([python, "-m", "venv", tmp], log)
     if done.returncode != 0:
         raise OverlayError(f"python -m venv failed: {(done.stderr.strip().splitlines() or ['?'])[-1]} (log: {log})")
     python = _python(tmp)
@@ -215,7 +218,7 @@ def _build(tmp: Path, sites: list[str], main: dict[str, str], requirement: list[
     pth = "".join(f"import site; site.addsitedir({s!r})\n" for s in sites)  # after the overlay's own site-packages
     (site / PTH).write_text(pth, encoding="utf-8")
     constraints = tmp / "constraints.txt"
-    constraints.write_text("".join(f"{n}=={v}\n" for n, v in sorted(main.items()) if n not in OWN | TOOLS))
+    constraints.write_text("".join(f"{n}=={v}\n" for n, v in sorted(main.items()) if n not in own | TOOLS))
     done = _run([python, "-m", "pip", "install", "--disable-pip-version-check", "--progress-bar", "off",
                  "-c", constraints, *requirement], log)
     if done.returncode != 0:
@@ -223,7 +226,7 @@ def _build(tmp: Path, sites: list[str], main: dict[str, str], requirement: list[
         tail = [line for line in lines if line.strip() and not line.startswith("WARNING:")][-3:]
         raise OverlayError(f"pip install {' '.join(requirement)} into the overlay failed (is the package index reachable?): "
                            f"{' | '.join(tail)[:600]} (full log: {log})")
-    twice = sorted(set(installed([str(site)])) & set(main) - OWN - TOOLS)
+    twice = sorted(set(installed([str(site)])) & set(main) - own - TOOLS)
     if twice:
         raise OverlayError(f"pip installed into the overlay what the test environment has already: {', '.join(twice)} "
                            f"(log: {log})")
@@ -251,14 +254,11 @@ def prune(root: Path, keep: Path) -> list[Path]:
     return gone
 
 
-def lmms_overlay(root: Path | None = None) -> Overlay:
-    """The cached lmms-eval overlay for the running test environment, built (about 60 packages) when
-    missing, broken or stale. OverlayError, with pip's last lines, when it cannot be built."""
-    root = root or cache_root()
-    sites = main_site_packages()
-    main = installed(sites)
-    stamp = fingerprint(main)
-    name = overlay_name(sites)
+def cached_overlay(root: Path, name: str, sites: list[str], main: dict[str, str], requirement: list[str],
+                   python: str | Path = sys.executable, own: set[str] = OWN) -> Overlay:
+    """The overlay `root / name` over `sites` (whose distributions are `main`), built with `requirement`
+    (`_build`) under a file lock when missing, broken or stale (another fingerprint of `main`)."""
+    stamp = fingerprint(main, own)
     env = root / name
     start = time.perf_counter()
     with _locked(root / f"{name}.lock"):
@@ -268,7 +268,7 @@ def lmms_overlay(root: Path | None = None) -> Overlay:
             tmp = root / f".build-{name}-{os.getpid()}"
             shutil.rmtree(tmp, ignore_errors=True)
             try:
-                _build(tmp, sites, main, [*lmms_requirements(), f"lmms-eval=={LMMS_VERSION}"], stamp)
+                _build(tmp, sites, main, requirement, stamp, python=python, own=own)
                 if env.exists():  # broken or stale: out of the way first, then the new one in
                     trash = root / f".trash-{name}-{os.getpid()}"
                     env.rename(trash)
@@ -280,9 +280,20 @@ def lmms_overlay(root: Path | None = None) -> Overlay:
             info = usable(env, stamp)
             if info is None:
                 raise OverlayError(f"the overlay built at {env} does not resolve lmms-eval and av from itself")
-            prune(root, env)
     return Overlay(path=env, python=_python(env), versions=info["versions"], origins=info["origins"],
                    plugins=info["plugins"], built=built, seconds=time.perf_counter() - start)
+
+
+def lmms_overlay(root: Path | None = None) -> Overlay:
+    """The cached lmms-eval overlay for the running test environment, built (about 60 packages) when
+    missing, broken or stale. OverlayError, with pip's last lines, when it cannot be built."""
+    root = root or cache_root()
+    sites = main_site_packages()
+    overlay = cached_overlay(root, overlay_name(sites), sites, installed(sites),
+                             [*lmms_requirements(), f"lmms-eval=={LMMS_VERSION}"])
+    if overlay.built:
+        prune(root, overlay.path)
+    return overlay
 
 
 if __name__ == "__main__":  # build (or check) it by hand: python tests/overlay_env.py

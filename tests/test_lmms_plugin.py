@@ -8,11 +8,11 @@ No index reachable means these tests fail; `OTTVID_SKIP_LMMS_ENV=1` skips them o
 
 import json
 import os
-import shutil
 import subprocess
 from pathlib import Path
 
 import pytest
+from lmms_task import local_task
 from overlay_env import MARKER, OverlayError, fingerprint, installed, lmms_overlay, main_site_packages, prune, usable
 
 DATA = Path(__file__).parent / "data"
@@ -114,19 +114,6 @@ print("ok")
     assert done.returncode == 0 and done.stdout.strip().endswith("ok"), done.stderr[-3000:]
 
 
-def _local_task(tmp_path, videos: dict | None = None) -> tuple[Path, list]:
-    """tests/data/lmms copied to tmp_path/task with absolute paths; `videos` replaces docs' videos by index."""
-    task = tmp_path / "task"
-    shutil.copytree(DATA / "lmms", task)
-    docs = json.loads((task / "ottvid_tiny.json").read_text())
-    for i, doc in enumerate(docs):
-        doc["video"] = str((videos or {}).get(i, DATA / doc["video"]))
-    (task / "ottvid_tiny.json").write_text(json.dumps(docs))
-    yaml = task / "ottvid_tiny.yaml"
-    yaml.write_text(yaml.read_text().replace("DATA_FILE", str(task / "ottvid_tiny.json")))
-    return task, docs
-
-
 def _lmms_eval(env, tiny_qwen, task, out, cwd, method: str = "ottvid") -> subprocess.CompletedProcess:
     # run outside the repository: a folder named like a plugin package would shadow its import
     return _run(env, "-m", "lmms_eval", "--model", "ottvid",
@@ -137,7 +124,7 @@ def _lmms_eval(env, tiny_qwen, task, out, cwd, method: str = "ottvid") -> subpro
 
 @pytest.mark.parametrize("method", ["ottvid", "evs", "vidcom2"])
 def test_lmms_eval_cli_runs_a_local_video_task_through_ottvid(tiny_qwen, tmp_path, lmms_env, method):
-    task, docs = _local_task(tmp_path)
+    task, docs = local_task(tmp_path)
     out = tmp_path / "out"
     done = _lmms_eval(lmms_env, tiny_qwen, task, out, tmp_path, method)
     assert done.returncode == 0, (done.stdout + done.stderr)[-3000:]
@@ -174,7 +161,7 @@ def test_lmms_eval_cli_runs_a_local_video_task_through_ottvid(tiny_qwen, tmp_pat
 
 def test_a_failure_while_answering_exits_non_zero(tiny_qwen, tmp_path, lmms_env):
     """lmms-eval 0.7.3 logs an exception of its run and exits 0; the plugin's failures exit 1."""
-    task, _ = _local_task(tmp_path, videos={1: tmp_path / "gone.mp4"})
+    task, _ = local_task(tmp_path, videos={1: tmp_path / "gone.mp4"})
     out = tmp_path / "out"
     done = _lmms_eval(lmms_env, tiny_qwen, task, out, tmp_path)
     assert done.returncode == 1, (done.stdout + done.stderr)[-3000:]

@@ -6,9 +6,9 @@ from typing import Any
 
 from safetensors import SafetensorError
 
-from ..settings import DEFAULT_MODEL, ModelError, missing_weights_message, model_source
-from .base import (Backbone, Generated, VisualTokens, attention_implementation, is_local, resolve_device,
-                   resolve_dtype)
+from ..settings import DEFAULT_MODEL, ModelError, missing_weights_message, model_source, model_type
+from .base import (Backbone, Generated, VisualTokens, attention_implementation, is_local, load_processor,
+                   resolve_device, resolve_dtype)
 
 
 def load_backbone(model_id: str, device: str = "auto", dtype: str = "auto", attention: str = "auto",
@@ -98,15 +98,8 @@ def frame_plan(model_id: str) -> tuple[int, Any] | None:
     except (OSError, ValueError, ModelError):
         return None
     processor = type("VideoOnly", (), {"video_processor": video_processor})()
-    if config.model_type in ("qwen2_5_vl", "qwen3_vl", "qwen3_vl_moe"):
-        from .qwen2_5_vl import Qwen25VL
-        from .qwen3_vl import Qwen3VL
-
-        kind = Qwen25VL if config.model_type == "qwen2_5_vl" else Qwen3VL
-        adapter = kind.__new__(kind)  # sizes only: no model, no tokenizer
-        vision = config.vision_config
-        adapter.processor, adapter.patch, adapter.merge = processor, vision.patch_size, vision.spatial_merge_size
-        adapter.frames_per_group, adapter.max_pixels = vision.temporal_patch_size, adapter.default_max_pixels
+    if config.model_type in QWEN_TYPES:
+        adapter = _qwen_without_weights(config, processor)  # sizes only: no model, no tokenizer
         return adapter.default_frames, adapter.frame_resize
     if config.model_type == "llava_onevision":
         from .llava_onevision import LlavaOneVision
@@ -122,6 +115,44 @@ def frame_plan(model_id: str) -> tuple[int, Any] | None:
                 return None
         return frames, adapter.frame_resize
     return None
+
+
+QWEN_TYPES = ("qwen2_5_vl", "qwen3_vl", "qwen3_vl_moe")
+
+
+def _qwen_without_weights(config: Any, processor: Any) -> Any:
+    """A Qwen adapter without its model: frame sizes, resampling, video metadata and chat text only."""
+    from .qwen2_5_vl import Qwen25VL
+    from .qwen3_vl import Qwen3VL
+
+    kind = Qwen25VL if config.model_type == "qwen2_5_vl" else Qwen3VL
+    adapter = kind.__new__(kind)
+    vision = config.vision_config
+    adapter.processor, adapter.patch, adapter.merge = processor, vision.patch_size, vision.spatial_merge_size
+    adapter.frames_per_group, adapter.max_pixels = vision.temporal_patch_size, adapter.default_max_pixels
+    adapter.video_token_id, adapter.device = config.video_token_id, None
+    return adapter
+
+
+def frames_only(model_id: str) -> Any:
+    """A Qwen checkpoint's adapter without its weights: its processor (tokenizer included), the frame
+    sizes and resampling, the video metadata and the chat text `preprocess` uses, so that another
+    engine (`ottvid eval --engine vllm`) is handed the frames and the prompt ottvid's own would see.
+    ModelError, one line, for a checkpoint that cannot be read or is not Qwen2.5-VL / Qwen3-VL."""
+    from transformers import AutoConfig
+
+    kind = model_type(model_id)
+    if kind not in QWEN_TYPES:
+        raise ModelError(f"{model_id} is {kind}; only Qwen2.5-VL and Qwen3-VL (dense and MoE) are supported here")
+    source = model_source(model_id)
+    config = AutoConfig.from_pretrained(source)
+    try:
+        processor = load_processor(source, config.video_token_id)
+    except OSError as exc:
+        raise ModelError(f"cannot load the processor of {model_id}: {_first_sentence(exc)}") from None
+    adapter = _qwen_without_weights(config, processor)
+    adapter.name = model_id
+    return adapter
 
 
 def _first_sentence(exc: BaseException, limit: int = 200) -> str:

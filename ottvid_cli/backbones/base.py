@@ -344,7 +344,7 @@ class KeptTokenGeneration:
         synchronize(self.device)
         end = time.perf_counter()
         new = out[:, llm["input_ids"].shape[1]:]
-        text = tokenizer.batch_decode(new, skip_special_tokens=True)[0].strip()
+        text = reply_text(tokenizer, new[0].tolist())
         first = stream.first if stream.first is not None else end
         kept_prefix = None
         if keep_prefix and prefix is None and _cut(cache, length):
@@ -435,6 +435,12 @@ class KeptTokenGeneration:
     def placeholder_id(self) -> int:
         """The chat template's single video placeholder token (the processor expands it)."""
         return self.video_token_id
+
+
+def reply_text(tokenizer: Any, ids: Sequence[int]) -> str:
+    """A reply's text from its generated token ids: special tokens dropped, spaces around it stripped. The one
+    rule every engine's reply goes through (`ottvid eval --engine vllm` too), so that equal tokens are equal text."""
+    return tokenizer.decode(list(ids), skip_special_tokens=True).strip()
 
 
 def chat_text(processor: Any, prompt: str, history: Sequence[tuple[str, str]] = ()) -> str:

@@ -138,19 +138,25 @@ class Qwen25VL(KeptTokenGeneration):
         is passed as video metadata so that second_per_grid_ts, hence the model's absolute time
         positions, are right.
         """
+        video = self.video_frames(frames, source_size)
+        metadata = self.video_metadata(timestamps, duration, video.shape[0])
+        text = chat_text(self.processor, prompt, history)
+        inputs = self.processor(text=[text], videos=[video], video_metadata=[metadata], do_sample_frames=False,
+                                do_resize=False, cap_pixels_per_frame=True, return_tensors="pt")
+        return inputs.to(self.device)
+
+    def video_frames(self, frames: np.ndarray, source_size: tuple[int, int] | None = None) -> torch.Tensor:
+        """The frames (n, H, W, 3) uint8 as the processor is handed them: (n', 3, h, w), the last frame
+        repeated up to a multiple of the temporal patch, resized to `frame_size` unless the decoder did
+        (`source_size`, see `preprocess`). What another engine is given too (`ottvid eval --engine vllm`)."""
         video = torch.from_numpy(np.ascontiguousarray(frames)).permute(0, 3, 1, 2)  # (n, 3, H, W)
         n = video.shape[0]
         if n % self.frames_per_group:
             video = torch.cat([video, video[-1:].expand(self.frames_per_group - n % self.frames_per_group, -1, -1, -1)])
         size = (video.shape[2], video.shape[3])
         if source_size is None or self.frame_size(*source_size, video.shape[0]) != size:
-            size = self.frame_size(video.shape[2], video.shape[3], video.shape[0])
-            video = bicubic(video, size)
-        metadata = self.video_metadata(timestamps, duration, video.shape[0])
-        text = chat_text(self.processor, prompt, history)
-        inputs = self.processor(text=[text], videos=[video], video_metadata=[metadata], do_sample_frames=False,
-                                do_resize=False, cap_pixels_per_frame=True, return_tensors="pt")
-        return inputs.to(self.device)
+            video = bicubic(video, self.frame_size(video.shape[2], video.shape[3], video.shape[0]))
+        return video
 
     def video_metadata(self, timestamps: list[float], duration: float, frames: int) -> dict[str, Any]:
         """The metadata the processor reads: the average sampling rate (for second_per_grid_ts)."""

@@ -99,9 +99,21 @@ def eval_command(
                                         "frame itself: faster, but not the benchmark's protocol (recorded in the "
                                         "run's config; a run is resumed only with the same choice)."),
     siglip_head: SiglipHead = None,
+    engine: str = typer.Option("ottvid", "--engine", metavar="ENGINE", rich_help_panel="Engine",
+                               help="Who answers: ottvid (its own engine) or vllm (an in-process vLLM engine per "
+                                    "setting, with ottvid's plugin: Qwen2.5-VL and Qwen3-VL; needs the [vllm] extra). "
+                                    "The same frames, prompts, parsers and records."),
+    tensor_parallel_size: int = typer.Option(1, "--tensor-parallel-size", metavar="N", rich_help_panel="Engine",
+                                             help="vLLM: GPUs each engine spans (tensor parallel)."),
+    engine_arg: list[str] = typer.Option(None, "--engine-arg", metavar="KEY=VALUE", rich_help_panel="Engine",
+                                         help="vLLM: another vllm.LLM argument, VALUE as JSON where it parses (repeat), "
+                                              "e.g. max_model_len=32768, gpu_memory_utilization=0.85."),
+    chunk: int = typer.Option(64, "--chunk", min=1, metavar="N", rich_help_panel="Engine",
+                              help="vLLM: requests handed to the engine at once (it batches them; their records "
+                                   "are written when they are done)."),
 ) -> None:
     """Evaluate on a benchmark with the paper's protocol: one record per sample and setting, resumable."""
-    from ..eval import EvalError, RunStopped, StoreError, score_run
+    from ..eval import EngineStartError, EvalError, RunStopped, StoreError, score_run
     from ..eval import table as runs_table
 
     try:
@@ -116,12 +128,14 @@ def eval_command(
             return
         _evaluate(bench, data, videos, model, method, ratio, frames, fps, max_frames, limit, out_dir, shard,
                   skip_missing, retry_errors, compare, preset, as_json, quiet, device, dtype, attention, max_pixels,
-                  decoder, siglip_head, prefetch, sampling_rule, keyframes)
+                  decoder, siglip_head, prefetch, sampling_rule, keyframes,
+                  engine={"engine": engine, "tensor_parallel_size": tensor_parallel_size,
+                          "engine_args": engine_arg or [], "chunk": chunk})
     except RunStopped as exc:  # Ctrl-C or SIGTERM: the records written are kept
         _fail(str(exc), code=143 if exc.terminated else 130)
     except EvalError as exc:
         _fail(str(exc))
-    except StoreError as exc:  # a record or the summary could not be written: what was written is kept
+    except (StoreError, EngineStartError) as exc:  # a record could not be written, vLLM did not start: kept
         _fail(str(exc), code=EXIT_RUN)
 
 
@@ -130,20 +144,27 @@ def eval_command(
 
 def _evaluate(bench, data, videos, model, method, ratio, frames, fps, max_frames, limit, out_dir, shard_arg,
               skip_missing, retry_errors, compare, preset, as_json, quiet, device, dtype, attention, max_pixels,
-              decoder, siglip_head=None, prefetch=None, sampling_rule="lmms", keyframes: bool = False) -> None:
+              decoder, siglip_head=None, prefetch=None, sampling_rule="lmms", keyframes: bool = False,
+              engine: dict | None = None) -> None:
     """Check, run and render one evaluation (`ottvid_cli.eval.evaluate`): progress on stderr, the summary
-    on stdout (rank 0 only under torchrun)."""
-    from ..eval import EvalRequest, evaluate, plan_run
+    on stdout (rank 0 only under torchrun). `engine`: --engine and its vLLM options."""
+    from ..eval import EvalRequest, evaluate, parse_engine_args, plan_run
 
     if bench is None:
         _fail("give a benchmark (see `ottvid eval --help`), or --rescore RUN")
+    engine = dict(engine or {})
+    if engine.get("engine_args") is not None:
+        engine["engine_args"] = parse_engine_args(engine["engine_args"])
+    flag_device = device
     model, device, dtype, default_ratio, _ = _settle(model, device, dtype, None, None, None, config_frames=False)
+    if engine.get("engine") == "vllm":  # vLLM picks its device: only a --device given is refused (check_engine)
+        device = flag_device
     plan = plan_run(EvalRequest(
         bench=bench, data=data, videos=videos, model=model, methods=method or ["ottvid"],
         ratios=ratio or [default_ratio], frames=frames, fps=fps, max_frames=max_frames, limit=limit, out=out_dir,
         shard=shard_arg, skip_missing=skip_missing, retry_errors=retry_errors, sampling=sampling_rule,
         prefetch=prefetch, compare=compare, preset=preset, device=device, dtype=dtype, attention=attention,
-        max_pixels=max_pixels, decoder=decoder, siglip_head=siglip_head, keyframes=keyframes))
+        max_pixels=max_pixels, decoder=decoder, siglip_head=siglip_head, keyframes=keyframes, **engine))
     silent = quiet or plan.rank > 0 and plan.distributed
 
     def load(rank_device: str):
@@ -316,7 +337,7 @@ class _Bar:
         self.last = now
         eta = f", ETA {p.eta / 60:.1f} min" if p.eta is not None and p.done < p.total else ""
         errors = f", {p.errors} errors" if p.errors else ""
-        err.print(f"{self.label}: {p.done}/{p.total} samples{errors}, {rate or '-'}{eta}", highlight=False,
+        err.print(f"{self.label}: {p.done}/{p.total} {p.unit}{errors}, {rate or '-'}{eta}", highlight=False,
                   markup=False)
 
     def stop(self) -> None:

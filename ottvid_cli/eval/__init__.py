@@ -37,6 +37,21 @@ from .benchmarks import (
     missing_videos,
 )
 from .prompts import SYSTEM_PROMPT, Protocol, build_prompt, protocol
+from .results import compare, score_run, table
+from .runs import (
+    EvalRequest,
+    RunOutcome,
+    RunPlan,
+    RunStart,
+    RunStopped,
+    default_out,
+    evaluate,
+    parse_engine_args,
+    parse_shard,
+    plan_run,
+    request_of,
+    resume,
+)
 from .scoring import (
     VANILLA,
     Judgement,
@@ -48,20 +63,6 @@ from .scoring import (
     metrics,
     relative,
     relative_scores,
-)
-from .results import compare, score_run, table
-from .runs import (
-    EvalRequest,
-    RunOutcome,
-    RunPlan,
-    RunStart,
-    RunStopped,
-    default_out,
-    evaluate,
-    parse_shard,
-    plan_run,
-    request_of,
-    resume,
 )
 from .store import (
     SampleStore,
@@ -78,6 +79,7 @@ from .store import (
     summarise,
     write_summary,
 )
+from .vllm_runner import EngineStartError, VllmOptions, run_vllm
 
 __all__ = [
     "BENCHMARKS", "GROUNDING", "MC", "EvalError", "Sample", "VideoFinder", "VideoRef", "check_benchmark",
@@ -86,5 +88,6 @@ __all__ = [
     "relative", "relative_scores", "SampleStore", "load_config", "load_records", "make_record", "merge_shards",
     "rejudge", "rescore", "save_config", "score", "shard", "summarise", "write_summary", "StoreError",
     "compare", "score_run", "table", "EvalRequest", "RunOutcome", "RunPlan", "RunStart", "RunStopped", "default_out",
-    "evaluate", "parse_shard", "plan_run", "request_of", "resume",
+    "evaluate", "parse_shard", "plan_run", "request_of", "resume", "parse_engine_args", "EngineStartError",
+    "VllmOptions", "run_vllm",
 ]

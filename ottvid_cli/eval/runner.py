@@ -104,6 +104,7 @@ class Progress:
     total: int
     errors: int
     started: float
+    unit: str = "samples"  # what done / total count ("records" for --engine vllm: one per sample and setting)
 
     @property
     def rate(self) -> float:
@@ -280,6 +281,7 @@ def run(backbone: Any, samples: Sequence[Sample], out: Path | str, runs: Sequenc
             on_progress(progress)
 
         def write(record: dict) -> None:
+            record["engine"] = "ottvid"
             if store.add(record):
                 stats.records += 1
                 if record.get("error") is not None:

@@ -39,6 +39,7 @@ from .store import (
 
 BARRIER_TIMEOUT = timedelta(days=7)  # shards may finish hours apart
 LMMS = "lmms"  # the sampling rule lmms-eval's own model reads for the backbone
+VLLM_MODEL_TYPES = ("qwen2_5_vl", "qwen3_vl", "qwen3_vl_moe")  # what the vLLM plugin serves
 
 
 @dataclass
@@ -73,6 +74,10 @@ class EvalRequest:
     decoder: str = "auto"
     siglip_head: str | None = None
     keyframes: bool = False  # key frames instead of the protocol's frames: only when asked for by name
+    engine: str = "ottvid"  # who answers: ottvid's own engine, or vLLM (one in-process engine per setting)
+    tensor_parallel_size: int = 1  # vLLM only
+    engine_args: dict = field(default_factory=dict)  # vLLM only: more `vllm.LLM` arguments (--engine-arg)
+    chunk: int = 64  # vLLM only: requests handed to the engine at once
 
 
 @dataclass
@@ -144,6 +149,96 @@ def parse_shard(value: str | None, env: dict | None = None) -> tuple[int, int, b
     return 0, 1, False
 
 
+ENGINES = ("ottvid", "vllm")
+
+
+def parse_engine_args(items: Sequence[str]) -> dict[str, Any]:
+    """--engine-arg KEY=VALUE items as `vllm.LLM` keyword arguments: VALUE read as JSON where it is JSON
+    (numbers, true / false, objects, lists), else as the string itself. EvalError, one line, for an item
+    without KEY=."""
+    import json
+
+    out: dict[str, Any] = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        key = key.strip().replace("-", "_")
+        if not sep or not key.isidentifier():
+            raise EvalError(f"--engine-arg takes KEY=VALUE (a vllm.LLM argument, e.g. max_model_len=32768), "
+                            f"got {item!r}")
+        try:
+            out[key] = json.loads(value)
+        except ValueError:
+            out[key] = value
+    return out
+
+
+def check_engine(r: EvalRequest, runs: Sequence[Setting], distributed: bool) -> None:
+    """The engine's own checks, before anything starts: --engine vllm serves Qwen2.5-VL and Qwen3-VL (the
+    plugin's models) with every setting the plugin takes, in an environment with vLLM, its engine
+    arguments known to vLLM; the vLLM-only options are refused with the ottvid engine. EvalError, one line."""
+    from ..settings import ModelError, model_type
+
+    if r.engine not in ENGINES:
+        raise EvalError(f"--engine must be one of {', '.join(ENGINES)}, got {r.engine!r}")
+    if r.engine == "ottvid":
+        given = [flag for flag, on in (("--tensor-parallel-size", r.tensor_parallel_size != 1),
+                                       ("--engine-arg", bool(r.engine_args))) if on]
+        if given:
+            raise EvalError(f"{' and '.join(given)} apply to --engine vllm only")
+        return
+    if r.tensor_parallel_size < 1:
+        raise EvalError(f"--tensor-parallel-size must be at least 1, got {r.tensor_parallel_size}")
+    if r.chunk < 1:
+        raise EvalError(f"the chunk of requests must be at least 1, got {r.chunk}")
+    others = [flag for flag, on in (("--device", r.device not in (None, "auto")),
+                                    ("--attention", r.attention not in (None, "auto")),
+                                    ("--siglip-head", r.siglip_head is not None)) if on]
+    if others:
+        raise EvalError(f"{', '.join(others)} apply to --engine ottvid only (vLLM chooses its device and attention; "
+                        f"pass its own options with --engine-arg KEY=VALUE)")
+    if distributed:
+        raise EvalError("--engine vllm does not run under torchrun: start one process per GPU with --shard I/N and "
+                        "CUDA_VISIBLE_DEVICES=I (docs/eval.md), or one engine over several with --tensor-parallel-size")
+    try:
+        kind = model_type(r.model)
+    except ModelError as exc:
+        raise EvalError(str(exc)) from None
+    if kind not in VLLM_MODEL_TYPES:
+        raise EvalError(f"--engine vllm runs Qwen2.5-VL and Qwen3-VL (dense and MoE), the models ottvid's vLLM plugin "
+                        f"serves; {r.model} is {kind}: use --engine ottvid")
+    from ..integrations.vllm.offline import RESERVED, pruning_rate
+    from ..integrations.vllm.settings import SettingsError, read
+
+    for key in r.engine_args:
+        if key in RESERVED:
+            raise EvalError(f"--engine-arg {key} is set by ottvid: use {RESERVED[key]}")
+    for name in ("ottvid_method", "ottvid_method_args", "ottvid_preset"):
+        if name in (r.engine_args.get("hf_overrides") or {}):
+            raise EvalError(f"--engine-arg hf_overrides may not set {name}: ottvid sets it from --method / --preset")
+    for method, ratio in runs:
+        if method == "none":
+            continue
+        chosen = type("Config", (), {"ottvid_method": method, "ottvid_preset": r.preset})()
+        try:
+            read(chosen, pruning_rate(ratio))
+        except SettingsError as exc:
+            raise EvalError(f"--engine vllm cannot run {method} at {ratio:g}: {exc}") from None
+    import importlib.util
+
+    spec = importlib.util.find_spec("vllm")
+    if spec is None or spec.submodule_search_locations is None:  # none, or a vllm.py that is not the package
+        raise EvalError('--engine vllm needs vLLM in this environment: pip install -e ".[vllm]" from a checkout of '
+                        'ottvid (docs/vllm.md)')
+    import dataclasses
+
+    from vllm.engine.arg_utils import EngineArgs
+
+    known = {f.name for f in dataclasses.fields(EngineArgs)}
+    unknown = sorted(set(r.engine_args) - known)
+    if unknown:
+        raise EvalError(f"--engine-arg {unknown[0]} is not an argument of this vLLM's engine (vllm.EngineArgs)")
+
+
 def default_out(bench: str, model: str) -> str:
     """The default run folder: runs/BENCH-MODEL (the model folder's or hub id's last part)."""
     name = Path(model.rstrip("/")).name or "model"
@@ -161,6 +256,7 @@ def plan_run(request: EvalRequest) -> RunPlan:
         raise EvalError("give --frames or --fps, not both")
     runs = settings(r.methods, r.ratios)
     rank, shards, distributed = parse_shard(r.shard)
+    check_engine(r, runs, distributed)
     every = samples = load_samples(r.bench, r.data)
     if r.limit is not None:
         samples = samples[:r.limit]
@@ -251,7 +347,18 @@ def evaluate(request: EvalRequest | RunPlan, load: Callable[[str], Any], *,
         start = _start(plan)
         if on_start is not None:
             on_start(start)
-        if start.left:
+        if start.left and r.engine == "vllm":  # no backbone: vLLM loads the model, one engine per setting
+            from .vllm_runner import VllmOptions, run_vllm
+
+            def work() -> RunStats:
+                options = VllmOptions(tensor_parallel_size=r.tensor_parallel_size, engine_args=dict(r.engine_args),
+                                      dtype=None if r.dtype in (None, "auto") else r.dtype, chunk=r.chunk)
+                return run_vllm(r.model, plan.samples, plan.out, plan.runs, r.videos, plan.frames, options=options,
+                                rank=plan.rank, shards=plan.shards, preset=r.preset, retry_errors=r.retry_errors,
+                                on_progress=on_progress, prefetch=r.prefetch)
+
+            stats = call(work) if call is not None else work()
+        elif start.left:
             backbone = load(device)
 
             def work() -> RunStats:
