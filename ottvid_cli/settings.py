@@ -170,18 +170,24 @@ def model_source(model: str) -> str:
         raise ModelError(missing_weights_message(model, f"{why}, and it is not in the local cache")) from None
 
 
-def model_type(model: str) -> str:
-    """The checkpoint's model type from its config.json alone (no weights, no processor, no torch).
-    ModelError, one line, when the config cannot be read."""
+def first_sentence(exc: BaseException, limit: int = 200) -> str:
+    """The first sentence of an exception's first line, at most `limit` characters (its type if empty)."""
+    text = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+    return text.split(". ")[0].rstrip(".")[:limit]
+
+
+def model_config(model: str, source: str | None = None) -> Any:
+    """The checkpoint's transformers config from its config.json alone (no weights, no processor, no torch);
+    `source`: `model_source(model)` when the caller has it. ModelError, one line, when it cannot be read:
+    a local folder that is not a checkpoint, or a hub id that is not available."""
     from transformers import AutoConfig
 
-    source = model_source(model)
+    source = source or model_source(model)
     try:
-        return AutoConfig.from_pretrained(source).model_type
+        return AutoConfig.from_pretrained(source)
     except (OSError, ValueError) as exc:
         if os.path.isdir(os.path.expanduser(source)):
-            first = (str(exc).strip().splitlines() or [type(exc).__name__])[0].split(". ")[0][:160]
-            raise ModelError(f"{model} is not a loadable checkpoint folder ({first})") from None
+            raise ModelError(f"{model} is not a loadable checkpoint folder ({first_sentence(exc, 160)})") from None
         raise ModelError(missing_weights_message(model)) from None
 
 

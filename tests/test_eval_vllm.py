@@ -190,21 +190,14 @@ def test_refusals_without_vllm(tiny_qwen, tiny_llava_ov, tmp_path):
     assert not (tmp_path / "out").exists()
 
 
-def test_torchrun_is_refused_with_the_shard_recipe(tiny_qwen, tmp_path):
+def test_torchrun_is_refused_with_the_shard_recipe(tiny_qwen, monkeypatch):
     from ottvid_cli.eval import EvalError, EvalRequest, plan_run
 
     request = EvalRequest("jsonl", str(DATA / "eval" / "custom.jsonl"), str(DATA), str(tiny_qwen), engine="vllm")
-    saved = {k: os.environ.get(k) for k in ("RANK", "WORLD_SIZE")}
-    os.environ.update(RANK="0", WORLD_SIZE="2")
-    try:
-        with pytest.raises(EvalError, match="--shard I/N and CUDA_VISIBLE_DEVICES"):
-            plan_run(request)
-    finally:
-        for key, value in saved.items():
-            if value is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = value
+    monkeypatch.setenv("RANK", "0")
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    with pytest.raises(EvalError, match="--shard I/N and CUDA_VISIBLE_DEVICES"):
+        plan_run(request)
 
 
 def test_engine_arguments_of_a_setting():
@@ -222,7 +215,7 @@ def test_engine_arguments_of_a_setting():
     assert kwargs["dtype"] == "bfloat16" and kwargs["max_model_len"] == 32768
     stock = engine_arguments("M", "none", 1.0)
     assert "video_pruning_rate" not in stock and "hf_overrides" not in stock and "dtype" not in stock
-    for ratio in (0.25, 0.2, 0.15, 0.1, 0.3):  # the plugin's kept share 1 - q is the ratio exactly
-        from ottvid_cli.integrations.vllm.settings import kept_share
+    from ottvid_cli.integrations.vllm.settings import kept_share
 
+    for ratio in (0.25, 0.2, 0.15, 0.1, 0.3):  # the plugin's kept share 1 - q is the ratio exactly
         assert kept_share(engine_arguments("M", "topk", ratio)["video_pruning_rate"]) == ratio

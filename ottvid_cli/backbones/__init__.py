@@ -6,7 +6,7 @@ from typing import Any
 
 from safetensors import SafetensorError
 
-from ..settings import DEFAULT_MODEL, ModelError, missing_weights_message, model_source, model_type
+from ..settings import DEFAULT_MODEL, ModelError, first_sentence, missing_weights_message, model_config, model_source
 from .base import (Backbone, Generated, VisualTokens, attention_implementation, is_local, load_processor,
                    resolve_device, resolve_dtype)
 
@@ -28,8 +28,6 @@ def load_backbone(model_id: str, device: str = "auto", dtype: str = "auto", atte
     """
     import time
 
-    from transformers import AutoConfig
-
     from .attention import choose_cuda_backends
 
     start = time.perf_counter()
@@ -38,12 +36,7 @@ def load_backbone(model_id: str, device: str = "auto", dtype: str = "auto", atte
     name = model_id
     model_id = model_source(model_id)
     _refuse_llava_next(model_id)
-    try:
-        config = AutoConfig.from_pretrained(model_id)
-    except (OSError, ValueError) as exc:
-        if is_local(model_id):
-            raise ModelError(f"{name} is not a loadable checkpoint folder ({_first_sentence(exc, 160)})") from None
-        raise ModelError(missing_weights_message(name)) from None
+    config = model_config(name, model_id)
     if config.model_type == "qwen2_5_vl":
         from .qwen2_5_vl import Qwen25VL as adapter
     elif config.model_type == "llava_onevision":
@@ -66,9 +59,9 @@ def load_backbone(model_id: str, device: str = "auto", dtype: str = "auto", atte
     except OSError as exc:
         if not is_local(model_id):
             raise ModelError(missing_weights_message(name)) from None
-        raise ModelError(f"cannot load {name}: {_first_sentence(exc)}") from None
+        raise ModelError(f"cannot load {name}: {first_sentence(exc)}") from None
     except SafetensorError as exc:  # a damaged weights file in the Hugging Face cache
-        raise ModelError(f"cannot load {name}: a weights file is damaged or incomplete ({_first_sentence(exc)}); "
+        raise ModelError(f"cannot load {name}: a weights file is damaged or incomplete ({first_sentence(exc)}); "
                          f"download it again") from None
     except RuntimeError as exc:  # transformers: the checkpoint's tensor shapes differ from its config.json
         if "ignore_mismatched_sizes" not in str(exc):
@@ -139,26 +132,18 @@ def frames_only(model_id: str) -> Any:
     sizes and resampling, the video metadata and the chat text `preprocess` uses, so that another
     engine (`ottvid eval --engine vllm`) is handed the frames and the prompt ottvid's own would see.
     ModelError, one line, for a checkpoint that cannot be read or is not Qwen2.5-VL / Qwen3-VL."""
-    from transformers import AutoConfig
-
-    kind = model_type(model_id)
-    if kind not in QWEN_TYPES:
-        raise ModelError(f"{model_id} is {kind}; only Qwen2.5-VL and Qwen3-VL (dense and MoE) are supported here")
     source = model_source(model_id)
-    config = AutoConfig.from_pretrained(source)
+    config = model_config(model_id, source)
+    if config.model_type not in QWEN_TYPES:
+        raise ModelError(f"{model_id} is {config.model_type}; only Qwen2.5-VL and Qwen3-VL (dense and MoE) are "
+                         f"supported here")
     try:
         processor = load_processor(source, config.video_token_id)
     except OSError as exc:
-        raise ModelError(f"cannot load the processor of {model_id}: {_first_sentence(exc)}") from None
+        raise ModelError(f"cannot load the processor of {model_id}: {first_sentence(exc)}") from None
     adapter = _qwen_without_weights(config, processor)
     adapter.name = model_id
     return adapter
-
-
-def _first_sentence(exc: BaseException, limit: int = 200) -> str:
-    """The first sentence of an exception's first line, at most `limit` characters (its type if empty)."""
-    text = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-    return text.split(". ")[0].rstrip(".")[:limit]
 
 
 def _check_weights(folder: str, name: str) -> None:
@@ -176,7 +161,7 @@ def _check_weights(folder: str, name: str) -> None:
                     pass
             except (SafetensorError, OSError) as exc:
                 raise ModelError(f"cannot load {name}: {file} is damaged or incomplete (a truncated download?): "
-                                 f"{_first_sentence(exc)}") from None
+                                 f"{first_sentence(exc)}") from None
 
 
 def _refuse_llava_next(model_id: str) -> None:

@@ -14,6 +14,7 @@ import re
 from dataclasses import dataclass, field, replace
 from datetime import timedelta
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any, Callable, Sequence
 
 from ..settings import SAMPLING_RULES, model_key
@@ -176,7 +177,7 @@ def check_engine(r: EvalRequest, runs: Sequence[Setting], distributed: bool) -> 
     """The engine's own checks, before anything starts: --engine vllm serves Qwen2.5-VL and Qwen3-VL (the
     plugin's models) with every setting the plugin takes, in an environment with vLLM, its engine
     arguments known to vLLM; the vLLM-only options are refused with the ottvid engine. EvalError, one line."""
-    from ..settings import ModelError, model_type
+    from ..settings import ModelError, model_config
 
     if r.engine not in ENGINES:
         raise EvalError(f"--engine must be one of {', '.join(ENGINES)}, got {r.engine!r}")
@@ -200,7 +201,7 @@ def check_engine(r: EvalRequest, runs: Sequence[Setting], distributed: bool) -> 
         raise EvalError("--engine vllm does not run under torchrun: start one process per GPU with --shard I/N and "
                         "CUDA_VISIBLE_DEVICES=I (docs/eval.md), or one engine over several with --tensor-parallel-size")
     try:
-        kind = model_type(r.model)
+        kind = model_config(r.model).model_type
     except ModelError as exc:
         raise EvalError(str(exc)) from None
     if kind not in VLLM_MODEL_TYPES:
@@ -218,9 +219,8 @@ def check_engine(r: EvalRequest, runs: Sequence[Setting], distributed: bool) -> 
     for method, ratio in runs:
         if method == "none":
             continue
-        chosen = type("Config", (), {"ottvid_method": method, "ottvid_preset": r.preset})()
         try:
-            read(chosen, pruning_rate(ratio))
+            read(SimpleNamespace(ottvid_method=method, ottvid_preset=r.preset), pruning_rate(ratio))
         except SettingsError as exc:
             raise EvalError(f"--engine vllm cannot run {method} at {ratio:g}: {exc}") from None
     import importlib.util
@@ -347,24 +347,23 @@ def evaluate(request: EvalRequest | RunPlan, load: Callable[[str], Any], *,
         start = _start(plan)
         if on_start is not None:
             on_start(start)
-        if start.left and r.engine == "vllm":  # no backbone: vLLM loads the model, one engine per setting
-            from .vllm_runner import VllmOptions, run_vllm
+        if start.left:
+            common = dict(rank=plan.rank, shards=plan.shards, preset=r.preset, retry_errors=r.retry_errors,
+                          on_progress=on_progress, prefetch=r.prefetch)
+            if r.engine == "vllm":  # no backbone: vLLM loads the model, one engine per setting
+                from .vllm_runner import VllmOptions, run_vllm
 
-            def work() -> RunStats:
                 options = VllmOptions(tensor_parallel_size=r.tensor_parallel_size, engine_args=dict(r.engine_args),
                                       dtype=None if r.dtype in (None, "auto") else r.dtype, chunk=r.chunk)
-                return run_vllm(r.model, plan.samples, plan.out, plan.runs, r.videos, plan.frames, options=options,
-                                rank=plan.rank, shards=plan.shards, preset=r.preset, retry_errors=r.retry_errors,
-                                on_progress=on_progress, prefetch=r.prefetch)
 
-            stats = call(work) if call is not None else work()
-        elif start.left:
-            backbone = load(device)
+                def work() -> RunStats:
+                    return run_vllm(r.model, plan.samples, plan.out, plan.runs, r.videos, plan.frames,
+                                    options=options, **common)
+            else:
+                backbone = load(device)
 
-            def work() -> RunStats:
-                return run(backbone, plan.samples, plan.out, plan.runs, r.videos, plan.frames, rank=plan.rank,
-                           shards=plan.shards, preset=r.preset, retry_errors=r.retry_errors,
-                           on_progress=on_progress, prefetch=r.prefetch)
+                def work() -> RunStats:
+                    return run(backbone, plan.samples, plan.out, plan.runs, r.videos, plan.frames, **common)
 
             stats = call(work) if call is not None else work()
     except KeyboardInterrupt as exc:

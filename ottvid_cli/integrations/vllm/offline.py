@@ -50,11 +50,10 @@ class RequestRefused(ValueError):
 
 @dataclass
 class Reply:
-    """What vLLM answered one request: the generated token ids, vLLM's own text of them, the prompt's tokens
-    (the video's among them)."""
+    """What vLLM answered one request: the generated token ids (their text is the caller's: `reply_text`), the
+    prompt's tokens (the video's among them)."""
 
     ids: list[int]
-    text: str
     prompt_tokens: int
     video_tokens: int
 
@@ -95,8 +94,8 @@ class OfflineEngine:
         replies = []
         for output in outputs:
             ids = list(output.prompt_token_ids or [])
-            replies.append(Reply(ids=list(output.outputs[0].token_ids), text=output.outputs[0].text,
-                                 prompt_tokens=len(ids), video_tokens=ids.count(self.video_token)))
+            replies.append(Reply(ids=list(output.outputs[0].token_ids), prompt_tokens=len(ids),
+                                 video_tokens=ids.count(self.video_token)))
         return replies
 
     def close(self) -> None:
