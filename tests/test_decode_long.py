@@ -168,6 +168,31 @@ def test_same_frames_whatever_the_work_split(clips, kind):
 
 
 @pytest.mark.parametrize("kind", KINDS)
+def test_same_frames_however_many_workers(clips, kind):
+    """One container, or several threads each with its own taking key-frame intervals in turn (more
+    threads than intervals included): the same frames, order and times, each the in-order decode's."""
+    path, truth = clips(kind)
+    size = (HEIGHT // 2, WIDTH // 2)
+    plans = [  # (where the sample's times count from, its size, the plan)
+        (0.0, None, lambda w: sample_fps(path, RATE / 2, decoder="pyav", workers=w)),
+        (0.0, None, lambda w: sample_frames(path, 12, decoder="pyav", workers=w)),
+        (2.5, None, lambda w: sample_frames(path, 6, decoder="pyav", start=2.5, end=5.5, workers=w)),
+        (0.0, None, lambda w: sample_frames(path, 8, decoder="pyav", keyframes=True, workers=w)),
+        (0.0, size, lambda w: sample_frames(path, 8, decoder="pyav", resize=size, workers=w))]
+    for start, shape, plan in plans:
+        one = plan(1)
+        assert one.timeline.source == "pyav index", one.timeline.problem
+        for workers in (2, 3, 16):
+            video = plan(workers)
+            assert video.indices == one.indices and video.timestamps == one.timestamps
+            assert video.planned == one.planned and np.array_equal(video.frames, one.frames), workers
+        for k, i in enumerate(one.indices):
+            expected = truth[i].pixels if shape is None else resized(truth[i].pixels, shape)
+            assert np.array_equal(one.frames[k], expected), (k, i)
+            assert one.timestamps[k] + start == pytest.approx(truth[i].time, abs=1e-6), (k, i)
+
+
+@pytest.mark.parametrize("kind", KINDS)
 def test_resized_frames_are_the_sequential_frames_resized(clips, kind):
     """With `resize` each frame is the in-order decode's frame resized by `bicubic` (torchvision's
     antialiased bicubic resize of a uint8 tensor, checked directly too), down or up, to a fixed size or

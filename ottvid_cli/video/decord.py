@@ -109,6 +109,9 @@ def _sample_decord(path: str, plan: Plan, shrink: Shrinker) -> tuple[Timeline, l
     shrink.restart(len(indices))
     frames, problem = [], ""
     try:
+        if indices and indices[0] > 0:  # the first frame first, as PyAV's seeking does (`pyav._prime`)
+            with _native_stderr_silenced():
+                reader.get_batch([0])
         for at in range(0, len(indices), DECORD_CHUNK):  # a few full-size frames at a time, shrunk at once
             checkpoint("decoding the video")
             with _native_stderr_silenced():

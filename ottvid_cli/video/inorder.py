@@ -124,11 +124,11 @@ def _sequential(path: str, plan: Plan, guess: Timeline | None, problem: str, shr
 
 
 
-def _sample_pyav(path: str, plan: Plan, shrink: Shrinker, distrust: str = "", keyframes: bool = False
-                 ) -> tuple[Timeline, list[int], np.ndarray]:
+def _sample_pyav(path: str, plan: Plan, shrink: Shrinker, distrust: str = "", keyframes: bool = False,
+                 workers: int | None = None) -> tuple[Timeline, list[int], np.ndarray]:
     """Seek to the sampled frames where PyAV's index is trusted (and `distrust` gives no reason not to),
     else decode every frame in order. `keyframes`: the plan picks key frames (`timeline._keyframe_plan`),
-    which are read without decoding anything else."""
+    which are read without decoding anything else. `workers`: seeking threads (`pyav._seek_decode`)."""
     with _pyav_stream(path) as (container, stream):
         header = _header(container, stream)
         packets = _pyav._demux(container, stream)
@@ -142,7 +142,7 @@ def _sample_pyav(path: str, plan: Plan, shrink: Shrinker, distrust: str = "", ke
         indices = plan(timeline)
         shrink.restart(len(indices))
         wanted = [int(packets.pts[i]) for i in indices]
-        got = _pyav._seek_decode(path, packets, wanted, shrink, keyframes)
+        got = _pyav._seek_decode(path, packets, wanted, shrink, keyframes, workers)
         if got is not None:
             return timeline, indices, np.stack([got[p] for p in wanted])
         problem = "seeking did not reach the frames the index lists"

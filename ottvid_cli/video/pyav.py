@@ -11,6 +11,7 @@ import numpy as np
 
 from ..interrupt import checkpoint
 from .probe import Header, _pyav_stream, judge_index, pyav_file_errors
+from . import workers as _workers
 from .resize import Background
 from .timeline import Timeline
 
@@ -86,10 +87,12 @@ def _span_end(starts, end: float | None, average_fps: float) -> float:
 
 def _seek_decode(path: str, packets: _Packets, wanted_pts: list[int],
                  shrink: Callable[[np.ndarray], np.ndarray] | None = None,
-                 keyframes: bool = False) -> dict[int, np.ndarray] | None:
+                 keyframes: bool = False, workers: int | None = None) -> dict[int, np.ndarray] | None:
     """Decode the frames whose pts are `wanted_pts` (each passed through `shrink` as soon as it is
     decoded), in one forward pass where the samples are close and seeking to the key frame before each
     distant one (`_Seeker`). `keyframes`: the wanted frames are key frames; nothing else is decoded.
+    `workers`: threads decoding key-frame intervals at once, each with its own container (`workers`;
+    None: one per core, at most 4); the frames are the same however many.
 
     Returns None when a frame cannot be reached that way, or FFmpeg fails seeking or decoding (a
     damaged file: e.g. a broken codec header makes every packet fail with EINVAL, which is not one of
@@ -98,24 +101,56 @@ def _seek_decode(path: str, packets: _Packets, wanted_pts: list[int],
     """
     shrink = shrink or (lambda image: image)
     targets = sorted(set(wanted_pts))
-    with _pyav_stream(path) as (container, stream), Background() as converting:
-        size = _stream_size(stream)
-        if keyframes:  # one packet decoded per frame: frame threads would only add latency
-            stream.thread_type = "SLICE"
-        seeker = _Seeker(container, stream, packets, set(targets))
-        key_set = set(packets.keys.tolist())
-        try:
-            for target in targets:
-                checkpoint("decoding the video")
-                frame = _key_frame(container, stream, packets, target) if keyframes and target in key_set \
-                    else seeker.frame_at(target)
-                if frame is None:
-                    return None
-                converting.put(target, lambda frame=frame: shrink(_rgb(frame, size)))
-        except pyav_file_errors():
+    work = _workers.groups(packets.keys, targets, each=keyframes)
+    count = _workers.resolve_workers(workers, len(work))
+    key_set = set(packets.keys.tolist())
+    wanted = set(targets)
+
+    def decode(mine, stop) -> bool:
+        with _pyav_stream(path) as (container, stream):
+            size = _stream_size(stream)
+            if keyframes:  # one packet decoded per frame: frame threads would only add latency
+                stream.thread_type = "SLICE"
+            if count > 1:
+                stream.thread_count = _workers.ffmpeg_threads(count)
+            seeker = _Seeker(container, stream, packets, wanted, stop)
+            try:
+                for n, group in enumerate(mine):
+                    if n == 0 and _after_first_interval(packets, group[0]):
+                        _prime(container, stream)
+                    for target in group:
+                        checkpoint("decoding the video")
+                        if stop.is_set():
+                            raise _workers.Stopped()
+                        frame = _key_frame(container, stream, packets, target) if keyframes and target in key_set \
+                            else seeker.frame_at(target)
+                        if frame is None:
+                            return False
+                        converting.put(target, lambda frame=frame: shrink(_rgb(frame, size)))
+            except pyav_file_errors():
+                return False
+        return True
+
+    with Background() as converting:
+        if not _workers.run_groups(work, count, decode):
             return None
         return converting.take()
 
+
+
+def _after_first_interval(packets: _Packets, target: int) -> bool:
+    """Whether `target` lies after the stream's second key frame (a seek to it starts decoding there)."""
+    return len(packets.keys) > 1 and target >= int(packets.keys[1])
+
+
+def _prime(container, stream) -> None:
+    """Decode the stream's first frame, before a first seek past it. FFmpeg's decoders keep for the whole
+    stream what its first packets say: H.264's decoder reads the x264 build from the first frame's SEI
+    and works around that build's bugs (a 4:4:4 stream from an x264 older than build 151 decodes green
+    without it: tests/data/cockatoo.mp4), MPEG-4's the Xvid or DivX build; a decoder whose first packet
+    is a later key frame never sees them. The seek after it flushes the decoder."""
+    for _ in _decoded(container, stream):
+        break
 
 
 def _key_frame(container, stream, packets: _Packets, target: int):
@@ -179,9 +214,10 @@ class _Seeker:
     FFmpeg's H.264, HEVC, MPEG-4 and MPEG-2 decoders honour (others decode everything).
     """
 
-    def __init__(self, container, stream, packets: _Packets, wanted: set[int]):
+    def __init__(self, container, stream, packets: _Packets, wanted: set[int], stop=None):
         self.container, self.stream, self.packets, self.keys = container, stream, packets, packets.keys
         self.wanted = wanted
+        self.stop = stop  # a threading.Event another worker sets: raise `workers.Stopped` at the next packet
         self.context = stream.codec_context
         self.mode = None  # the skip_frame set last
         self.frames = None  # the decoding generator, None before the first seek
@@ -192,6 +228,8 @@ class _Seeker:
 
     def _skip(self, packet) -> None:
         """Set the decoder's skip_frame for this packet (only when it changes)."""
+        if self.stop is not None and self.stop.is_set():
+            raise _workers.Stopped()
         mode = "DEFAULT" if packet.pts in self.wanted else "NONREF"
         if mode != self.mode:
             self.context.skip_frame = mode

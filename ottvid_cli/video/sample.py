@@ -20,13 +20,16 @@ from .timeline import (Plan, Timeline, Video, VideoError, _keyframe_plan, _plan_
 
 def _sample(path: str | os.PathLike, plan: Plan, decoder: str, start: float | None = None,
             end: float | None = None, frame_rate: float | None = None, resize: FrameResize | Size | None = None,
-            keyframes: bool = False) -> Video:
+            keyframes: bool = False, workers: int | None = None) -> Video:
     """Sample the file (or folder of frame images, at `frame_rate`) by `plan`; with `start` / `end`
     (s), only that part of it, which the Video then describes (timestamps from `start`, its length,
     its frame count). Each frame is resized by `resize` as soon as it is decoded; with `keyframes`
-    each planned frame is replaced by the key frame nearest it (read with PyAV, nothing else decoded)."""
+    each planned frame is replaced by the key frame nearest it (read with PyAV, nothing else decoded);
+    `workers`: PyAV's seeking threads (`pyav._seek_decode`)."""
     if decoder not in DECODERS:
         raise VideoError(f"unknown decoder {decoder!r}: choose one of {', '.join(DECODERS)}")
+    if workers is not None and (isinstance(workers, bool) or not isinstance(workers, int) or workers < 1):
+        raise VideoError(f"workers must be a positive whole number, got {workers!r}")
     shrink = Shrinker(as_resize(resize))
     planned: list[float] = []  # the plan's own times (from the part's start), before key frames replace them
 
@@ -47,7 +50,7 @@ def _sample(path: str | os.PathLike, plan: Plan, decoder: str, start: float | No
         if backend == "decord" and not keyframes:
             timeline, indices, frames = _sample_decord(path, chosen, shrink)
         else:  # key frames alone: PyAV decodes single packets, decord cannot
-            timeline, indices, frames = _sample_pyav(path, chosen, shrink, keyframes=keyframes)
+            timeline, indices, frames = _sample_pyav(path, chosen, shrink, keyframes=keyframes, workers=workers)
         backend = "decord" if timeline.source == "decord index" else "pyav"
     first, last, lo, duration = (0, len(timeline.starts), 0.0, timeline.duration) if start is None and end is None \
         else _segment(timeline, start, end)
@@ -113,7 +116,8 @@ def video_duration(path: str | os.PathLike) -> float | None:
 
 def sample_frames(path: str | os.PathLike, num_frames: int = 32, decoder: str = "auto",
                   start: float | None = None, end: float | None = None, frame_rate: float | None = None,
-                  rule: str = "centre", resize: FrameResize | Size | None = None, keyframes: bool = False) -> Video:
+                  rule: str = "centre", resize: FrameResize | Size | None = None, keyframes: bool = False,
+                  workers: int | None = None) -> Video:
     """`num_frames` frames (made even; fewer for videos with fewer frames) uniformly in time; with
     `start` / `end` (s), uniformly over that part only (MVBench's time-bounded questions). `path` may
     be a folder of frame images shown at `frame_rate` a second (default `DEFAULT_FRAME_RATE`, 3).
@@ -124,28 +128,33 @@ def sample_frames(path: str | os.PathLike, num_frames: int = 32, decoder: str = 
     size and resampling its processor applies) or a fixed (height, width); each frame is resized as soon
     as it is decoded, so full-resolution frames never accumulate (None: frames as decoded).
     `keyframes`: each frame is the key frame nearest its planned time (distinct ones where the file has
-    enough), read without decoding any other frame; `Video.planned` holds the planned times."""
+    enough), read without decoding any other frame; `Video.planned` holds the planned times.
+    `workers`: how many threads decode the sampled frames of different key-frame intervals at once with
+    PyAV, each with its own container (None: one per core, at most 4; 1: one container using FFmpeg's
+    frame threads). The frames, their order and their times do not depend on it."""
     if num_frames < 1:
         raise VideoError(f"the number of frames must be >= 1, got {num_frames}")
-    return _sample(path, _plan_count(num_frames, _rule(rule)), decoder, start, end, frame_rate, resize, keyframes)
+    return _sample(path, _plan_count(num_frames, _rule(rule)), decoder, start, end, frame_rate, resize, keyframes,
+                   workers)
 
 
 
 def sample_fps(path: str | os.PathLike, fps: float = 2.0, max_frames: int | None = None,
                decoder: str = "auto", start: float | None = None, end: float | None = None,
                frame_rate: float | None = None, rule: str = "centre", resize: FrameResize | Size | None = None,
-               keyframes: bool = False) -> Video:
+               keyframes: bool = False, workers: int | None = None) -> Video:
     """Frames at `fps` per second of duration (an even count, at least 2), uniformly in time.
 
     With `max_frames`, longer videos are subsampled uniformly to that many frames (made even). `path`
     may be a folder of frame images shown at `frame_rate` a second (see `sample_frames`). With a
     harness `rule` ("linspace" / "linspace-floor") the count is qwen-vl-utils' `smart_nframes`
     (frames / average fps x fps, at least 4, at most `max_frames` (768 by default) and the frame
-    count, made even) and the frames are spread over the indices as that rule does. `resize` and
-    `keyframes`: as for `sample_frames`.
+    count, made even) and the frames are spread over the indices as that rule does. `resize`,
+    `keyframes` and `workers`: as for `sample_frames`.
     """
     if not (fps > 0 and math.isfinite(fps)):
         raise VideoError(f"fps must be > 0, got {fps}")
     if max_frames is not None and max_frames < 2:
         raise VideoError(f"max_frames must be >= 2, got {max_frames}")
-    return _sample(path, _plan_rate(fps, max_frames, _rule(rule)), decoder, start, end, frame_rate, resize, keyframes)
+    return _sample(path, _plan_rate(fps, max_frames, _rule(rule)), decoder, start, end, frame_rate, resize, keyframes,
+                   workers)
