@@ -10,6 +10,8 @@ cuts) and kept in --clips under names that hold their parameters, so reruns reus
 
   32 <decoder>       sample_frames(path, 32, decoder=...) for auto, pyav, decord (where installed)
   32 keyframes       sample_frames(path, 32, keyframes=True)
+  32/fps pyav Nw     the same plans with `workers=N` (--workers: threads with a container each; auto uses
+                     one per core, at most 4); their pixels are compared with auto's (must be equal)
   fps <decoder>      sample_fps(path, 2.0, 768, decoder=...), the grounding plan; its time is decode +
                      preprocess, since frames leave the decoder at the model's size
   torchcodec 32/fps  VideoDecoder(path, seek_mode="exact").get_frames_played_at(...) at the times
@@ -181,9 +183,11 @@ def run_one(spec: dict) -> dict:
     row: dict = {}
     if spec["what"] == "ottvid":
         if spec["plan"] == "32":
-            video = sample_frames(spec["path"], 32, decoder=spec["decoder"], resize=resize, keyframes=spec["keyframes"])
+            video = sample_frames(spec["path"], 32, decoder=spec["decoder"], resize=resize, keyframes=spec["keyframes"],
+                                  workers=spec.get("workers"))
         else:
-            video = sample_fps(spec["path"], 2.0, 768, decoder=spec["decoder"], resize=resize)
+            video = sample_fps(spec["path"], 2.0, 768, decoder=spec["decoder"], resize=resize,
+                               workers=spec.get("workers"))
         seconds = time.perf_counter() - start
         row = {"frames": len(video.indices), "distinct": len(set(video.indices)), "size": list(video.frames.shape[1:3]),
                "decoder": video.decoder, "timestamps": video.timestamps, "indices": video.indices,
@@ -258,6 +262,10 @@ def benchmark(args: argparse.Namespace, scratch: Path) -> dict:
                 save = str(scratch / f"{clip.kind}-{plan}.npy") if decoder == "auto" else None
                 specs.append((f"{plan} {decoder}", plan, {"what": "ottvid", "plan": plan, "decoder": decoder,
                                                           "keyframes": False, "save": save}))
+            for workers in args.workers:
+                specs.append((f"{plan} pyav {workers}w", plan, {
+                    "what": "ottvid", "plan": plan, "decoder": "pyav", "keyframes": False, "workers": workers,
+                    "compare": str(scratch / f"{clip.kind}-{plan}.npy")}))
             if plan == "32":
                 specs.append(("32 keyframes", plan, {"what": "ottvid", "plan": "32", "decoder": "auto",
                                                      "keyframes": True}))
@@ -295,7 +303,9 @@ def clip_ratios(done: dict[str, dict]) -> dict[str, float | None]:
 
     return {"32 / torchcodec": ratio("32 auto", "torchcodec 32"),
             "fps / torchcodec": ratio("fps auto", "torchcodec fps"),
-            "fps / floor": ratio("fps auto", "floor"), "keyframes / 32": ratio("32 keyframes", "32 auto")}
+            "fps / floor": ratio("fps auto", "floor"), "keyframes / 32": ratio("32 keyframes", "32 auto"),
+            **{f"{plan} {name.split()[-1]} / auto": ratio(name, f"{plan} auto")
+               for name in done for plan in PLANS if name.startswith(f"{plan} pyav ") and name.endswith("w")}}
 
 
 def clip_notes(done: dict[str, dict]) -> list[str]:
@@ -316,7 +326,9 @@ def clip_notes(done: dict[str, dict]) -> list[str]:
             notes.append(f"{name} sampled other frames than {plan} auto")
         if row.get("pts_error_s", 0) > 1e-3:
             notes.append(f"{name}: torchcodec's frames are up to {row['pts_error_s']:.3f} s from ottvid's times")
-        if row.get("pixel_diff", 0) > 2:
+        if name.endswith("w") and row.get("pixel_diff", 0) > 0:
+            notes.append(f"{name}: its frames differ from {plan} auto's (mean {row['pixel_diff']:.3f})")
+        elif row.get("pixel_diff", 0) > 2:
             notes.append(f"{name}: mean pixel difference {row['pixel_diff']:.1f} from ottvid's auto frames")
     return notes
 
@@ -406,6 +418,8 @@ def main() -> None:
     parser.add_argument("--out", help="also write the JSON result to this file")
     parser.add_argument("--torchcodec-threads", type=int, default=0,
                         help="torchcodec's FFmpeg threads (0: FFmpeg picks; torchcodec's own default is 1)")
+    parser.add_argument("--workers", type=int, nargs="*", default=[1],
+                        help="also run both plans with these decoding thread counts (default: 1, one container)")
     parser.add_argument("--timeout", type=float, default=3600, help="seconds one measurement may take")
     parser.add_argument("--one", help=argparse.SUPPRESS)
     args = parser.parse_args()

@@ -1,7 +1,7 @@
 """benchmarks/decode.py (issue 39), slow: the whole script on its tiny --quick clips, two clip kinds (each
 measurement is a process of its own: all four kinds took over 3 minutes of the suite; `--kinds` picks them)
 with B-frames and with one key frame, every measurement with a time and a peak memory, ottvid's 32-frame plan
-giving 32 frames."""
+giving 32 frames, one decoding thread (`--workers 1`, the default extra rows) giving auto's frames."""
 
 import importlib.util
 import json
@@ -28,7 +28,7 @@ def test_quick_run_measures_every_clip_and_decoder(tmp_path):
     keys = {c["kind"]: c["keyframes"] for c in result["clips"]}
     assert keys["one-keyframe"] == 1 and keys["1080p-bframes"] == 3  # 600 frames, a key frame every 250
 
-    expected = {"floor", "32 auto", "32 pyav", "32 keyframes", "fps auto", "fps pyav"}
+    expected = {"floor", "32 auto", "32 pyav", "32 keyframes", "fps auto", "fps pyav", "32 pyav 1w", "fps pyav 1w"}
     if result["environment"]["decord"]:
         expected |= {"32 decord", "fps decord"}
     if importlib.util.find_spec("torchcodec"):
@@ -43,6 +43,10 @@ def test_quick_run_measures_every_clip_and_decoder(tmp_path):
     for kind in KINDS:
         assert rows[(kind, "floor")]["frames"] == (300 if kind == "4k" else 600)
         assert rows[(kind, "fps auto")]["frames"] == rows[(kind, "fps pyav")]["frames"]
+        for plan in ("32", "fps"):  # one container gives auto's pixels (auto: one thread a core, here two)
+            assert rows[(kind, f"{plan} pyav 1w")]["pixel_diff"] == 0, (kind, plan)
+            assert rows[(kind, f"{plan} pyav 1w")]["indices"] == rows[(kind, f"{plan} auto")]["indices"]
+    assert not [note for note in result["notes"] if "differ" in note or "other frames" in note]
     assert {kind for kind in result["ratios"]} == KINDS
     assert all(v is not None and v > 0 for kind in KINDS for k, v in result["ratios"][kind].items()
                if "torchcodec" not in k or importlib.util.find_spec("torchcodec"))
