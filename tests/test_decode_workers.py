@@ -67,6 +67,7 @@ def test_the_threads_share_the_groups_in_order():
 
     def decode(mine, stop):
         name = threading.current_thread().name
+        assert threading.current_thread().daemon  # an exit does not wait for a decode
         for group in mine:
             with lock:
                 seen.setdefault(name, []).extend(group)

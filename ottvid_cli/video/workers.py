@@ -17,7 +17,6 @@ from __future__ import annotations
 import contextvars
 import os
 import threading
-from concurrent.futures import ThreadPoolExecutor, wait
 from typing import Callable, Iterable, Iterator
 
 import numpy as np
@@ -66,7 +65,8 @@ def run_groups(work: Iterable[list[int]], workers: int,
     takes the next group when it is done with one); True when every call returned True. A False or an
     exception stops the others (`stop` is set; a decoder checks it per packet and raises `Stopped`);
     the first exception is raised once every thread has ended. Each thread runs in a copy of the
-    caller's context, so the caller's `interrupt.stop_when` scope reaches its `checkpoint()`s."""
+    caller's context, so the caller's `interrupt.stop_when` scope reaches its `checkpoint()`s; one thread
+    runs in the caller's."""
     stop = threading.Event()
     lock = threading.Lock()
     source = iter(work)
@@ -93,14 +93,26 @@ def run_groups(work: Iterable[list[int]], workers: int,
 
     if workers <= 1:
         return one()
-    pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="ottvid-decode")
+    results: list[bool] = [False] * workers
+    errors: list[BaseException] = []
+
+    def thread(i: int, context: contextvars.Context) -> None:
+        try:
+            results[i] = context.run(one)
+        except BaseException as exc:  # noqa: BLE001 - raised in the caller's thread below
+            errors.append(exc)
+
+    # daemon threads, not a pool: an exit (an error elsewhere, an interrupt) must not wait for a whole
+    # decode, as a ThreadPoolExecutor's threads are waited for at exit
+    threads = [threading.Thread(target=thread, args=(i, contextvars.copy_context()), name=f"ottvid-decode-{i}",
+                                daemon=True) for i in range(workers)]
+    for t in threads:
+        t.start()
     try:
-        futures = [pool.submit(contextvars.copy_context().run, one) for _ in range(workers)]
-        wait(futures)  # an interrupt of the caller's thread leaves here, to the `finally`
-        errors = [future.exception() for future in futures if future.exception() is not None]
-        if errors:
-            raise errors[0]
-        return all(future.result() for future in futures)
+        for t in threads:
+            t.join()
     finally:
-        stop.set()  # the caller left (an interrupt): the workers stop at their next packet
-        pool.shutdown(wait=True)
+        stop.set()  # the caller left (an interrupt): the workers stop at their next packet, unwaited
+    if errors:
+        raise errors[0]
+    return all(results)
