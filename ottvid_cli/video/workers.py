@@ -8,7 +8,7 @@ each with its own container and decoder; every frame is the one a single worker 
 pts (tests/test_decode_workers.py).
 
 Measured on this project's 2-core machine (docs/video.md, "Speed"): two containers with one FFmpeg
-thread each decode 20-40% faster than one container with FFmpeg's frame threads, on sparse and dense
+thread each decode 1.1-1.4x as fast as one container with FFmpeg's frame threads, on sparse and dense
 plans alike (frame threads wait on each other after every seek and on every reference frame).
 """
 
