@@ -20,6 +20,14 @@ export PYTHONPATH=/tmp/ottvid-site:$PWD OTTVID_MIRROR=$PWD/.device/mirror HF_HUB
     python3 -c 'import sys, torch, triton, transformers, av, numpy; print(sys.version.split()[0], "torch", torch.__version__,
 "triton", triton.__version__, "transformers", transformers.__version__, "av", av.__version__, "numpy", numpy.__version__)'
 } 2>&1 | tee "$out/machine.txt"
+# Decoding on the machine's many cores (issue 39: one container with FFmpeg's frame threads against several,
+# each with a share of the threads), off unless asked: OTTVID_DEVICE_DECODE=1 runs it before the GPU
+# sections, =only runs nothing else. ~3 minutes: 1-minute clips made with PyAV, no torchcodec or decord there.
+if [ "${OTTVID_DEVICE_DECODE:-0}" != 0 ]; then
+    timeout 420 python3 benchmarks/decode.py --minutes 1 --kinds 1080p-bframes 1080p-no-bframes 4k \
+        --clips /tmp/ottvid-clips --workers 1 2 4 8 16 --timeout 120 2>&1 | tee "$out/decode.txt"
+    [ "$OTTVID_DEVICE_DECODE" = only ] && exit 0
+fi
 # The tests that need the GPU first (the compiled kernels' decisions against the PyTorch path, the
 # launch and sync counts, the varlen attention, the vision tower's kernels): tests/test_fused.py,
 # tests/test_attention.py and tests/test_fast_vision.py on CUDA; OTTVID_DEVICE_TESTS=0 skips them,
