@@ -14,6 +14,7 @@ from .probe import _checked_path, _header, _pyav_stream, _unreadable, pyav_file_
 from .inorder import _sample_pyav
 from .pyav import _decoded, _demux, _pyav_timeline
 from .resize import FrameResize, Shrinker, Size, as_resize
+from .workers import check_workers
 from .timeline import (Plan, Timeline, Video, VideoError, _keyframe_plan, _plan_count, _plan_rate, _rule, _segment,
                        _within)
 
@@ -28,8 +29,10 @@ def _sample(path: str | os.PathLike, plan: Plan, decoder: str, start: float | No
     `workers`: PyAV's seeking threads (`pyav._seek_decode`)."""
     if decoder not in DECODERS:
         raise VideoError(f"unknown decoder {decoder!r}: choose one of {', '.join(DECODERS)}")
-    if workers is not None and (isinstance(workers, bool) or not isinstance(workers, int) or workers < 1):
-        raise VideoError(f"workers must be a positive whole number, got {workers!r}")
+    try:
+        check_workers(workers)
+    except ValueError as exc:
+        raise VideoError(str(exc)) from None
     shrink = Shrinker(as_resize(resize))
     planned: list[float] = []  # the plan's own times (from the part's start), before key frames replace them
 

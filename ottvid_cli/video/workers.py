@@ -40,11 +40,16 @@ def groups(keys: np.ndarray, targets: list[int], each: bool = False) -> list[lis
     return out
 
 
+def check_workers(workers: int | None) -> None:
+    """ValueError unless `workers` is None or a positive whole number."""
+    if workers is not None and (not isinstance(workers, int) or isinstance(workers, bool) or workers < 1):
+        raise ValueError(f"workers must be a positive whole number, got {workers!r}")
+
+
 def resolve_workers(workers: int | None, groups_count: int) -> int:
     """How many threads decode: `workers` (None: one per core, at most MAX_AUTO_WORKERS), never more
     than there are groups, at least one."""
-    if workers is not None and (not isinstance(workers, int) or isinstance(workers, bool) or workers < 1):
-        raise ValueError(f"workers must be a positive whole number, got {workers!r}")
+    check_workers(workers)
     wanted = workers if workers is not None else min(os.cpu_count() or 1, MAX_AUTO_WORKERS)
     return max(1, min(wanted, groups_count))
 
