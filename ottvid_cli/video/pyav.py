@@ -91,8 +91,8 @@ def _seek_decode(path: str, packets: _Packets, wanted_pts: list[int],
     """Decode the frames whose pts are `wanted_pts` (each passed through `shrink` as soon as it is
     decoded), in one forward pass where the samples are close and seeking to the key frame before each
     distant one (`_Seeker`). `keyframes`: the wanted frames are key frames; nothing else is decoded.
-    `workers`: threads decoding key-frame intervals at once, each with its own container (`workers`;
-    None: one per core, at most 4); the frames are the same however many.
+    `workers`: threads decoding key-frame intervals at once, each with its own container
+    (`workers.resolve_workers`; None: one per core, at most 4); the frames are the same however many.
 
     Returns None when a frame cannot be reached that way, or FFmpeg fails seeking or decoding (a
     damaged file: e.g. a broken codec header makes every packet fail with EINVAL, which is not one of

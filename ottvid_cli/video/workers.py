@@ -70,8 +70,8 @@ def run_groups(work: Iterable[list[int]], workers: int,
     takes the next group when it is done with one); True when every call returned True. A False or an
     exception stops the others (`stop` is set; a decoder checks it per packet and raises `Stopped`);
     the first exception is raised once every thread has ended. Each thread runs in a copy of the
-    caller's context, so the caller's `interrupt.stop_when` scope reaches its `checkpoint()`s; one thread
-    runs in the caller's."""
+    caller's context, so the caller's `interrupt.stop_when` scope reaches its `checkpoint()`s; with one
+    worker, `decode` runs in the caller's thread itself."""
     stop = threading.Event()
     lock = threading.Lock()
     source = iter(work)
