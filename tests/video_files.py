@@ -36,13 +36,16 @@ def write_numbered(path: Path, count: int, *, rate: Fraction | int = Fraction(24
                    gop: int = 12, pts: list[int] | None = None, time_base: Fraction | None = None,
                    rotation: int | None = None, audio_seconds: float = 0.0, codec: str = "mpeg4",
                    options: dict[str, str] | None = None, pix_fmt: str = "yuv420p", scale: int = 1,
-                   first: int = 0, format: str | None = None, faststart: bool = False) -> Path:
+                   first: int = 0, format: str | None = None, faststart: bool = False,
+                   movflags: str | None = None) -> Path:
     """Frames first..first+count-1 at `rate`, or at the given `pts` in `time_base` (a variable frame
     rate). `scale`: each frame `scale` times as wide and high (the stripes widened); `faststart`: an
-    MP4's index (moov) before its data, as web videos are written."""
+    MP4's index (moov) before its data, as web videos are written; `movflags`: the MP4 muxer's flags
+    instead (e.g. "frag_keyframe+empty_moov": a fragmented file)."""
     import av
 
-    with av.open(str(path), "w", format=format, options={"movflags": "faststart"} if faststart else {}) as container:
+    flags = movflags or ("faststart" if faststart else None)
+    with av.open(str(path), "w", format=format, options={"movflags": flags} if flags else {}) as container:
         stream = container.add_stream(codec, rate=rate)
         stream.width, stream.height, stream.pix_fmt = WIDTH * scale, HEIGHT * scale, pix_fmt
         stream.codec_context.gop_size = gop

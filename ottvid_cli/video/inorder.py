@@ -131,7 +131,7 @@ def _sample_pyav(path: str, plan: Plan, shrink: Shrinker, distrust: str = "", ke
     which are read without decoding anything else. `workers`: seeking threads (`pyav._seek_decode`)."""
     with _pyav_stream(path) as (container, stream):
         header = _header(container, stream)
-        packets = _pyav._demux(container, stream)
+        packets = _pyav._index(path, container, stream)
     if len(packets.pts) == 0:
         return _sequential(path, plan, None, distrust or "the demuxer lists no timestamped frames", shrink)
     timeline = _pyav._pyav_timeline(packets, header)
