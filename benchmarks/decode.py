@@ -18,6 +18,9 @@ cuts) and kept in --clips under names that hold their parameters, so reruns reus
                      ottvid's auto run sampled, 32 at a time, each batch resized as ottvid resizes;
                      FFmpeg's threads on (--torchcodec-threads 0), as ottvid's and the floor's are
   floor              one pass decoding every frame with PyAV, FFmpeg's threads on, nothing converted
+  index demux/table  the index every plan starts with: every packet demuxed (reads the whole file), and
+                     from the MP4 sample table (`pyav._table_packets`, the first and last key-frame
+                     intervals read); the file is in the page cache either way
 
 Frames are resized to Qwen2.5-VL's size (`qwen_size`). Each measurement runs in a fresh subprocess:
 "peak MB" is its resident-set high-water mark (reset after the imports, /proc/self/clear_refs),
@@ -164,7 +167,9 @@ def _reset_peak() -> bool:
 
 
 def run_one(spec: dict) -> dict:
-    """Run one measurement `spec` ({"what": "ottvid" | "torchcodec" | "floor", ...}) in this process."""
+    """Run one measurement `spec` ({"what": "ottvid" | "torchcodec" | "floor" | "index", ...}) in this process."""
+    if spec["what"] == "index":  # needs neither torch nor a resize
+        return _index_row(spec)
     import av  # libraries are imported before the peak is reset: they are not the measurement
     import numpy as np
     import torch  # noqa: F401
@@ -227,6 +232,26 @@ def run_one(spec: dict) -> dict:
     return row
 
 
+def _index_row(spec: dict) -> dict:
+    """The index every plan starts with, timed with the container's opening: every packet demuxed, or
+    (mode "table") the MP4 sample table where it is used (`table` says whether it was)."""
+    from ottvid_cli.video import pyav
+    from ottvid_cli.video.probe import _pyav_stream
+
+    reset = _reset_peak()
+    before = _status("VmRSS")
+    start = time.perf_counter()
+    with _pyav_stream(spec["path"]) as (container, stream):
+        packets = pyav._table_packets(spec["path"], stream) if spec["mode"] == "table" else None
+        table = packets is not None
+        if packets is None:
+            packets = pyav._demux(container, stream)
+    seconds = time.perf_counter() - start
+    peak = _status("VmHWM") if reset else resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    return {"frames": len(packets.pts), "decoder": "pyav", "table": table, "seconds": seconds, "peak_mb": peak,
+            "growth_mb": peak - before, "memory": "VmHWM" if reset else "ru_maxrss"}
+
+
 def measure(spec: dict, timeout: float) -> dict:
     """`run_one(spec)` in a fresh subprocess; on failure a row with the error."""
     cmd = [sys.executable, __file__, "--one", json.dumps(spec)]
@@ -256,7 +281,9 @@ def benchmark(args: argparse.Namespace, scratch: Path) -> dict:
     for clip in [c for c in clips(args.minutes, args.quick) if not args.kinds or c.kind in args.kinds]:
         path, made = clip_file(clip, Path(args.clips).expanduser())
         infos.append({**asdict(clip), "path": str(path), "made_s": made, **describe(path)})
-        specs: list[tuple[str, str, dict]] = [("floor", "", {"what": "floor"})]
+        specs: list[tuple[str, str, dict]] = [("floor", "", {"what": "floor"}),
+                                              ("index demux", "", {"what": "index", "mode": "demux"}),
+                                              ("index table", "", {"what": "index", "mode": "table"})]
         for plan in PLANS:
             for decoder in decoders:
                 save = str(scratch / f"{clip.kind}-{plan}.npy") if decoder == "auto" else None
@@ -304,6 +331,7 @@ def clip_ratios(done: dict[str, dict]) -> dict[str, float | None]:
     return {"32 / torchcodec": ratio("32 auto", "torchcodec 32"),
             "fps / torchcodec": ratio("fps auto", "torchcodec fps"),
             "fps / floor": ratio("fps auto", "floor"), "keyframes / 32": ratio("32 keyframes", "32 auto"),
+            "index table / demux": ratio("index table", "index demux"),
             **{f"{plan} {name.split()[-1]} / auto": ratio(name, f"{plan} auto")
                for name in done for plan in PLANS if name.startswith(f"{plan} pyav ") and name.endswith("w")}}
 
@@ -315,6 +343,8 @@ def clip_notes(done: dict[str, dict]) -> list[str]:
         if "error" in row:
             notes.append(f"{name} failed: {row['error']}")
             continue
+        if name == "index table" and not row["table"]:
+            notes.append("index table: the sample table was not used (the file's packets were demuxed)")
         if name.startswith("32 ") and name != "32 keyframes" and row["frames"] != 32:
             notes.append(f"{name} gave {row['frames']} frames, not 32")
         if row.get("timeline") and not row["timeline"]["trusted"]:

@@ -28,7 +28,8 @@ def test_quick_run_measures_every_clip_and_decoder(tmp_path):
     keys = {c["kind"]: c["keyframes"] for c in result["clips"]}
     assert keys["one-keyframe"] == 1 and keys["1080p-bframes"] == 3  # 600 frames, a key frame every 250
 
-    expected = {"floor", "32 auto", "32 pyav", "32 keyframes", "fps auto", "fps pyav", "32 pyav 1w", "fps pyav 1w"}
+    expected = {"floor", "index demux", "index table", "32 auto", "32 pyav", "32 keyframes", "fps auto", "fps pyav",
+                "32 pyav 1w", "fps pyav 1w"}
     if result["environment"]["decord"]:
         expected |= {"32 decord", "fps decord"}
     if importlib.util.find_spec("torchcodec"):
@@ -42,6 +43,8 @@ def test_quick_run_measures_every_clip_and_decoder(tmp_path):
             assert row["frames"] == 32, (kind, name)
     for kind in KINDS:
         assert rows[(kind, "floor")]["frames"] == (300 if kind == "4k" else 600)
+        assert rows[(kind, "index table")]["frames"] == rows[(kind, "index demux")]["frames"] == rows[(kind, "floor")]["frames"]
+        assert rows[(kind, "index table")]["table"] and not rows[(kind, "index demux")]["table"]  # MP4s: the table
         assert rows[(kind, "fps auto")]["frames"] == rows[(kind, "fps pyav")]["frames"]
         for plan in ("32", "fps"):  # one container gives auto's pixels (auto: one thread a core, here two)
             assert rows[(kind, f"{plan} pyav 1w")]["pixel_diff"] == 0, (kind, plan)
