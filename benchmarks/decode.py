@@ -22,7 +22,9 @@ cuts) and kept in --clips under names that hold their parameters, so reruns reus
                      from the MP4 sample table (`pyav._table_packets`, the first and last key-frame
                      intervals read); the file is in the page cache either way
 
-Frames are resized to Qwen2.5-VL's size (`qwen_size`). Each measurement runs in a fresh subprocess:
+Frames are resized to Qwen2.5-VL's size (`qwen_size`). Each measurement runs in a fresh subprocess,
+timed after the imports and a garbage collection (torch's and transformers' imports leave a full
+collection due, ~200 ms here, which the first call that allocates would otherwise pay, whatever it is):
 "peak MB" is its resident-set high-water mark (reset after the imports, /proc/self/clear_refs),
 "growth MB" that peak less the resident set before the call. One run each: on a shared machine compare
 the ratios within one run, not times across runs.
@@ -31,6 +33,7 @@ the ratios within one run, not times across runs.
 from __future__ import annotations
 
 import argparse
+import gc
 import importlib.util
 import json
 import os
@@ -182,6 +185,7 @@ def run_one(spec: dict) -> dict:
     decord_available()
     if spec["what"] == "torchcodec":
         from torchcodec.decoders import VideoDecoder
+    gc.collect()  # the imports' objects: the full collection they leave due is not the measurement
     reset = _reset_peak()
     before = _status("VmRSS")
     start = time.perf_counter()
@@ -238,6 +242,7 @@ def _index_row(spec: dict) -> dict:
     from ottvid_cli.video import pyav
     from ottvid_cli.video.probe import _pyav_stream
 
+    gc.collect()
     reset = _reset_peak()
     before = _status("VmRSS")
     start = time.perf_counter()

@@ -95,28 +95,31 @@ def _table_packets(path: str, stream) -> _Packets | None:
         return None
     pts = dts + table.offsets if table.offsets is not None else dts.copy()
     key = key.astype(bool)
-    end = _check_ends(path, pts, dts, key)
-    if end is False:
+    same, end = _check_ends(path, pts, dts, key)
+    if not same:
         return None
     keys = pts[key]
     return _Packets(np.sort(pts), np.sort(keys), end, 0, dict(zip(keys.tolist(), dts[key].tolist())), int(dts.min()))
 
 
-def _check_ends(path: str, pts: np.ndarray, dts: np.ndarray, key: np.ndarray):
+def _check_ends(path: str, pts: np.ndarray, dts: np.ndarray, key: np.ndarray) -> tuple[bool, int | None]:
     """Read the first and the last key-frame intervals (decode order) and compare their packets with the
-    table's: False on any difference, else the latest pts + duration among the last interval's packets
-    (None when none has a duration), as `_demux` finds it over the whole file."""
+    table's: (whether all agree, the latest pts + duration among the last interval's packets, None when
+    none has one: `_demux` finds the same over the whole file). FFmpeg failing to read them (damaged
+    data) is a disagreement: the full demux then meets the damage as before."""
     starts = np.flatnonzero(key)
     if len(starts) == 0 or starts[0] != 0:
-        return False
+        return False, None
     second = int(starts[1]) if len(starts) > 1 else len(pts)
-    last = int(starts[-1])
     with _pyav_stream(path) as (container, stream):
-        same, end = _same_packets(container, stream, pts, dts, key, 0, second)
-        if same and second < len(pts):
-            container.seek(int(pts[last]), stream=stream, backward=True, any_frame=False)
-            same, end = _same_packets(container, stream, pts, dts, key, last, len(pts))
-    return end if same else False
+        try:
+            same, end = _same_packets(container, stream, pts, dts, key, 0, second)
+            if same and second < len(pts):
+                container.seek(int(pts[starts[-1]]), stream=stream, backward=True, any_frame=False)
+                same, end = _same_packets(container, stream, pts, dts, key, int(starts[-1]), len(pts))
+        except pyav_file_errors():
+            return False, None
+    return same, end
 
 
 def _same_packets(container, stream, pts, dts, key, first: int, stop: int) -> tuple[bool, int | None]:
