@@ -19,7 +19,7 @@ cuts) and kept in --clips under names that hold their parameters, so reruns reus
                      FFmpeg's threads on (--torchcodec-threads 0), as ottvid's and the floor's are
   floor              one pass decoding every frame with PyAV, FFmpeg's threads on, nothing converted
   index demux/table  the index every plan starts with: every packet demuxed (reads the whole file), and
-                     from the MP4 sample table (`pyav._table_packets`, the first and last key-frame
+                     from the MP4 sample table (`mp4.table_packets`, the first and last key-frame
                      intervals read); the file is in the page cache either way
 
 Frames are resized to Qwen2.5-VL's size (`qwen_size`). Each measurement runs in a fresh subprocess,
@@ -239,7 +239,7 @@ def run_one(spec: dict) -> dict:
 def _index_row(spec: dict) -> dict:
     """The index every plan starts with, timed with the container's opening: every packet demuxed, or
     (mode "table") the MP4 sample table where it is used (`table` says whether it was)."""
-    from ottvid_cli.video import pyav
+    from ottvid_cli.video import mp4, pyav
     from ottvid_cli.video.probe import _pyav_stream
 
     gc.collect()
@@ -247,7 +247,7 @@ def _index_row(spec: dict) -> dict:
     before = _status("VmRSS")
     start = time.perf_counter()
     with _pyav_stream(spec["path"]) as (container, stream):
-        packets = pyav._table_packets(spec["path"], stream) if spec["mode"] == "table" else None
+        packets = mp4.table_packets(spec["path"], stream) if spec["mode"] == "table" else None
         table = packets is not None
         if packets is None:
             packets = pyav._demux(container, stream)

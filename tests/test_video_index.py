@@ -47,7 +47,7 @@ def _demuxed(path):
 
 def _from_table(path):
     with _pyav_stream(str(path)) as (container, stream):
-        return pyav._table_packets(str(path), stream)
+        return mp4.table_packets(str(path), stream)
 
 
 def _assert_same(a, b):
@@ -76,7 +76,7 @@ def test_declined_where_the_table_is_not_the_index(made, name):
     path = made[name]
     assert _from_table(path) is None
     with _pyav_stream(str(path)) as (container, stream):
-        _assert_same(pyav._index(str(path), container, stream), _demuxed(path))
+        _assert_same(mp4.index(str(path), container, stream), _demuxed(path))
 
 
 def test_a_pyav_without_index_entries_demuxes(made):
@@ -94,8 +94,8 @@ def test_a_pyav_without_index_entries_demuxes(made):
             return getattr(self.stream, name)
 
     with _pyav_stream(str(path)) as (container, stream):
-        assert pyav._table_packets(str(path), Older(stream)) is None
-        assert pyav._table_packets(str(path), stream) is not None
+        assert mp4.table_packets(str(path), Older(stream)) is None
+        assert mp4.table_packets(str(path), stream) is not None
 
 
 def test_a_file_cut_off_keeps_the_demuxers_index(made, tmp_path):
@@ -106,7 +106,7 @@ def test_a_file_cut_off_keeps_the_demuxers_index(made, tmp_path):
     cut.write_bytes(data[: len(data) * 2 // 3])
     assert _from_table(cut) is None
     with _pyav_stream(str(cut)) as (container, stream):
-        index = pyav._index(str(cut), container, stream)
+        index = mp4.index(str(cut), container, stream)
     assert len(index.pts) < 120
     _assert_same(index, _demuxed(cut))
     assert len(sample_frames(cut, 4).frames) == 4

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from . import mp4 as _mp4
 from . import pyav as _pyav
 from .probe import _header, _pyav_stream, pyav_file_errors
 from .resize import Shrinker
@@ -131,7 +132,7 @@ def _sample_pyav(path: str, plan: Plan, shrink: Shrinker, distrust: str = "", ke
     which are read without decoding anything else. `workers`: seeking threads (`pyav._seek_decode`)."""
     with _pyav_stream(path) as (container, stream):
         header = _header(container, stream)
-        packets = _pyav._index(path, container, stream)
+        packets = _mp4.index(path, container, stream)
     if len(packets.pts) == 0:
         return _sequential(path, plan, None, distrust or "the demuxer lists no timestamped frames", shrink)
     timeline = _pyav._pyav_timeline(packets, header)

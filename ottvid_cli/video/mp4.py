@@ -1,11 +1,12 @@
-"""A video track's sample table read from an MP4 / MOV file's boxes (ISO/IEC 14496-12: `moov/trak/mdia/
+"""An MP4 / MOV file's index without reading its samples (`table_packets`, what `pyav._demux` would
+give), from the video track's sample table read from the file's boxes (ISO/IEC 14496-12: `moov/trak/mdia/
 minf/stbl`), without reading any sample's data: each sample's decode time (`stts`) and composition
 offset (`ctts`), which FFmpeg does not expose (PyAV's `stream.index_entries` give the decode times and
 key flags of its own index, not the presentation times).
 
 Only what the index needs is read, and anything unusual returns None (the caller then demuxes every
 packet as before): a compressed or missing `moov`, a fragmented file (`mvex`), a table whose lengths
-disagree. `pyav._index_packets` checks the result against FFmpeg's own index before using it.
+disagree; `table_packets` checks the result against FFmpeg's own index before using it.
 """
 
 from __future__ import annotations
@@ -13,8 +14,13 @@ from __future__ import annotations
 import os
 import struct
 from dataclasses import dataclass
+from fractions import Fraction
 
 import numpy as np
+
+from ..interrupt import checkpoint
+from .probe import _fraction, _pyav_stream, pyav_file_errors
+from .pyav import _Packets, _demux
 
 _CONTAINERS = {b"moov", b"trak", b"mdia", b"minf", b"stbl", b"edts"}
 _MAX_TABLE = 64 << 20  # a sample-table box larger than this is not read (a damaged size)
@@ -137,3 +143,84 @@ def _track(f, start: int, end: int, track_id: int, samples: int) -> SampleTable 
         if offsets is None:
             return None
     return SampleTable(track_id=track_id, timescale=int(timescale), dts=dts, offsets=offsets)
+
+
+def index(path: str, container, stream) -> _Packets:
+    """The stream's packets as an index: from an MP4 / MOV file's sample table where it agrees with
+    FFmpeg's (`table_packets`: nothing but the first and last key-frame intervals is read), else by
+    demuxing every packet (`pyav._demux`, which reads the whole file)."""
+    packets = table_packets(path, stream)
+    return packets if packets is not None else _demux(container, stream)
+
+
+def table_packets(path: str, stream) -> _Packets | None:
+    """`_demux`'s answer without reading the samples' data, or None where it cannot be had so.
+
+    FFmpeg's mov demuxer holds every sample's decode time, key flag, position and size in its index
+    (`stream.index_entries`) but gives presentation times only with each packet it reads; the track's
+    composition offsets come from its `ctts` box instead (`read_sample_table`), pts = dts + offset
+    as the demuxer computes them. Used only where all of it agrees: the same sample count, FFmpeg's decode
+    times the box's shifted by one constant (an edit list), no negative offsets (FFmpeg then shifts
+    them), no discarded or empty samples, every sample's data inside the file (a file cut off keeps
+    the full demux, which stops where the data does), and the first and last key-frame intervals, read
+    for real, giving exactly these pts, dts and key flags (and the last packet's end: `_Packets.end`)."""
+    if not stream.container.format.name.startswith("mov"):
+        return None
+    entries = getattr(stream, "index_entries", None)
+    table = read_sample_table(path, stream.id, len(entries)) if entries else None
+    if table is None or Fraction(1, table.timescale) != _fraction(stream.time_base):
+        return None
+    try:
+        fields = np.array([(e.timestamp, e.is_keyframe, e.is_discard, e.pos, e.size) for e in entries], dtype=np.int64)
+    except AttributeError:  # a PyAV whose index entries lack one of these (15.1 has no index_entries at all)
+        return None
+    dts, key, discard, pos, size = fields.T
+    if discard.any() or not size.all() or int((pos + size).max()) > os.path.getsize(path):
+        return None
+    if not np.array_equal(dts - dts[0], table.dts) or (table.offsets is not None and table.offsets.min() < 0):
+        return None
+    pts = dts + table.offsets if table.offsets is not None else dts.copy()
+    key = key.astype(bool)
+    same, end = _check_ends(path, pts, dts, key)
+    if not same:
+        return None
+    keys = pts[key]
+    return _Packets(np.sort(pts), np.sort(keys), end, 0, dict(zip(keys.tolist(), dts[key].tolist())), int(dts.min()))
+
+
+def _check_ends(path: str, pts: np.ndarray, dts: np.ndarray, key: np.ndarray) -> tuple[bool, int | None]:
+    """Read the first and the last key-frame intervals (decode order) and compare their packets with the
+    table's: (whether all agree, the latest pts + duration among the last interval's packets, None when
+    none has one: `_demux` finds the same over the whole file). FFmpeg failing to read them (damaged
+    data) is a disagreement: the full demux then meets the damage as before."""
+    starts = np.flatnonzero(key)
+    if len(starts) == 0 or starts[0] != 0:
+        return False, None
+    second = int(starts[1]) if len(starts) > 1 else len(pts)
+    with _pyav_stream(path) as (container, stream):
+        try:
+            same, end = _same_packets(container, stream, pts, dts, key, 0, second)
+            if same and second < len(pts):
+                container.seek(int(pts[starts[-1]]), stream=stream, backward=True, any_frame=False)
+                same, end = _same_packets(container, stream, pts, dts, key, int(starts[-1]), len(pts))
+        except pyav_file_errors():
+            return False, None
+    return same, end
+
+
+def _same_packets(container, stream, pts, dts, key, first: int, stop: int) -> tuple[bool, int | None]:
+    """Whether the next packets demuxed are samples first..stop-1 (pts, dts, key flag) and, at the end of
+    the file, nothing after; with the latest pts + duration among them."""
+    i, end = first, None
+    for packet in container.demux(stream):
+        checkpoint("reading the video")
+        if packet.size == 0:
+            continue
+        if i == stop:
+            return stop < len(pts), end  # a packet after the last sample: the table is short
+        if (packet.pts, packet.dts, bool(packet.is_keyframe)) != (int(pts[i]), int(dts[i]), bool(key[i])):
+            return False, None
+        if packet.duration:
+            end = packet.pts + packet.duration if end is None else max(end, packet.pts + packet.duration)
+        i += 1
+    return i == stop, end

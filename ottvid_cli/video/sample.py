@@ -12,7 +12,8 @@ from .decord import _open_decord, _sample_decord, resolve_decoder
 from .images import _frame_rate, _read_image, _sample_images, frame_files
 from .probe import _checked_path, _header, _pyav_stream, _unreadable, pyav_file_errors
 from .inorder import _sample_pyav
-from .pyav import _decoded, _index, _pyav_timeline
+from .mp4 import index as _index
+from .pyav import _decoded, _pyav_timeline
 from .resize import FrameResize, Shrinker, Size, as_resize
 from .workers import check_workers
 from .timeline import (Plan, Timeline, Video, VideoError, _keyframe_plan, _plan_count, _plan_rate, _rule, _segment,
