@@ -225,8 +225,7 @@ def run_one(spec: dict) -> dict:
             count = sum(1 for _ in container.decode(stream))
         seconds = time.perf_counter() - start
         row, frames = {"frames": count, "decoder": "pyav"}, None
-    peak = _status("VmHWM") if reset else resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-    row.update(seconds=seconds, peak_mb=peak, growth_mb=peak - before, memory="VmHWM" if reset else "ru_maxrss")
+    row.update(seconds=seconds, **_memory(reset, before))
     if spec.get("save") and frames is not None:
         np.save(spec["save"], frames)
     if spec.get("compare") and os.path.exists(spec["compare"]):  # the pixels ottvid's auto run gave
@@ -252,9 +251,14 @@ def _index_row(spec: dict) -> dict:
         if packets is None:
             packets = pyav._demux(container, stream)
     seconds = time.perf_counter() - start
+    return {"frames": len(packets.pts), "decoder": "pyav", "table": table, "seconds": seconds,
+            **_memory(reset, before)}
+
+
+def _memory(reset: bool, before: float) -> dict:
+    """A measurement's peak resident memory (MB) and its growth over `before`, since `_reset_peak`."""
     peak = _status("VmHWM") if reset else resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-    return {"frames": len(packets.pts), "decoder": "pyav", "table": table, "seconds": seconds, "peak_mb": peak,
-            "growth_mb": peak - before, "memory": "VmHWM" if reset else "ru_maxrss"}
+    return {"peak_mb": peak, "growth_mb": peak - before, "memory": "VmHWM" if reset else "ru_maxrss"}
 
 
 def measure(spec: dict, timeout: float) -> dict:

@@ -1,7 +1,7 @@
-"""An MP4 / MOV file's index without reading its samples (`table_packets`, what `pyav._demux` would
-give), from the video track's sample table read from the file's boxes (ISO/IEC 14496-12: `moov/trak/mdia/
-minf/stbl`), without reading any sample's data: each sample's decode time (`stts`) and composition
-offset (`ctts`), which FFmpeg does not expose (PyAV's `stream.index_entries` give the decode times and
+"""An MP4 / MOV file's index without reading its samples (`table_packets`: what `pyav._demux` would
+give), from the video track's sample table in the file's boxes (ISO/IEC 14496-12: `moov/trak/mdia/
+minf/stbl`): each sample's decode time (`stts`) and composition offset (`ctts`), which FFmpeg does not
+expose (PyAV's `stream.index_entries` give the decode times and
 key flags of its own index, not the presentation times).
 
 Only what the index needs is read, and anything unusual returns None (the caller then demuxes every
@@ -22,7 +22,6 @@ from ..interrupt import checkpoint
 from .probe import _fraction, _pyav_stream, pyav_file_errors
 from .pyav import _Packets, _demux
 
-_CONTAINERS = {b"moov", b"trak", b"mdia", b"minf", b"stbl", b"edts"}
 _MAX_TABLE = 64 << 20  # a sample-table box larger than this is not read (a damaged size)
 
 
@@ -30,7 +29,6 @@ _MAX_TABLE = 64 << 20  # a sample-table box larger than this is not read (a dama
 class SampleTable:
     """One track's samples in decode order: decode times and composition offsets in the track's timescale."""
 
-    track_id: int
     timescale: int
     dts: np.ndarray  # int64, from the stts deltas, the first sample at 0
     offsets: np.ndarray | None  # int64 composition offsets (ctts), None when the track has none
@@ -114,11 +112,11 @@ def _read(f, size: int, track_id: int, samples: int) -> SampleTable | None:
         found = struct.unpack_from(">I", tkhd, 20 if tkhd[0] == 1 else 12)[0]
         if found != track_id:
             continue
-        return _track(f, start, end, track_id, samples)
+        return _track(f, start, end, samples)
     return None
 
 
-def _track(f, start: int, end: int, track_id: int, samples: int) -> SampleTable | None:
+def _track(f, start: int, end: int, samples: int) -> SampleTable | None:
     mdia = _child(f, start, end, b"mdia")
     if mdia is None:
         return None
@@ -142,7 +140,7 @@ def _track(f, start: int, end: int, track_id: int, samples: int) -> SampleTable 
         offsets = _runs(ctts, signed=True, samples=samples)  # FFmpeg reads them as signed whatever the version
         if offsets is None:
             return None
-    return SampleTable(track_id=track_id, timescale=int(timescale), dts=dts, offsets=offsets)
+    return SampleTable(timescale=int(timescale), dts=dts, offsets=offsets)
 
 
 def index(path: str, container, stream) -> _Packets:
