@@ -10,6 +10,8 @@ cuts) and kept in --clips under names that hold their parameters, so reruns reus
 
   32 <decoder>       sample_frames(path, 32, decoder=...) for auto, pyav, decord (where installed)
   32 keyframes       sample_frames(path, 32, keyframes=True)
+  32 keyframes torch the same with OTTVID_RESIZE_KERNEL=torch: torch resizes instead of the compiled
+                     kernels (video/bicubic_kernel.py); its pixels are compared (must be equal)
   32/fps pyav Nw     the same plans with `workers=N` (--workers: threads with a container each; auto uses
                      one per core, at most 4); their pixels are compared with auto's (must be equal)
   fps <decoder>      sample_fps(path, 2.0, 768, decoder=...), the grounding plan; its time is decode +
@@ -185,6 +187,8 @@ def run_one(spec: dict) -> dict:
     decord_available()
     if spec["what"] == "torchcodec":
         from torchcodec.decoders import VideoDecoder
+    if spec.get("resize_kernel"):  # "torch": torch resizes instead of the kernels (bicubic_kernel.enabled)
+        os.environ["OTTVID_RESIZE_KERNEL"] = spec["resize_kernel"]
     gc.collect()  # the imports' objects: the full collection they leave due is not the measurement
     reset = _reset_peak()
     before = _status("VmRSS")
@@ -303,8 +307,12 @@ def benchmark(args: argparse.Namespace, scratch: Path) -> dict:
                     "what": "ottvid", "plan": plan, "decoder": "pyav", "keyframes": False, "workers": workers,
                     "compare": str(scratch / f"{clip.kind}-{plan}.npy")}))
             if plan == "32":
+                keys = str(scratch / f"{clip.kind}-keyframes.npy")
                 specs.append(("32 keyframes", plan, {"what": "ottvid", "plan": "32", "decoder": "auto",
-                                                     "keyframes": True}))
+                                                     "keyframes": True, "save": keys}))
+                specs.append(("32 keyframes torch", plan, {"what": "ottvid", "plan": "32", "decoder": "auto",
+                                                           "keyframes": True, "resize_kernel": "torch",
+                                                           "compare": keys}))
             if torchcodec:
                 specs.append((f"torchcodec {plan}", plan, {"what": "torchcodec", "plan": plan,
                                                            "threads": args.torchcodec_threads,
@@ -340,6 +348,7 @@ def clip_ratios(done: dict[str, dict]) -> dict[str, float | None]:
     return {"32 / torchcodec": ratio("32 auto", "torchcodec 32"),
             "fps / torchcodec": ratio("fps auto", "torchcodec fps"),
             "fps / floor": ratio("fps auto", "floor"), "keyframes / 32": ratio("32 keyframes", "32 auto"),
+            "keyframes kernels / torch": ratio("32 keyframes", "32 keyframes torch"),
             "index table / demux": ratio("index table", "index demux"),
             **{f"{plan} {name.split()[-1]} / auto": ratio(name, f"{plan} auto")
                for name in done for plan in PLANS if name.startswith(f"{plan} pyav ") and name.endswith("w")}}
@@ -354,18 +363,18 @@ def clip_notes(done: dict[str, dict]) -> list[str]:
             continue
         if name == "index table" and not row["table"]:
             notes.append("index table: the sample table was not used (the file's packets were demuxed)")
-        if name.startswith("32 ") and name != "32 keyframes" and row["frames"] != 32:
+        if name.startswith("32 ") and not name.startswith("32 keyframes") and row["frames"] != 32:
             notes.append(f"{name} gave {row['frames']} frames, not 32")
         if row.get("timeline") and not row["timeline"]["trusted"]:
             timeline = row["timeline"]
             notes.append(f"{name}: index not trusted ({timeline['problem']}), read by {timeline['source']}")
         plan = name.split()[-1] if name.startswith("torchcodec") else name.split()[0]
         auto = done.get(f"{plan} auto", {})
-        if "indices" in row and "indices" in auto and name != "32 keyframes" and row["indices"] != auto["indices"]:
+        if "indices" in row and "indices" in auto and not name.startswith("32 keyframes") and row["indices"] != auto["indices"]:
             notes.append(f"{name} sampled other frames than {plan} auto")
         if row.get("pts_error_s", 0) > 1e-3:
             notes.append(f"{name}: torchcodec's frames are up to {row['pts_error_s']:.3f} s from ottvid's times")
-        if name.endswith("w") and row.get("pixel_diff", 0) > 0:
+        if (name.endswith("w") or name.endswith(" torch")) and row.get("pixel_diff", 0) > 0:
             notes.append(f"{name}: its frames differ from {plan} auto's (mean {row['pixel_diff']:.3f})")
         elif row.get("pixel_diff", 0) > 2:
             notes.append(f"{name}: mean pixel difference {row['pixel_diff']:.1f} from ottvid's auto frames")

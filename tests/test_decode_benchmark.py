@@ -28,8 +28,8 @@ def test_quick_run_measures_every_clip_and_decoder(tmp_path):
     keys = {c["kind"]: c["keyframes"] for c in result["clips"]}
     assert keys["one-keyframe"] == 1 and keys["1080p-bframes"] == 3  # 600 frames, a key frame every 250
 
-    expected = {"floor", "index demux", "index table", "32 auto", "32 pyav", "32 keyframes", "fps auto", "fps pyav",
-                "32 pyav 1w", "fps pyav 1w"}
+    expected = {"floor", "index demux", "index table", "32 auto", "32 pyav", "32 keyframes", "32 keyframes torch",
+                "fps auto", "fps pyav", "32 pyav 1w", "fps pyav 1w"}
     if result["environment"]["decord"]:
         expected |= {"32 decord", "fps decord"}
     if importlib.util.find_spec("torchcodec"):
@@ -46,6 +46,8 @@ def test_quick_run_measures_every_clip_and_decoder(tmp_path):
         assert rows[(kind, "index table")]["frames"] == rows[(kind, "index demux")]["frames"] == rows[(kind, "floor")]["frames"]
         assert rows[(kind, "index table")]["table"] and not rows[(kind, "index demux")]["table"]  # MP4s: the table
         assert rows[(kind, "fps auto")]["frames"] == rows[(kind, "fps pyav")]["frames"]
+        assert rows[(kind, "32 keyframes torch")]["pixel_diff"] == 0, kind  # torch's resize: the kernels' pixels
+        assert rows[(kind, "32 keyframes torch")]["indices"] == rows[(kind, "32 keyframes")]["indices"]
         for plan in ("32", "fps"):  # one container gives auto's pixels (auto: one thread a core, here two)
             assert rows[(kind, f"{plan} pyav 1w")]["pixel_diff"] == 0, (kind, plan)
             assert rows[(kind, f"{plan} pyav 1w")]["indices"] == rows[(kind, f"{plan} auto")]["indices"]

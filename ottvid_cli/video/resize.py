@@ -15,6 +15,8 @@ from typing import Callable
 
 import numpy as np
 
+from . import bicubic_kernel as _bicubic_kernel
+
 Size = tuple[int, int]  # (height, width)
 Resample = Callable[..., "object"]  # (torch (n, 3, H, W) uint8, size, scratch=None) -> (n, 3, h, w) uint8
 
@@ -23,15 +25,43 @@ def bicubic(batch, size: Size, scratch: dict | None = None):
     """torchvision's bicubic resize with antialiasing of a uint8 batch (n, 3, H, W), as
     `torchvision.transforms.functional.resize(batch, size, BICUBIC, antialias=True)` computes it on a
     uint8 tensor (qwen-vl-utils' `fetch_video`, what Qwen2.5-VL's and Qwen3-VL's preprocessing apply):
-    each frame in float32, clamped to [0, 255], rounded back to uint8. The same arithmetic, frame by frame
-    through one float32 buffer (`scratch` keeps it between calls): less than half the time of
-    torchvision's call on a 1080p frame, whose conversion allocates a strided float copy each time.
-    Identical results (tests/test_decode_resize.py)."""
+    each frame in float32, clamped to [0, 255], rounded back to uint8. Frame by frame, by the compiled
+    kernels of `bicubic_kernel` where they run (the same pixels, about half the time), else by torch
+    through one float32 buffer (`scratch` keeps the buffers between calls). Identical results
+    (tests/test_decode_resize.py, tests/test_bicubic_kernel.py)."""
+    import torch
+
+    n, channels = batch.shape[:2]
+    out = torch.empty((n, channels, int(size[0]), int(size[1])), dtype=torch.uint8)
+    scratch = {} if scratch is None else scratch
+    for i in range(n):
+        frame = batch[i].permute(1, 2, 0)
+        fast = _bicubic_kernel.resize(frame.numpy(), size, scratch) if frame.device.type == "cpu" else None
+        out[i] = torch.from_numpy(fast).permute(2, 0, 1) if fast is not None else _torch_bicubic(batch[i:i + 1], size, scratch)[0]
+    return out
+
+
+def bicubic_frames(frames: np.ndarray, size: Size, scratch: dict | None = None) -> np.ndarray:
+    """`bicubic` on (n, H, W, 3) uint8 frames -> (n, h, w, 3) uint8, without changing their layout."""
+    import torch
+
+    h, w = int(size[0]), int(size[1])
+    out = np.empty((len(frames), h, w, frames.shape[3]), dtype=np.uint8)
+    scratch = {} if scratch is None else scratch
+    for i, frame in enumerate(frames):
+        if _bicubic_kernel.resize(frame, size, scratch, out=out[i]) is None:
+            batch = torch.from_numpy(np.require(frame, requirements=["W"])).permute(2, 0, 1)[None]  # (Pillow's: read-only)
+            out[i] = _torch_bicubic(batch, size, scratch)[0].permute(1, 2, 0).numpy()
+    return out
+
+
+def _torch_bicubic(batch, size: Size, scratch: dict):
+    """torch's own: each frame of a (n, 3, H, W) uint8 batch through one float32 buffer (torchvision's
+    call allocates a strided float copy each time)."""
     import torch
     import torch.nn.functional as F
 
     n, channels, height, width = batch.shape
-    scratch = {} if scratch is None else scratch
     buffer = scratch.get("float")
     if buffer is None or tuple(buffer.shape) != (1, channels, height, width):
         buffer = scratch["float"] = torch.empty((1, channels, height, width), dtype=torch.float32)
@@ -70,14 +100,12 @@ class FrameResize:
 
         if tuple(frames.shape[1:3]) == tuple(size):
             return frames
+        if self.resample is bicubic:
+            return bicubic_frames(frames, size, scratch)
         video = torch.from_numpy(np.require(frames, requirements=["C", "W"])).permute(0, 3, 1, 2)  # (Pillow's: read-only)
         if self.contiguous:
             video = video.contiguous()
-        if scratch is not None and self.resample is bicubic:
-            out = bicubic(video, size, scratch)
-        else:
-            out = self.resample(video, size)
-        return out.permute(0, 2, 3, 1).contiguous().numpy()
+        return self.resample(video, size).permute(0, 2, 3, 1).contiguous().numpy()
 
 
 def fixed(height: int, width: int) -> FrameResize:
