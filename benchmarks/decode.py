@@ -374,7 +374,7 @@ def clip_notes(done: dict[str, dict]) -> list[str]:
             notes.append(f"{name} sampled other frames than {plan} auto")
         if row.get("pts_error_s", 0) > 1e-3:
             notes.append(f"{name}: torchcodec's frames are up to {row['pts_error_s']:.3f} s from ottvid's times")
-        if (name.endswith("w") or name.endswith(" torch")) and row.get("pixel_diff", 0) > 0:
+        if name.endswith(("w", " torch")) and row.get("pixel_diff", 0) > 0:
             notes.append(f"{name}: its frames differ from {plan} auto's (mean {row['pixel_diff']:.3f})")
         elif row.get("pixel_diff", 0) > 2:
             notes.append(f"{name}: mean pixel difference {row['pixel_diff']:.1f} from ottvid's auto frames")

@@ -92,8 +92,9 @@ def test_the_probe_accepts_exactly_the_forms_that_give_torchs_values():
     for form in bicubic_kernel.FORMS:
         candidate = bicubic_kernel.Plan(plan.start, plan.weights, bicubic_kernel._fused(offset, xsize, plan.weights.shape[1], form))
         mid = np.empty((64, n_out, 3), np.float32)
-        bicubic_kernel._rows(frame, candidate.start, candidate.weights, candidate.fused, mid,
-                             np.empty((n_in, bicubic_kernel.ROWS * 3), np.uint8), np.empty((n_out * 3,), np.float32))
+        kernels = bicubic_kernel._kernels()
+        kernels.rows(frame, candidate.start, candidate.weights, candidate.fused, mid,
+                     np.empty((n_in, kernels.ROWS * 3), np.uint8), np.empty((n_out * 3,), np.float32))
         equal = np.array_equal(mid, theirs)
         assert bicubic_kernel._matches("width", candidate, n_in, n_out) == equal, form
         verdicts.append(equal)
@@ -133,6 +134,24 @@ def test_torch_resizes_when_told_or_without_numba(monkeypatch):
         "assert not bicubic_kernel.enabled() and bicubic_kernel.resize(np.zeros((8, 8, 3), np.uint8), (4, 4)) is None\n"
         "x = torch.randint(0, 256, (2, 3, 40, 60), dtype=torch.uint8)\n"
         "assert torch.equal(bicubic(x, (17, 23)), TF.resize(x, [17, 23], interpolation=TF.InterpolationMode.BICUBIC, antialias=True))\n"
+        "print('ok')\n"
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr
+
+
+def test_a_process_that_refuses_numba_never_imports_it():
+    """`refuse` (vLLM's CPU workers cannot start once numba is imported, ottvid_cli/eval/vllm_runner.py):
+    torch resizes from then on and numba stays out; refusing after numba came in says so."""
+    script = (
+        "import sys, numpy as np\n"
+        "from ottvid_cli.video import bicubic_kernel\n"
+        "from ottvid_cli.video.resize import bicubic_frames\n"
+        "assert bicubic_kernel.refuse('a test')\n"
+        "out = bicubic_frames(np.zeros((1, 40, 60, 3), np.uint8), (17, 23))\n"
+        "assert out.shape == (1, 17, 23, 3) and not bicubic_kernel.enabled() and 'numba' not in sys.modules\n"
+        "import numba\n"
+        "assert not bicubic_kernel.refuse('again')\n"
         "print('ok')\n"
     )
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)

@@ -55,6 +55,22 @@ class _Pending:
     decode_ms: float | None
 
 
+def _keep_numba_out() -> None:
+    """vLLM's CPU workers fail to start in a process that imported numba (vLLM 0.32,
+    vllm/triton_utils/dispatcher.py, `_rebind_kernels`: `vars()` of llvmlite's `ffi.lib` is no dict), and
+    every setting starts an engine after the previous one's videos were resized: on the CPU torch resizes
+    (`video.bicubic_kernel.refuse`). Raises EngineStartError where numba is in already."""
+    try:
+        from vllm.platforms import current_platform
+    except ImportError:  # no vLLM here (an engine of the caller's own, `make_engine`)
+        return
+    from ..video import bicubic_kernel
+
+    if current_platform.is_cpu() and not bicubic_kernel.refuse("vLLM's CPU workers cannot start after numba"):
+        raise EngineStartError("vLLM's CPU workers cannot start in a process that has imported numba (vLLM "
+                               "0.32's _rebind_kernels); run the evaluation in a process of its own")
+
+
 def _decoded(adapter: Any, group: tuple) -> tuple[Any, Any, dict[str, Any], float]:
     """A group's video as vLLM is handed it: (clip, frames (n, h, w, 3) uint8, metadata, decode ms); the
     frames ottvid's engine preprocesses (`Qwen25VL.video_frames`), padded and at the frame size."""
@@ -85,6 +101,7 @@ def run_vllm(model: str, samples: Sequence[Sample], out: Path | str, runs: Seque
     from ..integrations.vllm.offline import OfflineEngine, engine_arguments
 
     options = options or VllmOptions()
+    _keep_numba_out()
     make_engine = make_engine or OfflineEngine
     adapter = frames_only(model)
     frames = (frames or FramePlan()).for_model(adapter)

@@ -1,5 +1,6 @@
 """torch's antialiased bicubic resize of uint8 frames (`resize.bicubic`, what qwen-vl-utils applies), computed
-bit for bit by compiled kernels (numba), about twice as fast on a 1080p frame (docs/video.md, "The resize").
+bit for bit by compiled kernels (numba), in about half torch's time on a 1080p frame (docs/video.md, "The
+resize").
 
 How torch computes it on the CPU (aten/src/ATen/native/cpu/UpSampleKernel.cpp:
 `_separable_upsample_generic_Nd_kernel_impl`, `HelperInterpBase::_compute_indices_min_size_weights_aa`,
@@ -12,9 +13,9 @@ multiply-adds). The weights are torch's own (read back by interpolating a comb o
 follow torch's formula, and which rounding the installed torch uses is found for every size by comparing a
 random strip with torch's: where none matches, `resize` returns None and the caller uses torch.
 
-The speed: the width pass takes the frame `ROWS` rows at a time, transposed into a small float buffer, so
-that every output column is a sum of whole buffer rows (SIMD across rows); the height pass is a sum of whole
-rows already. torch's loop computes one output at a time.
+The speed (`bicubic_numba`): the width pass takes the frame 16 rows at a time, transposed into a small
+block, so that every output column is a sum of whole block lines (SIMD across rows); the height pass is a
+sum of whole rows already. torch's loop computes one output at a time.
 """
 
 from __future__ import annotations
@@ -25,18 +26,13 @@ from typing import NamedTuple
 
 import numpy as np
 
-ROWS = 16  # rows of the frame per block of the width pass (a block of a 1080p frame: 1920 x 48 floats, in L2)
-# The rounding forms tried (see _flags): taps after the first in groups of 4 / 8 / 16 with the rest fused,
+# The rounding forms tried (see _fused): taps after the first in groups of 4 / 8 / 16 with the rest fused,
 # none fused, all fused. The first that matches torch on a probe is tried first afterwards.
 FORMS = (4, 8, 16, 1, 0)
 
-try:  # the kernels are optional (the `fast` extra): without numba `resize` returns None
-    import numba
-    from numba import njit
-    from numba.core import types as _types
-    from numba.extending import intrinsic
-except ImportError:
-    numba = None
+_loaded: list = []  # [the kernels module, or None where numba cannot be imported], once tried
+_loading = threading.Lock()
+_refused: list[str] = []  # why numba must stay out of this process (`refuse`)
 
 
 class Plan(NamedTuple):
@@ -49,8 +45,36 @@ class Plan(NamedTuple):
 
 
 def enabled() -> bool:
-    """Whether the kernels run: numba importable and OTTVID_RESIZE_KERNEL not set to 'torch'."""
-    return numba is not None and os.environ.get("OTTVID_RESIZE_KERNEL", "").lower() != "torch"
+    """Whether the kernels run: numba importable (the `fast` extra), OTTVID_RESIZE_KERNEL not 'torch' and
+    not `refuse`d in this process."""
+    if _refused or os.environ.get("OTTVID_RESIZE_KERNEL", "").lower() == "torch":
+        return False
+    return _kernels() is not None
+
+
+def refuse(reason: str) -> bool:
+    """Keep numba out of this process from now on (torch resizes), for `reason`; False if it is in already
+    (imported by the kernels or anyone else)."""
+    import sys
+
+    _refused.append(reason)
+    return "numba" not in sys.modules
+
+
+def _kernels():
+    """The compiled kernels' module (numba imported the first time), or None without numba."""
+    if not _loaded:
+        with _loading:
+            if not _loaded:
+                try:
+                    import numba  # noqa: F401
+                except ImportError:  # not installed (the fast extra), or one that refuses this NumPy ("Numba needs NumPy ...")
+                    _loaded.append(None)
+                else:
+                    from . import bicubic_numba
+
+                    _loaded.append(bicubic_numba)
+    return _loaded[0]
 
 
 def resize(frame: np.ndarray, size: tuple[int, int], scratch: dict | None = None,
@@ -67,24 +91,29 @@ def resize(frame: np.ndarray, size: tuple[int, int], scratch: dict | None = None
     down = _plan("height", height, h) if h != height else None
     if (w != width and across is None) or (h != height and down is None):
         return None
+    kernels = _kernels()
+    rows = kernels.ROWS
     scratch = {} if scratch is None else scratch
     out = np.empty((h, w, channels), dtype=np.uint8) if out is None else out
+    if out.shape != (h, w, channels) or out.dtype != np.uint8 or not out.flags.c_contiguous:
+        raise ValueError(f"out must be a C-contiguous {h}x{w}x{channels} uint8 array")
     if across is None and down is None:  # the size it has: torch's resize leaves the values as they are
         out[...] = frame
         return out
     if across is None:  # the height alone: torch resamples the uint8 values as floats
         source = np.ascontiguousarray(frame).reshape(height, width * channels)
-        _columns_uint8(source, down.start, down.weights, down.fused, out.reshape(h, w * channels),
-                       _buffer(scratch, "acc", (max(ROWS, w) * channels,)))
+        kernels.columns_uint8(source, down.start, down.weights, down.fused, out.reshape(h, w * channels),
+                              _buffer(scratch, "acc", (max(rows, w) * channels,)))
         return out
     mid = _buffer(scratch, "mid", (height, w, channels))
-    _rows(frame, across.start, across.weights, across.fused, mid,
-          _buffer(scratch, "block", (width, ROWS * channels), np.uint8), _buffer(scratch, "acc", (max(ROWS, w) * channels,)))
+    kernels.rows(frame, across.start, across.weights, across.fused, mid,
+                 _buffer(scratch, "block", (width, rows * channels), np.uint8),
+                 _buffer(scratch, "acc", (max(rows, w) * channels,)))
     if down is None:
-        _to_uint8(mid.reshape(height, w * channels), out.reshape(h, w * channels))
+        kernels.to_uint8(mid.reshape(height, w * channels), out.reshape(h, w * channels))
         return out
-    _columns_uint8(mid.reshape(height, w * channels), down.start, down.weights, down.fused,
-                   out.reshape(h, w * channels), _buffer(scratch, "acc", (max(ROWS, w) * channels,)))
+    kernels.columns_uint8(mid.reshape(height, w * channels), down.start, down.weights, down.fused,
+                          out.reshape(h, w * channels), _buffer(scratch, "acc", (max(rows, w) * channels,)))
     return out
 
 
@@ -175,94 +204,17 @@ def _matches(dimension: str, plan: Plan, n_in: int, n_out: int) -> bool:
     """Whether the plan gives torch's float32 values on a random strip (3 channels, 37 lines)."""
     import torch
 
+    kernels = _kernels()
     rng = np.random.default_rng(n_in * 7919 + n_out)
     if dimension == "width":
         strip = rng.integers(0, 256, size=(37, n_in, 3), dtype=np.uint8)
         ours = np.empty((37, n_out, 3), dtype=np.float32)
-        _rows(strip, plan.start, plan.weights, plan.fused, ours, np.empty((n_in, ROWS * 3), np.uint8),
-              np.empty((max(ROWS, n_out) * 3,), np.float32))
+        kernels.rows(strip, plan.start, plan.weights, plan.fused, ours, np.empty((n_in, kernels.ROWS * 3), np.uint8),
+                     np.empty((max(kernels.ROWS, n_out) * 3,), np.float32))
         theirs = _interpolate(torch.from_numpy(strip).permute(2, 0, 1)[None].float(), (37, n_out))[0]
         return np.array_equal(ours, theirs.permute(1, 2, 0).numpy())
     strip = rng.uniform(-30.0, 290.0, size=(n_in, 37, 3)).astype(np.float32)  # the width pass's values
     ours = np.empty((n_out, 37 * 3), dtype=np.float32)
-    _columns(strip.reshape(n_in, 37 * 3), plan.start, plan.weights, plan.fused, ours)
+    kernels.columns(strip.reshape(n_in, 37 * 3), plan.start, plan.weights, plan.fused, ours)
     theirs = _interpolate(torch.from_numpy(strip).permute(2, 0, 1)[None], (n_out, 37))[0]
     return np.array_equal(ours.reshape(n_out, 37, 3), theirs.permute(1, 2, 0).numpy())
-
-
-# ---------------------------------------------------------------------------------------------- kernels
-
-def _compiled(function):
-    """numba-compiled, releasing the GIL, cached on disk (next to this file or in the user's cache); where
-    no cache directory is writable numba refuses caching (RuntimeError): compiled in each process then."""
-    try:
-        return njit(nogil=True, cache=True)(function)
-    except RuntimeError:
-        return njit(nogil=True)(function)
-
-
-if numba is not None:
-    @intrinsic
-    def _fma(typingctx, a, b, c):
-        """a * b + c rounded once (LLVM's fma)."""
-        signature = _types.float32(_types.float32, _types.float32, _types.float32)
-
-        def codegen(context, builder, sig, args):
-            return builder.fma(*args)
-
-        return signature, codegen
-
-    @_compiled
-    def _accumulate(lines, start, weights, fused, acc, n):  # pragma: no cover - compiled
-        """acc[:n] = sum_j lines[start + j, :n] * weights[j] in float32, in tap order (rounded as `fused`
-        says)."""
-        for i in range(n):
-            acc[i] = np.float32(0.0)
-        for j in range(weights.shape[0]):
-            line = lines[start + j]
-            wt = weights[j]
-            if fused[j]:
-                for i in range(n):
-                    acc[i] = _fma(np.float32(line[i]), wt, acc[i])
-            else:
-                for i in range(n):
-                    acc[i] = acc[i] + np.float32(line[i]) * wt
-
-    @_compiled
-    def _rows(frame, start, weights, fused, mid, block, acc):  # pragma: no cover - compiled
-        """The width pass: frame (H, W, C) uint8 -> mid (H, w, C) float32, ROWS rows at a time through
-        block (W, ROWS * C), whose line x holds input column x of those rows."""
-        height, width, channels = frame.shape
-        for y0 in range(0, height, ROWS):
-            n = min(ROWS, height - y0)
-            for r in range(n):
-                row = frame[y0 + r]
-                for x in range(width):
-                    for c in range(channels):
-                        block[x, r * channels + c] = row[x, c]
-            for x in range(weights.shape[0]):
-                _accumulate(block, start[x], weights[x], fused[x], acc, n * channels)
-                for r in range(n):
-                    for c in range(channels):
-                        mid[y0 + r, x, c] = acc[r * channels + c]
-
-    @_compiled
-    def _columns(lines, start, weights, fused, out):  # pragma: no cover - compiled
-        """The height pass: lines (H, L) -> out (h, L) float32."""
-        for y in range(weights.shape[0]):
-            _accumulate(lines, start[y], weights[y], fused[y], out[y], out.shape[1])
-
-    @_compiled
-    def _columns_uint8(lines, start, weights, fused, out, acc):  # pragma: no cover - compiled
-        """The height pass into uint8: clamped to [0, 255] and rounded half to even, as `bicubic` does."""
-        for y in range(weights.shape[0]):
-            _accumulate(lines, start[y], weights[y], fused[y], acc, out.shape[1])
-            row = out[y]
-            for i in range(row.shape[0]):
-                row[i] = np.uint8(np.rint(min(max(acc[i], np.float32(0.0)), np.float32(255.0))))
-
-    @_compiled
-    def _to_uint8(values, out):  # pragma: no cover - compiled
-        for y in range(values.shape[0]):
-            for i in range(values.shape[1]):
-                out[y, i] = np.uint8(np.rint(min(max(values[y, i], np.float32(0.0)), np.float32(255.0))))

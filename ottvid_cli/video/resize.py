@@ -37,7 +37,10 @@ def bicubic(batch, size: Size, scratch: dict | None = None):
     for i in range(n):
         frame = batch[i].permute(1, 2, 0)
         fast = _bicubic_kernel.resize(frame.numpy(), size, scratch) if frame.device.type == "cpu" else None
-        out[i] = torch.from_numpy(fast).permute(2, 0, 1) if fast is not None else _torch_bicubic(batch[i:i + 1], size, scratch)[0]
+        if fast is None:
+            out[i] = _torch_bicubic(batch[i:i + 1], size, scratch)[0]
+        else:
+            out[i] = torch.from_numpy(fast).permute(2, 0, 1)
     return out
 
 
