@@ -26,6 +26,12 @@ def _torch(frame: np.ndarray, size) -> np.ndarray:
     return _torch_bicubic(batch, size, {})[0].permute(1, 2, 0).numpy()
 
 
+def _prints_ok(script: str) -> None:
+    """Run `script` in a fresh Python process: it must print ok and exit 0."""
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr
+
+
 def _frame(height: int, width: int, seed: int = 0) -> np.ndarray:
     """Smooth content with noise (a frame's values, the whole 0..255 range, clipping included)."""
     rng = np.random.default_rng(seed)
@@ -136,8 +142,7 @@ def test_torch_resizes_when_told_or_without_numba(monkeypatch):
         "assert torch.equal(bicubic(x, (17, 23)), TF.resize(x, [17, 23], interpolation=TF.InterpolationMode.BICUBIC, antialias=True))\n"
         "print('ok')\n"
     )
-    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr
+    _prints_ok(script)
 
 
 def test_a_process_that_refuses_numba_never_imports_it():
@@ -154,5 +159,4 @@ def test_a_process_that_refuses_numba_never_imports_it():
         "assert not bicubic_kernel.refuse('again')\n"
         "print('ok')\n"
     )
-    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr
+    _prints_ok(script)
