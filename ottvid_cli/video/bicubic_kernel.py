@@ -92,7 +92,6 @@ def resize(frame: np.ndarray, size: tuple[int, int], scratch: dict | None = None
     if (w != width and across is None) or (h != height and down is None):
         return None
     kernels = _kernels()
-    rows = kernels.ROWS
     scratch = {} if scratch is None else scratch
     out = np.empty((h, w, channels), dtype=np.uint8) if out is None else out
     if out.shape != (h, w, channels) or out.dtype != np.uint8 or not out.flags.c_contiguous:
@@ -100,20 +99,19 @@ def resize(frame: np.ndarray, size: tuple[int, int], scratch: dict | None = None
     if across is None and down is None:  # the size it has: torch's resize leaves the values as they are
         out[...] = frame
         return out
+    acc = _buffer(scratch, "acc", (max(kernels.ROWS, w) * channels,))  # a block's lines, or an output row
+    flat = out.reshape(h, w * channels)
     if across is None:  # the height alone: torch resamples the uint8 values as floats
         source = np.ascontiguousarray(frame).reshape(height, width * channels)
-        kernels.columns_uint8(source, down.start, down.weights, down.fused, out.reshape(h, w * channels),
-                              _buffer(scratch, "acc", (max(rows, w) * channels,)))
+        kernels.columns_uint8(source, down.start, down.weights, down.fused, flat, acc)
         return out
     mid = _buffer(scratch, "mid", (height, w, channels))
     kernels.rows(frame, across.start, across.weights, across.fused, mid,
-                 _buffer(scratch, "block", (width, rows * channels), np.uint8),
-                 _buffer(scratch, "acc", (max(rows, w) * channels,)))
+                 _buffer(scratch, "block", (width, kernels.ROWS * channels), np.uint8), acc)
     if down is None:
-        kernels.to_uint8(mid.reshape(height, w * channels), out.reshape(h, w * channels))
-        return out
-    kernels.columns_uint8(mid.reshape(height, w * channels), down.start, down.weights, down.fused,
-                          out.reshape(h, w * channels), _buffer(scratch, "acc", (max(rows, w) * channels,)))
+        kernels.to_uint8(mid.reshape(height, w * channels), flat)
+    else:
+        kernels.columns_uint8(mid.reshape(height, w * channels), down.start, down.weights, down.fused, flat, acc)
     return out
 
 
@@ -172,12 +170,11 @@ def _build(dimension: str, n_in: int, n_out: int) -> Plan | None:
     start = np.minimum(xmin, n_in - taps)  # every window read as `taps` inputs inside the frame
     offset = xmin - start
     weights = np.zeros((n_out, taps), dtype=np.float32)
-    for i in range(n_out):
-        inputs = xmin[i] + np.arange(xsize[i])
-        weights[i, offset[i]:offset[i] + xsize[i]] = response[inputs % gap, i]
     seen = np.zeros((gap, n_out), dtype=bool)
     for i in range(n_out):
-        seen[(xmin[i] + np.arange(xsize[i])) % gap, i] = True
+        teeth = (xmin[i] + np.arange(xsize[i])) % gap  # the comb rows that meet output i's window
+        weights[i, offset[i]:offset[i] + xsize[i]] = response[teeth, i]
+        seen[teeth, i] = True
     if np.any(response[~seen] != 0):  # a weight outside the window: not the formula above
         return None
     forms = sorted(FORMS, key=lambda form: form != _first.get(dimension))

@@ -47,6 +47,13 @@ def _accumulate(lines, start, weights, fused, acc, n):
             for i in range(n):
                 acc[i] = acc[i] + np.float32(line[i]) * wt
 
+
+@_compiled
+def _byte(value):
+    """A float32 value as `bicubic` stores it: clamped to [0, 255], rounded half to even."""
+    return np.uint8(np.rint(min(max(value, np.float32(0.0)), np.float32(255.0))))
+
+
 @_compiled
 def rows(frame, start, weights, fused, mid, block, acc):
     """The width pass: frame (H, W, C) uint8 -> mid (H, w, C) float32, ROWS rows at a time through
@@ -65,11 +72,13 @@ def rows(frame, start, weights, fused, mid, block, acc):
                 for c in range(channels):
                     mid[y0 + r, x, c] = acc[r * channels + c]
 
+
 @_compiled
 def columns(lines, start, weights, fused, out):
     """The height pass: lines (H, L) -> out (h, L) float32."""
     for y in range(weights.shape[0]):
         _accumulate(lines, start[y], weights[y], fused[y], out[y], out.shape[1])
+
 
 @_compiled
 def columns_uint8(lines, start, weights, fused, out, acc):
@@ -78,10 +87,12 @@ def columns_uint8(lines, start, weights, fused, out, acc):
         _accumulate(lines, start[y], weights[y], fused[y], acc, out.shape[1])
         row = out[y]
         for i in range(row.shape[0]):
-            row[i] = np.uint8(np.rint(min(max(acc[i], np.float32(0.0)), np.float32(255.0))))
+            row[i] = _byte(acc[i])
+
 
 @_compiled
 def to_uint8(values, out):
+    """The width pass's values into uint8, where the height keeps its size."""
     for y in range(values.shape[0]):
         for i in range(values.shape[1]):
-            out[y, i] = np.uint8(np.rint(min(max(values[y, i], np.float32(0.0)), np.float32(255.0))))
+            out[y, i] = _byte(values[y, i])
