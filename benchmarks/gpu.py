@@ -309,7 +309,7 @@ def count_operations(fn: Callable[[], Any]) -> tuple[int, int, collections.Count
     """
     from torch.utils._python_dispatch import TorchDispatchMode, _disable_current_modes
 
-    from ottvid_cli.compression import ottvid as pipeline
+    from ottvid_cli.compression import stream as pipeline
     from ottvid_cli.compression.backend import triton_importable
 
     free = {"empty", "empty_strided", "new_empty", "new_empty_strided", "set_", "lift_fresh"}

@@ -369,3 +369,28 @@ def test_precompile_compiles_every_k_block(kdev):
     built = kernels._BUILT[("sinkhorn", kernels.interpreting())]
     if not kernels.interpreting():  # compiled: one variant per block size and stage, whatever the sizes
         assert {"pairs", "k", "done"} <= {built.arg_names[i] for i in built.do_not_specialize}
+
+
+def test_streamed_chunks_on_the_fused_path(interpret):
+    """OTT-Vid fed a few groups at a time takes the fused kernels too, with the one-shot decisions; the input
+    check rides on the budget's transfer there, so a bad later chunk is refused at the end, named as ever."""
+    from ottvid_cli.compression.stream import OTTVidStream
+
+    x, s, grid = base.video(t=6, h=4, w=4, d=8, seed=4)
+    cfg = OTTVidConfig(ratio=0.2)
+    want = compress(x, s, grid, cfg, backend="triton")
+    stream = OTTVidStream(6, grid, cfg, backend="triton")
+    for start in (0, 2, 3):
+        stop = {0: 2, 2: 3, 3: 6}[start]
+        stream.add(x[start:stop], s[start:stop])
+    got = stream.finish()
+    for name in ("index", "assignment", "selected", "features"):
+        assert torch.equal(getattr(got, name), getattr(want, name)), name
+    assert (got.report.B, got.report.merges, got.report.W) == (want.report.B, want.report.merges, want.report.W)
+    bad = x.clone()
+    bad[4, 1, 2] = float("inf")
+    stream = OTTVidStream(6, grid, cfg, backend="triton")
+    stream.add(x[:3], s[:3])
+    stream.add(bad[3:], s[3:])  # deferred: nothing waits for the device here
+    with pytest.raises(ValueError, match="NaN or Inf"):
+        stream.finish()

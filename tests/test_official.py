@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from ottvid_cli.compression import OTTVidConfig, compress, match_pairs, token_counts, transport_cost
-from ottvid_cli.compression import ottvid as ottvid_module
+from ottvid_cli.compression import stream as ottvid_module
 from ottvid_cli.compression.budget import allocate_budget_rounds
 from ottvid_cli.compression.transport import grid_positions, sinkhorn_log
 from test_compress import check_consistent, video

@@ -160,6 +160,49 @@ class LlavaOneVision(KeptTokenGeneration):
         inputs["pixel_values_videos"] = inputs["pixel_values_videos"].to(self.model.dtype)
         return inputs
 
+    def prompt_inputs(self, frames: int, frame_size: tuple[int, int], timestamps: list[float], duration: float,
+                      prompt: str, history: Sequence[tuple[str, str]] = ()) -> Any:
+        """The processor's text-side inputs for a video of `frames` frames, built without any pixels:
+        input_ids and attention_mask, equal to `preprocess(...)`'s (which returns nothing else but the
+        pixel values), on the device. `frame_size`, `timestamps` and `duration` do not change them (the
+        processor resizes every frame to its fixed size and writes no time); they are taken for the
+        common signature (`Qwen25VL.prompt_inputs`).
+
+        `LlavaOnevisionProcessor.replace_video_token` reads only the frame count of the processed video
+        (`pixel_values_videos[0].shape[0]`): it is handed an empty (frames, 0) stand-in, then
+        `qwen2_5_vl.processor_text_inputs` runs the rest of `ProcessorMixin.__call__`'s text path, and
+        the run of video tokens is fit to this checkpoint's layout as `preprocess` fits it. transformers
+        methods relied on (5.24): those of `processor_text_inputs` and `replace_video_token`."""
+        from .qwen2_5_vl import processor_text_inputs
+
+        stand_in = {"pixel_values_videos": [torch.empty((int(frames), 0))]}
+        inputs = processor_text_inputs(self.processor, chat_text(self.processor, prompt, history), stand_in, {})
+        self._fit_video_tokens(inputs, self.layout(int(frames)).numel())
+        return inputs.to(self.device)
+
+    def pixel_inputs(self, frames: np.ndarray, source_size: tuple[int, int] | None = None) -> Any:
+        """One chunk of frames (n, H, W, 3) uint8 -> pixel_values_videos (1, n, 3, h, w) of these frames
+        only, in the model's dtype on the device: `encode`'s input for them, equal to the frames' rows
+        of the whole video's `preprocess(...)["pixel_values_videos"]` (the video processor -- the same
+        call as `preprocess` makes through the processor -- resizes and normalises every frame on its
+        own). `source_size` is not needed (see `preprocess`).
+
+        `encode(pixel_inputs(chunk))` encodes the chunk's frames alone; its outputs concatenated along T
+        over the chunks are the one-shot `encode(preprocess(...))`'s: the features and saliency bit for
+        bit on the CPU (SigLIP, the projector, the pooling and the saliency act on each frame's 729
+        patches; every matmul has frames x 729 rows, and its per-row arithmetic does not depend on how
+        many). The SigLIP head's signals (`_head_signals`) are not bit-identical: the head's matmuls
+        over one row per frame (the probe's query projection, the pooling attention's output projection
+        and the head's MLP) take another kernel or summation order for another row count on the CPU
+        (measured on the tiny models of tests/test_chunked_encode.py, chunks of 1 to 3 frames: max abs
+        difference 8.4e-7 in "frame_features" (values up to 3, a few float32 ulps) and 3.5e-10 in
+        "attention" (values up to 1.5e-3, relative 2.6e-7)). Not measured on a GPU, where cuBLAS may
+        also choose other kernels for the tower's matmuls with another frame count."""
+        inputs = self.processor.video_processor(videos=[np.ascontiguousarray(frames)], return_tensors="pt")
+        inputs = inputs.to(self.device)
+        inputs["pixel_values_videos"] = inputs["pixel_values_videos"].to(self.model.dtype)
+        return inputs
+
     def layout(self, frames: int) -> torch.Tensor:
         """The video's token sequence as the model lays it out: the flat index t*N + n of each visual
         token, -1 for a newline token ("grid": after every row of every frame; "frame": after every

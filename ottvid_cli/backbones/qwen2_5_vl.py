@@ -37,6 +37,35 @@ def refuse_order(compressed: Any) -> None:
                          "not supported on M-RoPE models, whose tokens keep their positions: use the default layout")
 
 
+def processor_text_inputs(processor: Any, text: str, video_inputs: dict[str, Any], entries: dict[str, Any]) -> Any:
+    """`ProcessorMixin.__call__`'s text path (transformers 5.24) for a chat text holding one video
+    placeholder, without the video's pixels: `video_inputs` holds what the processor's own
+    `replace_video_token` reads of the processed video (its grid and metadata, or a stand-in for its
+    frames), `entries` the video-side entries the call returns besides the pixel values. As the call
+    does: `prepare_inputs_layout`, the kwargs of `_merge_kwargs` (return_tensors "pt"), the placeholder
+    expanded by `replace_video_token` and `get_text_with_replacements`, the tokenizer with the text
+    kwargs, `_check_special_mm_tokens`, mm_token_type_ids by `create_mm_token_type_ids` where the
+    processor returns them, the processor's `unused_input_names` left out, then one `BatchFeature` of
+    the text's and `entries`' tensors."""
+    from transformers.feature_extraction_utils import BatchFeature
+
+    _, texts, _, _ = processor.prepare_inputs_layout(text=[text])
+    tokenizer = processor.tokenizer
+    merged = processor._merge_kwargs(tokenizer_init_kwargs=tokenizer.init_kwargs, return_tensors="pt")
+    replacement = processor.replace_video_token(video_inputs, video_idx=0, **merged["videos_kwargs"])
+    texts, _ = processor.get_text_with_replacements(texts, videos_replacements=[replacement])
+    text_kwargs = merged["text_kwargs"]
+    types = text_kwargs.pop("return_mm_token_type_ids", merged["return_mm_token_type_ids"])
+    text_kwargs.pop("return_text_replacement_offsets", None)
+    encoded = tokenizer(texts, **text_kwargs)
+    processor._check_special_mm_tokens(texts, encoded, modalities=["image", "video", "audio"])
+    data = dict(encoded)
+    if types:
+        data["mm_token_type_ids"] = processor.create_mm_token_type_ids(data["input_ids"])
+    data = {k: v for k, v in {**data, **entries}.items() if k not in processor.unused_input_names}
+    return BatchFeature(data, tensor_type="pt")
+
+
 class Qwen25VL(KeptTokenGeneration):
     """Adapter for Qwen2_5_VLForConditionalGeneration and its processor."""
 
@@ -149,19 +178,110 @@ class Qwen25VL(KeptTokenGeneration):
         """The frames (n, H, W, 3) uint8 as the processor is handed them: (n', 3, h, w), the last frame
         repeated up to a multiple of the temporal patch, resized to `frame_size` unless the decoder did
         (`source_size`, see `preprocess`). What another engine is given too (`ottvid eval --engine vllm`)."""
+        video = self.padded_frames(frames)
+        size = (video.shape[2], video.shape[3])
+        if source_size is None or self.frame_size(*source_size, video.shape[0]) != size:
+            video = bicubic(video, self.frame_size(video.shape[2], video.shape[3], video.shape[0]))
+        return video
+
+    def padded_frames(self, frames: np.ndarray) -> torch.Tensor:
+        """Frames (n, H, W, 3) uint8 -> (n', 3, H, W), the last frame repeated up to a multiple of the
+        temporal patch (as `preprocess` pads)."""
         video = torch.from_numpy(np.ascontiguousarray(frames)).permute(0, 3, 1, 2)  # (n, 3, H, W)
         n = video.shape[0]
         if n % self.frames_per_group:
             video = torch.cat([video, video[-1:].expand(self.frames_per_group - n % self.frames_per_group, -1, -1, -1)])
-        size = (video.shape[2], video.shape[3])
-        if source_size is None or self.frame_size(*source_size, video.shape[0]) != size:
-            video = bicubic(video, self.frame_size(video.shape[2], video.shape[3], video.shape[0]))
         return video
 
     def video_metadata(self, timestamps: list[float], duration: float, frames: int) -> dict[str, Any]:
         """The metadata the processor reads: the average sampling rate (for second_per_grid_ts)."""
         fps = len(timestamps) / duration if duration > 0 else 1.0
         return {"fps": fps, "frames_indices": list(range(frames)), "total_num_frames": frames, "duration": duration}
+
+    # ----------------------------------------------------------------------------------------
+    # preprocessing chunk by chunk (long videos): the text side without pixels, the pixels per chunk
+
+    def prompt_inputs(self, frames: int, frame_size: tuple[int, int], timestamps: list[float], duration: float,
+                      prompt: str, history: Sequence[tuple[str, str]] = ()) -> Any:
+        """The processor's text-side inputs for a video of `frames` frames of `frame_size` (h, w) pixels as
+        the processor is handed them (after the model's resize: `frame_size()` of the source size for the
+        frame count made a multiple of the temporal patch), built without any pixels: input_ids,
+        attention_mask, mm_token_type_ids, video_grid_thw (the whole video) and, Qwen2.5-VL,
+        second_per_grid_ts -- `preprocess(...)`'s entries but pixel_values_videos, equal to them, on the
+        device.
+
+        The grid is T = ceil(frames / frames_per_group) groups of (h / patch, w / patch) patches. The
+        placeholder is expanded by the processor's own `replace_video_token` (Qwen3-VL's: the
+        `<t seconds>` and vision markers of each group, from the same `video_metadata` as `preprocess`
+        passes), then `processor_text_inputs` runs the rest of `ProcessorMixin.__call__`'s text path.
+        second_per_grid_ts is `Qwen2_5_VLProcessor._process_videos`'s temporal_patch_size /
+        `VideoMetadata.sampled_fps` (that method runs the video processor on the pixels, so it is not
+        called). transformers methods relied on (5.24): `VideoMetadata`, `ProcessorMixin.prepare_inputs_layout`,
+        `_merge_kwargs`, `replace_video_token`, `get_text_with_replacements`, `_check_special_mm_tokens`,
+        `create_mm_token_type_ids`, the tokenizer's `__call__` and `BatchFeature`."""
+        from transformers.video_utils import VideoMetadata
+
+        groups = -(-int(frames) // self.frames_per_group)
+        metadata = VideoMetadata(**self.video_metadata(timestamps, duration, groups * self.frames_per_group))
+        grid = torch.tensor([[groups, *self.patch_grid(frame_size)]])
+        entries = self.video_entries(grid, metadata)
+        text = chat_text(self.processor, prompt, history)
+        inputs = processor_text_inputs(self.processor, text, {**entries, "video_metadata": [metadata]}, entries)
+        return inputs.to(self.device)
+
+    def patch_grid(self, frame_size: tuple[int, int]) -> tuple[int, int]:
+        """(h, w) pixels -> the processor's grid of patches (h / patch, w / patch); ValueError for a size
+        that is not a multiple of patch x merge (not a size `frame_size()` gives)."""
+        factor = self.patch * self.merge
+        h, w = (int(v) for v in frame_size)
+        if h <= 0 or w <= 0 or h % factor or w % factor:
+            raise ValueError(f"frame size {h} x {w} is not a multiple of {factor} pixels: pass the backbone's "
+                             f"frame_size() of the source size")
+        return h // self.patch, w // self.patch
+
+    def video_entries(self, grid: torch.Tensor, metadata: Any) -> dict[str, Any]:
+        """The video-side entries `preprocess` returns besides the pixel values: the grid and
+        `Qwen2_5_VLProcessor._process_videos`'s second_per_grid_ts (temporal patch / sampled fps)."""
+        return {"video_grid_thw": grid,
+                "second_per_grid_ts": [self.processor.video_processor.temporal_patch_size / metadata.sampled_fps]}
+
+    def pixel_inputs(self, frames: np.ndarray, source_size: tuple[int, int] | None = None,
+                     frame_size: tuple[int, int] | None = None) -> Any:
+        """One chunk of frames (n, H, W, 3) uint8 -> pixel_values_videos and video_grid_thw of this chunk
+        only, on the device: `encode`'s input for these frames, whose rows are those of the whole video's
+        `preprocess(...)["pixel_values_videos"]` that belong to them (each temporal group's rows are
+        contiguous, t * h * w / patch^2 of them before group t). n is a multiple of `frames_per_group`
+        but in the last chunk, whose last frame is repeated as `preprocess` pads.
+
+        The frames are resized (as `preprocess` resizes, frame by frame, so per chunk alike) to the
+        whole video's `frame_size` (h, w) when given -- the size `prompt_inputs` was given; else, with
+        `source_size` (the decoder resized them with `frame_resize()` for the whole video), they are
+        taken at their own size; else these frames are taken for the whole video (`frame_size()` of
+        their count: the budget of a longer video may give another size). Then the video processor
+        (`processor.video_processor`, the same options as `preprocess`: no sampling, no resize) makes
+        the patches.
+
+        `encode(pixel_inputs(chunk))` runs the vision tower on the chunk's groups alone (its grid has
+        the chunk's T). Every block attends within a window of one group or within one whole group, the
+        rotary / learned position embeddings and the merge depend on (h, w) only, and the saliency is
+        computed per group (`cu_seqlens`), so the chunks' features, saliency and Qwen3-VL's DeepStack
+        features, concatenated along T, are the one-shot encode's bit for bit on the CPU (measured on
+        the tiny models of tests/test_chunked_encode.py and on 1280- and 1152-wide towers at 448 x 448:
+        max abs difference 0). Not measured on a GPU, where cuBLAS / SDPA may choose other kernels for
+        another number of rows or segments: expect float rounding differences there."""
+        video = self.padded_frames(frames)
+        size = (int(video.shape[2]), int(video.shape[3]))
+        if frame_size is not None:
+            target = (int(frame_size[0]), int(frame_size[1]))
+        elif source_size is not None:
+            target = size
+        else:
+            target = self.frame_size(*size, video.shape[0])
+        if target != size:
+            video = bicubic(video, target)
+        inputs = self.processor.video_processor(videos=[video], do_sample_frames=False, do_resize=False,
+                                                cap_pixels_per_frame=True, return_tensors="pt")
+        return inputs.to(self.device)
 
     # ----------------------------------------------------------------------------------------
     # vision

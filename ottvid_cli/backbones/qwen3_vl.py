@@ -93,6 +93,12 @@ class Qwen3VL(Qwen25VL):
         times += [times[-1]] * (frames - len(times))
         return {"fps": 1.0, "frames_indices": times, "total_num_frames": frames, "duration": duration}
 
+    def video_entries(self, grid: torch.Tensor, metadata: Any) -> dict[str, Any]:
+        """The video-side entries `preprocess` returns besides the pixel values: the grid only
+        (`Qwen3VLProcessor` has no second_per_grid_ts: its time is the `<t seconds>` text, which
+        `replace_video_token` writes from `metadata`)."""
+        return {"video_grid_thw": grid}
+
     def group_times(self, timestamps: Sequence[float]) -> list[float]:
         """Each temporal group's time in seconds as the processor writes it: the mean of its frames'
         timestamps (the last group's missing frame repeats the last timestamp)."""

@@ -3,18 +3,12 @@
 from __future__ import annotations
 
 import math
-from contextlib import nullcontext
 from dataclasses import asdict, dataclass, field
 
 import torch
 
-from ..timing import Stopwatch
-from .backend import choose
-from .budget import allocate_budget_rounds, uniform_budget
 from .config import BUDGET_CAPS, K_ROUNDINGS, OTTVidConfig, _choice
-from .merge import Collapse, average_components, collapse, match_pairs
-from .spatial import gram_cosine, inverse_norms, mass_from_similarity, normalize_saliency, select_from_similarity
-from .transport import grid_positions, mixing_weight, solve_transport, transport_cost
+from .merge import Collapse, average_components
 
 
 @dataclass(frozen=True)
@@ -129,6 +123,9 @@ class Compressed:
     selected: torch.Tensor | None = None  # (T, K) tokens the spatial stage kept in each group
     mixing: torch.Tensor | None = None  # sparse (M, T*N) float32, None: uniform over `assignment`
     order: torch.Tensor | None = None  # (M,) LLM sequence order of the rows, None: ascending index
+    # other per-token tensors merged with these decisions while streaming (`stream.OTTVidStream`'s `extra`):
+    # "merged", a tuple of (M, D') float32 in `index` order, what `apply` gives for the whole tensors
+    extra: dict = field(default_factory=dict)
 
     def sequence(self) -> torch.Tensor:
         """(M,) the rows in the order the LLM receives them: `order`, or 0..M-1 when it is None."""
@@ -180,104 +177,16 @@ def compress(
     Host round trips (untimed): with the adaptive budget, one transfer of the transport
     difficulties, which also carries the input check; at the end, the report's numbers in one
     transfer. With the uniform budget the input check is its own transfer at the start.
+
+    The same computation as `stream.OTTVidStream` given the whole tensor as one chunk: a long video's
+    groups can be compressed as they are encoded, with the same result.
     """
-    if timer not in (None, True, False):
-        raise TypeError(f"timer must be None, True or False, got {timer!r}")
-    config = config or OTTVidConfig()
-    groups, tokens = _validate(features, saliency, grid)
-    device = features.device
-    path = choose(device, backend)
-    counts = token_counts(groups, tokens, config.ratio, config.gamma, config.k_rounding, config.budget_cap)
-    report = CompressionReport(
-        T=groups, N=tokens, K=counts.K, M=counts.M, r_s=counts.r_s, r_t=counts.r_t, B_tot=counts.B_tot,
-        config=config.to_dict(),
-    )
-    flat = features.reshape(groups * tokens, -1)
-    if device.type == "cpu" if timer is None else timer:
-        stage = Stopwatch(device, report.timings_ms)
-    else:
-        stage = _untimed
+    from .stream import OTTVidStream
 
-    x = features.float()
-    if config.ratio >= 1.0:
-        _check_inputs(inverse_norms(x), x, saliency)
-        report.K, report.kept = tokens, groups * tokens
-        every = torch.arange(groups * tokens, device=device)
-        return Compressed(features=flat.clone(), index=every, assignment=every.clone(), report=report,
-                          selected=every.view(groups, tokens).clone())
-
-    # The input check rides on the budget's transfer when there is one (adaptive budget, T > 1) off
-    # the CPU, and on the fused path everywhere (so that the CPU tests see the GPU's order of events).
-    deferred = groups > 1 and config.budget == "adaptive" and (device.type != "cpu" or path == "triton")
-    with stage("similarity"):
-        w = normalize_saliency(saliency)  # w_t,i
-        sim, inv_norm = gram_cosine(x)  # sim(x_t,i, x_t,j), 1 / ||x_t,i||
-        clean = _clean(inv_norm, saliency)
-        if not deferred:
-            _raise_unless(clean, x, saliency)
-    with stage("selection"):
-        selected = select_from_similarity(sim, w, counts.K, config.spatial, backend=path)  # S_t, (T, K)
-    flat_selected = (selected + torch.arange(groups, device=device).unsqueeze(-1) * tokens).reshape(-1)
-
-    if groups == 1:  # spatial stage only
-        report.kept = counts.K
-        assignment = torch.full((tokens,), -1, dtype=torch.long, device=device)
-        assignment[flat_selected] = torch.arange(counts.K, device=device)
-        _total(report)
-        return Compressed(features=flat[flat_selected].clone(), index=flat_selected, assignment=assignment,
-                          report=report, selected=selected)
-
-    cap = pair_cap(counts.K, config.budget_cap)
-    with stage("mass"):
-        if config.mass == "uniform":
-            mass = torch.full((groups, counts.K), 1.0 / counts.K, device=device)
-        else:
-            mass = mass_from_similarity(sim, w, selected, config.tau_m, config.spatial)  # m_t
-        del sim
-    with stage("cost"):
-        alpha = mixing_weight(x, grid, config.alpha, inv_norm)  # alpha_t
-        chosen = x.reshape(groups * tokens, -1)[flat_selected].view(groups, counts.K, -1)
-        chosen_inv = inv_norm.reshape(-1)[flat_selected].view(groups, counts.K)
-        cost = transport_cost(chosen, grid_positions(selected, grid), alpha, grid, chosen_inv,
-                              config.semantic_cost, config.location_norm)  # C_t
-    with stage("sinkhorn"):
-        plan, iterations, error, difficulty = solve_transport(
-            mass[:-1], mass[1:], cost, config.eps, config.max_iter, config.tol,
-            early_stop=config.sinkhorn_stop == "tol", backend=path)  # P_t, W_t
-    with stage("budget"):
-        if config.budget == "uniform":
-            budgets, rounds = uniform_budget(groups - 1, counts.B_tot, cap), 0
-        else:
-            # one transfer: W_t in float64 (as the allocation computes) and the input check
-            host = torch.cat((difficulty.double(), clean.double().view(1))).cpu()
-            if deferred:
-                _raise_unless(bool(host[-1]), x, saliency)
-            budgets, rounds = allocate_budget_rounds(host[:-1], counts.B_tot, cap, config.tau_b,
-                                                     config.budget_rounding)  # B_t
-        kept = groups * counts.K - int(budgets.sum())  # each operation removes one token
-        budgets = to_device(budgets, device)
-    with stage("merge"):
-        matching = match_pairs(plan, cost, budgets, config.tau_c, inclusive=config.merge_rule == "inclusive")
-        components = collapse(matching, groups, kept)
-        out = average_components(chosen.reshape(groups * counts.K, -1), components).to(features.dtype)
-        index = flat_selected[components.roots]
-        assignment = torch.full((groups * tokens,), -1, dtype=torch.long, device=device)
-        assignment[flat_selected] = components.row
-
-    # The per-pair numbers of the report, in one device-to-host transfer (all exact in float32).
-    per_pair = torch.stack((alpha.float(), difficulty.float(), budgets.float(),
-                            matching.merged.sum(-1).float(), matching.pruned.sum(-1).float()))
-    tail = torch.stack((error.max().float(), iterations.float()))
-    numbers = torch.cat((per_pair.reshape(-1), tail)).cpu()
-    per_pair_list, worst_error = numbers[:-2].view(5, -1).tolist(), float(numbers[-2])
-    report.kept = kept
-    report.alpha, report.W = per_pair_list[0], per_pair_list[1]
-    report.B, report.merges, report.prunes = ([int(v) for v in row] for row in per_pair_list[2:])
-    report.overflow_rounds = rounds
-    report.sinkhorn_iterations = int(numbers[-1])
-    report.sinkhorn_error = worst_error
-    _total(report)
-    return Compressed(features=out, index=index, assignment=assignment, report=report, selected=selected)
+    groups, _ = _validate(features, saliency, grid)
+    stream = OTTVidStream(groups, grid, config, timer=timer, backend=backend)
+    stream.add(features, saliency)
+    return stream.finish()
 
 
 def to_device(tensor: torch.Tensor, device: torch.device) -> torch.Tensor:
@@ -285,11 +194,6 @@ def to_device(tensor: torch.Tensor, device: torch.device) -> torch.Tensor:
     if device.type == "cuda":
         return tensor.pin_memory().to(device, non_blocking=True)
     return tensor.to(device)
-
-
-def _untimed(name: str) -> nullcontext:
-    """The stage context when stages are not timed."""
-    return nullcontext()
 
 
 def _total(report: CompressionReport) -> None:
@@ -315,12 +219,6 @@ def _validate(features: torch.Tensor, saliency: torch.Tensor, grid: tuple[int, i
 def _clean(inv_norm: torch.Tensor, saliency: torch.Tensor) -> torch.Tensor:
     """() bool on the device: finite, non-zero inverse norms and no negative saliency."""
     return torch.isfinite(inv_norm).all() & (inv_norm > 0).all() & ~(saliency < 0).any()
-
-
-def _check_inputs(inv_norm: torch.Tensor, x: torch.Tensor, saliency: torch.Tensor) -> None:
-    """Negative saliency, and non-finite features (which show up as non-finite or zero inverse norms),
-    raise ValueError; one host synchronisation when the input is clean."""
-    _raise_unless(_clean(inv_norm, saliency), x, saliency)
 
 
 def _raise_unless(clean: torch.Tensor | bool, x: torch.Tensor, saliency: torch.Tensor) -> None:

@@ -91,14 +91,20 @@ def _sample_images(folder: str, plan: Plan, rate: float, shrink: Shrinker) -> tu
     indices = plan(timeline)
     shrink.restart(len(indices))
     images: dict[int, np.ndarray] = {}
-    first = indices[0]
     for i in indices:
         if i not in images:
-            checkpoint("reading the frame images")
-            image = _read_image(files[i])
-            if shrink.source is not None and image.shape[:2] != shrink.source:
-                (h0, w0), (h, w) = shrink.source, image.shape[:2]
-                raise VideoError(f"frame images differ in size: {os.path.basename(files[first])} is {w0}x{h0}, "
-                                 f"{os.path.basename(files[i])} is {w}x{h} (in {folder})")
-            images[i] = shrink(image)
+            images[i] = _read_sampled(folder, files, i, files[indices[0]], shrink)
     return timeline, indices, np.stack([images[i] for i in indices])
+
+
+
+def _read_sampled(folder: str, files: list[str], i: int, first: str, shrink: Shrinker) -> np.ndarray:
+    """Frame image `files[i]` of a sample, read and shrunk; VideoError when its size is not that of the
+    sample's first image (`first`, the one the shrinker saw first)."""
+    checkpoint("reading the frame images")
+    image = _read_image(files[i])
+    if shrink.source is not None and image.shape[:2] != shrink.source:
+        (h0, w0), (h, w) = shrink.source, image.shape[:2]
+        raise VideoError(f"frame images differ in size: {os.path.basename(first)} is {w0}x{h0}, "
+                         f"{os.path.basename(files[i])} is {w}x{h} (in {folder})")
+    return shrink(image)

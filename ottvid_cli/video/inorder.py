@@ -5,6 +5,8 @@ read through the module so that a test that wraps one sees every use."""
 
 from __future__ import annotations
 
+from typing import Container, Iterator
+
 import numpy as np
 
 from . import mp4 as _mp4
@@ -30,15 +32,27 @@ def _decode_all(path: str, keep: set[int], skipped: list[int] | None = None,
     frame's time is its own dts instead, as FFmpeg's best-effort timestamp prefers the dts when the
     pts are the faultier, counted from the stream's start like every other time (issue 34); either
     way a frame's time and pixels come from the same decoded frame."""
+    found: dict = {}
+    kept = dict(_frames_in_order(path, keep, skipped, shrink, found))
+    return found["starts"], found["end"], kept, found["fps"], found["keys"]
+
+
+
+def _frames_in_order(path: str, keep: Container[int], skipped: list[int] | None = None, shrink=None,
+                     found: dict | None = None) -> Iterator[tuple[int, np.ndarray]]:
+    """`_decode_all`'s pass, frame by frame: (index, frame passed through `shrink`) for each index in
+    `keep`, as soon as it is decoded (nothing else is held: `stream.py` streams a sample so). Once it
+    is exhausted, `found` holds what `_decode_all` returns besides the frames: "starts", "end", "fps"
+    and "keys". Closing it early closes the file."""
     times: list[float] = []
     dts: list[int | None] = []  # each kept-in-order frame's dts
     backwards = False  # some frame's pts was not after the previous frame's
-    kept: dict[int, np.ndarray] = {}
     keys: list[int] = []
     end = None
     shrink = shrink or (lambda image: image)
     if skipped is None:
         skipped = [0]
+    found = {} if found is None else found
     with _pyav_stream(path) as (container, stream):
         header = _header(container, stream)
         tb = float(header.time_base)
@@ -66,18 +80,19 @@ def _decode_all(path: str, keep: set[int], skipped: list[int] | None = None,
                 duration = getattr(frame, "duration", None)
                 end = t + duration * tb if duration else None
                 if i in keep:
-                    kept[i] = shrink(_pyav._rgb(frame, size))
+                    yield i, shrink(_pyav._rgb(frame, size))
         except pyav_file_errors() as exc:
             if not times:
                 raise VideoError(f"cannot decode frames of {path}: {_reason(exc)}") from None
             # a damaged tail: keep what decoded
     if not times:
         raise VideoError(f"video has no frames: {path} (nothing decodes)")
-    key_indices = np.asarray(keys, dtype=np.int64)
+    found["keys"], found["fps"] = np.asarray(keys, dtype=np.int64), header.average_fps
     if backwards and (starts := _dts_times(dts, origin, tb, gap)) is not None:  # the pts were wrong: the dts
-        return starts, _pyav._span_end(starts, None, header.average_fps), kept, header.average_fps, key_indices
+        found["starts"], found["end"] = starts, _pyav._span_end(starts, None, header.average_fps)
+        return
     starts = np.asarray(times)
-    return starts, _pyav._span_end(starts, end, header.average_fps), kept, header.average_fps, key_indices
+    found["starts"], found["end"] = starts, _pyav._span_end(starts, end, header.average_fps)
 
 
 

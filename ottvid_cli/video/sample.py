@@ -28,22 +28,9 @@ def _sample(path: str | os.PathLike, plan: Plan, decoder: str, start: float | No
     its frame count). Each frame is resized by `resize` as soon as it is decoded; with `keyframes`
     each planned frame is replaced by the key frame nearest it (read with PyAV, nothing else decoded);
     `workers`: PyAV's seeking threads (`pyav._seek_decode`)."""
-    if decoder not in DECODERS:
-        raise VideoError(f"unknown decoder {decoder!r}: choose one of {', '.join(DECODERS)}")
-    try:
-        check_workers(workers)
-    except ValueError as exc:
-        raise VideoError(str(exc)) from None
+    chosen, planned = _checked_plan(plan, decoder, start, end, keyframes, workers)
     shrink = Shrinker(as_resize(resize))
-    planned: list[float] = []  # the plan's own times (from the part's start), before key frames replace them
-
-    def remember(part: Timeline) -> list[int]:  # on the part's timeline: key frames are chosen within it
-        picked = plan(part)
-        planned[:] = [float(part.starts[i]) for i in picked]
-        return picked
-
     began = time.perf_counter()
-    chosen = _within(_keyframe_plan(remember) if keyframes else plan, start, end)
     if os.path.isdir(path):  # a folder of frame images: Pillow reads them, the decoder does not apply
         path = os.fspath(path)
         timeline, indices, frames = _sample_images(path, chosen, _frame_rate(frame_rate), shrink)
@@ -56,15 +43,14 @@ def _sample(path: str | os.PathLike, plan: Plan, decoder: str, start: float | No
         else:  # key frames alone: PyAV decodes single packets, decord cannot
             timeline, indices, frames = _sample_pyav(path, chosen, shrink, keyframes=keyframes, workers=workers)
         backend = "decord" if timeline.source == "decord index" else "pyav"
-    first, last, lo, duration = (0, len(timeline.starts), 0.0, timeline.duration) if start is None and end is None \
-        else _segment(timeline, start, end)
+    timestamps, duration, total_frames = _placed(timeline, indices, start, end)
     return Video(
         path=path,
         frames=frames,
-        timestamps=[max(0.0, float(timeline.starts[i]) - lo) for i in indices],
+        timestamps=timestamps,
         indices=indices,
         duration=duration,
-        total_frames=last - first,
+        total_frames=total_frames,
         average_fps=timeline.average_fps,
         timeline=timeline,
         decoder=backend,
@@ -73,6 +59,56 @@ def _sample(path: str | os.PathLike, plan: Plan, decoder: str, start: float | No
         planned=[max(0.0, t) for t in planned] if keyframes else None,
         decode_ms=(time.perf_counter() - began) * 1e3,
     )
+
+
+
+def _checked_plan(plan: Plan, decoder: str, start: float | None, end: float | None, keyframes: bool,
+                  workers: int | None) -> tuple[Plan, list[float]]:
+    """`_sample`'s checks of `decoder` and `workers` (one-line VideoErrors), then the plan it applies to a
+    file's timeline (within [start, end], key frames with `keyframes`) and the list that holds, once it is
+    applied, the plan's own times (from the part's start) before key frames replace them."""
+    if decoder not in DECODERS:
+        raise VideoError(f"unknown decoder {decoder!r}: choose one of {', '.join(DECODERS)}")
+    try:
+        check_workers(workers)
+    except ValueError as exc:
+        raise VideoError(str(exc)) from None
+    planned: list[float] = []
+
+    def remember(part: Timeline) -> list[int]:  # on the part's timeline: key frames are chosen within it
+        picked = plan(part)
+        planned[:] = [float(part.starts[i]) for i in picked]
+        return picked
+
+    return _within(_keyframe_plan(remember) if keyframes else plan, start, end), planned
+
+
+
+def _placed(timeline: Timeline, indices: list[int], start: float | None,
+            end: float | None) -> tuple[list[float], float, int]:
+    """The sampled frames' times from the part's start, the part's length and its frame count (the whole
+    video's without `start` / `end`)."""
+    first, last, lo, duration = (0, len(timeline.starts), 0.0, timeline.duration) if start is None and end is None \
+        else _segment(timeline, start, end)
+    return [max(0.0, float(timeline.starts[i]) - lo) for i in indices], duration, last - first
+
+
+
+def _count_plan(num_frames: int, rule: str) -> Plan:
+    """`sample_frames`' plan, its arguments checked."""
+    if num_frames < 1:
+        raise VideoError(f"the number of frames must be >= 1, got {num_frames}")
+    return _plan_count(num_frames, _rule(rule))
+
+
+
+def _rate_plan(fps: float, max_frames: int | None, rule: str) -> Plan:
+    """`sample_fps`' plan, its arguments checked."""
+    if not (fps > 0 and math.isfinite(fps)):
+        raise VideoError(f"fps must be > 0, got {fps}")
+    if max_frames is not None and max_frames < 2:
+        raise VideoError(f"max_frames must be >= 2, got {max_frames}")
+    return _plan_rate(fps, max_frames, _rule(rule))
 
 
 
@@ -136,10 +172,7 @@ def sample_frames(path: str | os.PathLike, num_frames: int = 32, decoder: str = 
     `workers`: how many threads decode the sampled frames of different key-frame intervals at once with
     PyAV, each with its own container (None: one per core, at most 4; 1: one container using FFmpeg's
     frame threads). The frames, their order and their times do not depend on it."""
-    if num_frames < 1:
-        raise VideoError(f"the number of frames must be >= 1, got {num_frames}")
-    return _sample(path, _plan_count(num_frames, _rule(rule)), decoder, start, end, frame_rate, resize, keyframes,
-                   workers)
+    return _sample(path, _count_plan(num_frames, rule), decoder, start, end, frame_rate, resize, keyframes, workers)
 
 
 
@@ -156,9 +189,4 @@ def sample_fps(path: str | os.PathLike, fps: float = 2.0, max_frames: int | None
     count, made even) and the frames are spread over the indices as that rule does. `resize`,
     `keyframes` and `workers`: as for `sample_frames`.
     """
-    if not (fps > 0 and math.isfinite(fps)):
-        raise VideoError(f"fps must be > 0, got {fps}")
-    if max_frames is not None and max_frames < 2:
-        raise VideoError(f"max_frames must be >= 2, got {max_frames}")
-    return _sample(path, _plan_rate(fps, max_frames, _rule(rule)), decoder, start, end, frame_rate, resize, keyframes,
-                   workers)
+    return _sample(path, _rate_plan(fps, max_frames, rule), decoder, start, end, frame_rate, resize, keyframes, workers)

@@ -1,0 +1,408 @@
+"""Sampling a long video chunk by chunk (an hour at 2 fps is 7,200 frames): `stream_frames` / `stream_fps`
+decide the plan (which frames, their times, the timeline) exactly as `sample_frames` / `sample_fps` do,
+keeping no frame, and `StreamedVideo.chunks(n)` hands the sampled frames out `n` at a time, decoded and
+resized by a background thread at most one chunk ahead, so that memory holds about two chunks of frames
+however long the video is. Every chunk concatenated is `sample_*`'s `Video.frames`, bit for bit.
+
+How each source streams:
+
+- PyAV, index trusted: each chunk's frames by one `pyav._seek_decode` call (its `workers` threads). A seek
+  that does not reach a chunk's frames switches to decoding in order from the start for the rest, keeping
+  the planned frames by their pts (the index gives each its own); a planned frame that does not come is a
+  VideoError. (`sample_*` would instead measure that file's times by decoding it and plan again: the
+  plan here is fixed before the first chunk, so it stays the index's.)
+- PyAV, index not trusted (or none): the plan depends on the decoded times, so such a file is decoded
+  twice: a first pass that keeps no frame measures the times (when the plan is made), a second keeps the
+  planned frames as they come (`inorder._frames_in_order`).
+- decord (asked for by name): batches of `decord.DECORD_CHUNK` frames within each chunk.
+- a folder of frame images: each chunk's images read as it is built.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import os
+import queue
+import threading
+from collections import Counter
+from dataclasses import dataclass, field
+from functools import partial
+from typing import Callable, Iterator
+
+import numpy as np
+
+from .. import interrupt
+from ..interrupt import cancelled, checkpoint, stop_when
+from . import inorder as _inorder
+from . import mp4 as _mp4
+from . import pyav as _pyav
+from .decord import DECORD_CHUNK, _open_decord, decord_file_errors, read_timeline, resolve_decoder
+from .images import _frame_rate, _read_sampled, frame_files, images_timeline
+from .probe import _checked_path, _header, _native_stderr_silenced, _pyav_stream, pyav_file_errors
+from .resize import FrameResize, Shrinker, Size, as_resize
+from .sample import _checked_plan, _count_plan, _placed, _rate_plan
+from .timeline import Plan, Timeline, Video, VideoError, _reason
+
+Read = Callable[[int, Shrinker], Iterator[np.ndarray]]  # (frames a chunk, the sample's shrinker) -> the chunks
+
+
+@dataclass
+class StreamedVideo:
+    """A sample's plan, its frames handed out by `chunks`: everything `Video` describes but the frames.
+
+    timestamps, indices, duration, total_frames, average_fps, timeline, decoder, keyframes, planned: as
+    `Video`'s, known before any frame is decoded. `source_size` (the frames' (height, width) as decoded,
+    after the display rotation, before `resize`) and `size` (the (height, width) they come out at) are
+    chosen on the first frame decoded, as `sample_*` chooses them: None until `chunks` hands out its first
+    chunk (the header's size is not used: a display rotation and a stream whose size changes part way
+    make it unreliable)."""
+
+    path: str
+    timestamps: list[float]
+    indices: list[int]
+    duration: float
+    total_frames: int
+    average_fps: float
+    timeline: Timeline = field(repr=False, default=None)  # type: ignore[assignment]
+    decoder: str = ""
+    source_size: Size | None = None
+    keyframes: bool = False
+    planned: list[float] | None = None
+    size: Size | None = None
+    _read: Read | None = field(repr=False, compare=False, default=None)
+    _resize: FrameResize | None = field(repr=False, compare=False, default=None)
+
+    @property
+    def sampled_fps(self) -> float:
+        """Frames per second of the sample over the video's duration."""
+        return len(self.indices) / self.duration if self.duration > 0 else float(len(self.indices))
+
+    def chunks(self, frames: int) -> Iterator[np.ndarray]:
+        """The sampled frames in order, `frames` at a time ((n_i, H, W, 3) uint8, the last chunk may be
+        shorter), decoded and resized in a background thread at most one chunk ahead: it builds chunk k + 1
+        while the caller holds chunk k, then waits. Closing the generator early (break, an exception in the
+        caller, generator.close()) stops the thread at its next packet or frame and waits for it; errors
+        there are raised here (a VideoError stays one). The caller's `interrupt.stop_when` scope reaches the
+        thread. Every chunk concatenated equals `sample_frames` / `sample_fps`'s `Video.frames` for the same
+        arguments, bit for bit. Each call decodes afresh."""
+        if isinstance(frames, bool) or not isinstance(frames, int) or frames < 1:
+            raise ValueError(f"frames per chunk must be a positive whole number, got {frames!r}")
+        return self._chunks(frames)
+
+    def _chunks(self, frames: int) -> Iterator[np.ndarray]:
+        count = -(-len(self.indices) // frames)
+        if not count:
+            return
+        shrink = Shrinker(self._resize, len(self.indices))  # one size for the whole sample, as `sample_*`
+        ahead = _Ahead(self._read(frames, shrink), count)
+        try:
+            for k in range(count):
+                chunk = ahead.take()
+                if k == 0:
+                    self.source_size, self.size = shrink.source, shrink.size
+                yield chunk
+                del chunk
+        finally:
+            ahead.close()
+
+    def to_video(self, frames: np.ndarray) -> Video:
+        """A `Video` of this plan with these frames (all of them: the chunks concatenated; small clips, tests)."""
+        if len(frames) != len(self.indices):
+            raise ValueError(f"{len(frames)} frames for a sample of {len(self.indices)}")
+        return Video(path=self.path, frames=frames, timestamps=list(self.timestamps), indices=list(self.indices),
+                     duration=self.duration, total_frames=self.total_frames, average_fps=self.average_fps,
+                     timeline=self.timeline, decoder=self.decoder, source_size=self.source_size,
+                     keyframes=self.keyframes, planned=None if self.planned is None else list(self.planned))
+
+
+class _Ahead:
+    """`count` chunks of `source` built in a daemon thread at most one ahead of the caller: chunk k + 1 is
+    begun only once chunk k is taken (`take`), so the thread holds at most the chunk it builds or one
+    finished and not yet taken. It runs in a copy of the caller's context under a `stop_when` scope that
+    says stop when `close` was called or the caller's own scope does, so the decoders' `checkpoint()`s
+    (one a packet, a frame image, a decord batch) end it promptly."""
+
+    def __init__(self, source: Iterator[np.ndarray], count: int):
+        self.done: queue.Queue = queue.Queue()  # (chunk, error); never more than one: `go` paces the thread
+        self.go = threading.Semaphore(1)  # chunks the thread may begin: the first at once, then one a take
+        self.stop = threading.Event()
+        outer = interrupt._scope.get()  # the caller's scope (no public getter): the thread honours it too
+
+        def cancel() -> bool:
+            return self.stop.is_set() or cancelled(outer)
+
+        self.thread = threading.Thread(target=contextvars.copy_context().run, args=(self._run, source, count, cancel),
+                                       name="ottvid-stream", daemon=True)
+        self.thread.start()
+
+    def _run(self, source: Iterator[np.ndarray], count: int, cancel: Callable[[], bool]) -> None:
+        try:
+            with stop_when(cancel), contextlib.closing(source):  # closing: the source's files close here
+                for _ in range(count):
+                    self.go.acquire()
+                    if self.stop.is_set():
+                        return
+                    checkpoint("decoding the video")
+                    chunk = next(source, None)
+                    if chunk is None:
+                        raise RuntimeError("the video's frames ended before the sample's last chunk")
+                    self.done.put((chunk, None))
+                    del chunk
+        except BaseException as exc:  # noqa: BLE001 - raised in the caller's thread by `take`
+            if not self.stop.is_set():
+                self.done.put((None, exc))
+
+    def take(self) -> np.ndarray:
+        """The next chunk (waiting for it), or the error that stopped the thread; lets the next one begin."""
+        while True:
+            try:
+                chunk, error = self.done.get(timeout=0.5)
+                break
+            except queue.Empty:
+                if not self.thread.is_alive() and self.done.empty():
+                    raise RuntimeError("the decoding thread ended without its chunk") from None
+        if error is not None:
+            raise error
+        self.go.release()
+        return chunk
+
+    def close(self) -> None:
+        """Stop the thread, wait for it (its files closed, its frames dropped) and drop a chunk left over."""
+        self.stop.set()
+        self.go.release()  # a thread waiting to begin a chunk wakes and ends
+        self.thread.join()
+        while not self.done.empty():
+            self.done.get_nowait()
+
+
+def _spans(count: int, frames: int) -> Iterator[tuple[int, int]]:
+    """(first, last + 1) positions in the sample of each chunk of `frames`."""
+    for first in range(0, count, frames):
+        yield first, min(first + frames, count)
+
+
+def _filled(count: int, images: Iterator[np.ndarray]) -> np.ndarray:
+    """`count` frames from `images` in one (count, H, W, 3) array, filled as they come (no list of them)."""
+    out, n = None, 0
+    for n, image in enumerate(images, 1):
+        if out is None:
+            out = np.empty((count, *image.shape), dtype=image.dtype)
+        out[n - 1] = image
+    if out is None or n != count:
+        raise RuntimeError(f"{n} frames for a chunk of {count}")
+    return out
+
+
+def _handed(wanted: list[int], got: dict[int, np.ndarray]) -> Iterator[np.ndarray]:
+    """got[p] for each p of `wanted`, each dropped from `got` as it is handed out for the last time (so
+    that a chunk's frames are held once, not twice, while the chunk is filled)."""
+    left = Counter(wanted)
+    for p in wanted:
+        left[p] -= 1
+        yield got[p] if left[p] else got.pop(p)
+
+
+def _last_kept(frame: Callable[[int], np.ndarray]) -> Callable[[int], np.ndarray]:
+    """`frame(i)`, remembering the last frame made: a plan takes a frame twice only in a row (plans are in
+    order; only a video with fewer frames than planned repeats one)."""
+    last: list = [None, None]
+
+    def get(i: int) -> np.ndarray:
+        if last[0] != i:
+            last[:] = [None, None]  # the previous frame dropped before the next is made
+            last[:] = [i, frame(i)]
+        return last[1]
+
+    return get
+
+
+# --------------------------------------------------------------------------- the sources
+
+
+def _image_chunks(folder: str, files: list[str], indices: list[int], frames: int,
+                  shrink: Shrinker) -> Iterator[np.ndarray]:
+    image = _last_kept(lambda i: _read_sampled(folder, files, i, files[indices[0]], shrink))
+    for a, b in _spans(len(indices), frames):
+        yield _filled(b - a, (image(i) for i in indices[a:b]))
+
+
+def _decord_chunks(path: str, opened: list, indices: list[int], frames: int, shrink: Shrinker) -> Iterator[np.ndarray]:
+    """decord's frames, `DECORD_CHUNK` full-size frames at a time, each shrunk at once (`_sample_decord`);
+    `opened`: the reader the plan opened (used once), else a new one."""
+    reader = opened.pop() if opened else _open_decord(path)
+
+    def batches(a: int, b: int) -> Iterator[np.ndarray]:
+        for at in range(a, b, DECORD_CHUNK):
+            checkpoint("decoding the video")
+            with _native_stderr_silenced():
+                batch = reader.get_batch(indices[at:min(at + DECORD_CHUNK, b)]).asnumpy()
+            if not (batch.ndim == 4 and batch.shape[-1] == 3):
+                raise VideoError(f"decord cannot decode frames of {path}: frames of shape {batch.shape[1:]}, not RGB")
+            for image in batch:
+                yield shrink(image)
+
+    try:
+        if indices[0] > 0:  # the first frame first, as `_sample_decord` does
+            with _native_stderr_silenced():
+                reader.get_batch([0])
+        for a, b in _spans(len(indices), frames):
+            yield _filled(b - a, batches(a, b))
+    except decord_file_errors() as exc:
+        raise VideoError(f"decord cannot decode frames of {path}: {_reason(exc)}") from None
+
+
+def _in_order_chunks(path: str, indices: list[int], frames: int, shrink: Shrinker) -> Iterator[np.ndarray]:
+    """The planned frames of a file decoded in order (the second pass: the first measured the times)."""
+    walk = _inorder._frames_in_order(path, set(indices), shrink=shrink)  # (index, frame) of each planned one
+
+    def frame(i: int) -> np.ndarray:
+        for at, image in walk:
+            if at == i:
+                return image
+        raise VideoError(f"decoding {path} again did not give its frame {i} (the first pass did)")
+
+    image = _last_kept(frame)
+    with contextlib.closing(walk):
+        for a, b in _spans(len(indices), frames):
+            yield _filled(b - a, (image(i) for i in indices[a:b]))
+
+
+def _seek_chunks(path: str, packets: _pyav._Packets, timeline: Timeline, indices: list[int], keyframes: bool,
+                 workers: int | None, frames: int, shrink: Shrinker) -> Iterator[np.ndarray]:
+    """Each chunk's frames by one `_seek_decode` call; after a seek that fails, in order by pts (`_by_pts`)."""
+    fallback = None
+    try:
+        for a, b in _spans(len(indices), frames):
+            wanted = [int(packets.pts[i]) for i in indices[a:b]]
+            got = _pyav._seek_decode(path, packets, wanted, shrink, keyframes, workers) if fallback is None else None
+            if got is None:
+                if fallback is None:
+                    fallback = _by_pts(path, shrink)
+                    next(fallback)
+                got = {}
+                for i, pts in zip(indices[a:b], wanted):
+                    if pts not in got:
+                        got[pts] = fallback.send(pts)
+                        if got[pts] is None:
+                            raise VideoError(f"cannot decode frame {i} ({timeline.starts[i]:.3f} s) of {path}: seeking "
+                                             "does not reach it and decoding in order does not give it")
+            yield _filled(b - a, _handed(wanted, got))
+    finally:
+        if fallback is not None:
+            fallback.close()
+
+
+def _by_pts(path: str, shrink: Shrinker):
+    """A generator (started with next()) sent pts in increasing order, repeats allowed, that answers each
+    with the frame of that pts, shrunk, decoding the file in order from the start; None where that pts
+    does not come before a later one (or decoding fails): seeking's fallback, exact for the frames of a
+    trusted index, whose pts are each a frame's own."""
+    last: tuple = (None, None)
+    with _pyav_stream(path) as (container, stream):
+        size = _pyav._stream_size(stream)
+        frames = _pyav._decoded(container, stream)
+        pts = yield
+        while True:
+            if last[0] != pts:
+                last = (None, None)
+                with contextlib.suppress(*pyav_file_errors()):
+                    for frame in frames:
+                        shown = _pyav._frame_pts(frame)
+                        if shown == pts:
+                            last = (pts, shrink(_pyav._rgb(frame, size)))
+                            break
+                        if shown is not None and shown > pts:
+                            break
+            pts = yield last[1]
+
+
+# --------------------------------------------------------------------------- the plans
+
+
+def _plan_in_order(path: str, plan: Plan, problem: str) -> tuple[Timeline, list[int], Read]:
+    """The times of a file whose index is not trusted measured by decoding every frame (no frame kept),
+    as `inorder._sequential` measures them; the frames come from a second pass."""
+    skipped = [0]
+    starts, end, _, fps, keys = _inorder._decode_all(path, set(), skipped)
+    if skipped[0]:
+        problem = f"{problem}; {skipped[0]} damaged packets skipped (their frames are missing)"
+    timeline = Timeline(starts=starts, duration=end, average_fps=fps, source="decoded frames", trusted=False,
+                        problem=problem, keys=keys)
+    indices = plan(timeline)
+    return timeline, indices, partial(_in_order_chunks, path, indices)
+
+
+def _plan_pyav(path: str, plan: Plan, keyframes: bool, workers: int | None) -> tuple[Timeline, list[int], Read]:
+    """`inorder._sample_pyav`'s choice, without its frames: seeking where the index is trusted."""
+    with _pyav_stream(path) as (container, stream):
+        header = _header(container, stream)
+        packets = _mp4.index(path, container, stream)
+    if len(packets.pts) == 0:
+        return _plan_in_order(path, plan, "the demuxer lists no timestamped frames")
+    timeline = _pyav._pyav_timeline(packets, header)
+    problem = timeline.problem
+    if not problem and header.reordered and header.format.split(",")[0] == "avi":
+        problem = "AVI stores no presentation times: with B-frames the demuxer guesses them"
+    if problem:
+        return _plan_in_order(path, plan, problem)
+    indices = plan(timeline)
+    return timeline, indices, partial(_seek_chunks, path, packets, timeline, indices, keyframes, workers)
+
+
+def _plan_decord(path: str, plan: Plan) -> tuple[Timeline, list[int], Read]:
+    """`decord._sample_decord`'s plan (and its refusals), without its frames."""
+    with _pyav_stream(path) as (container, stream):
+        header = _header(container, stream)
+    reader = _open_decord(path)
+    timeline = read_timeline(reader, header)
+    if not timeline.trusted:
+        raise VideoError(f"decord cannot be trusted on {path} ({timeline.problem}); use decoder 'pyav' or 'auto'")
+    indices = plan(timeline)
+    return timeline, indices, partial(_decord_chunks, path, [reader], indices)
+
+
+def _stream(path: str | os.PathLike, plan: Plan, decoder: str, start: float | None, end: float | None,
+            frame_rate: float | None, resize: FrameResize | Size | None, keyframes: bool,
+            workers: int | None) -> StreamedVideo:
+    """`sample._sample`'s plan and checks (the same one-line VideoErrors), its frames left to `chunks`."""
+    chosen, planned = _checked_plan(plan, decoder, start, end, keyframes, workers)
+    resize = as_resize(resize)
+    if os.path.isdir(path):
+        path = os.fspath(path)
+        rate = _frame_rate(frame_rate)
+        files = frame_files(path)
+        timeline = images_timeline(len(files), rate)
+        indices = chosen(timeline)
+        read: Read = partial(_image_chunks, path, files, indices)
+        backend = "images"
+    else:
+        backend = resolve_decoder(decoder)
+        path = _checked_path(path)
+        if backend == "decord" and not keyframes:
+            timeline, indices, read = _plan_decord(path, chosen)
+        else:
+            timeline, indices, read = _plan_pyav(path, chosen, keyframes, workers)
+        backend = "decord" if timeline.source == "decord index" else "pyav"
+    timestamps, duration, total_frames = _placed(timeline, indices, start, end)
+    return StreamedVideo(path=path, timestamps=timestamps, indices=indices, duration=duration,
+                         total_frames=total_frames, average_fps=timeline.average_fps, timeline=timeline,
+                         decoder=backend, keyframes=keyframes,
+                         planned=[max(0.0, t) for t in planned] if keyframes else None, _read=read, _resize=resize)
+
+
+def stream_frames(path: str | os.PathLike, num_frames: int = 32, decoder: str = "auto", start: float | None = None,
+                  end: float | None = None, frame_rate: float | None = None, rule: str = "centre",
+                  resize: FrameResize | Size | None = None, keyframes: bool = False,
+                  workers: int | None = None) -> StreamedVideo:
+    """`sample_frames`' sample (the same arguments and checks) as a plan whose frames `chunks(n)` hands out."""
+    return _stream(path, _count_plan(num_frames, rule), decoder, start, end, frame_rate, resize, keyframes, workers)
+
+
+def stream_fps(path: str | os.PathLike, fps: float = 2.0, max_frames: int | None = None, decoder: str = "auto",
+               start: float | None = None, end: float | None = None, frame_rate: float | None = None,
+               rule: str = "centre", resize: FrameResize | Size | None = None, keyframes: bool = False,
+               workers: int | None = None) -> StreamedVideo:
+    """`sample_fps`' sample (the same arguments and checks) as a plan whose frames `chunks(n)` hands out."""
+    return _stream(path, _rate_plan(fps, max_frames, rule), decoder, start, end, frame_rate, resize, keyframes,
+                   workers)
