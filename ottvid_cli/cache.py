@@ -143,13 +143,21 @@ def video_key(backbone: Any, video: Any, sampling: Any, cancel: Cancel | None = 
     model = getattr(backbone, "model", None)
     config = getattr(model, "config", None)
     fingerprint = config_fingerprint(config) if config is not None else None
-    key = {"format": FORMAT, "video": content, "sampling": dataclasses.asdict(sampling),
+    key = {"format": FORMAT, "video": content, "sampling": _sampling_key(sampling),
            "model": str(getattr(backbone, "name", type(backbone).__name__)), "model_config": fingerprint,
            "dtype": str(getattr(model, "dtype", "")), "max_pixels": getattr(backbone, "max_pixels", None)}
     head = getattr(backbone, "siglip_head_name", None)
     if head is not None:  # LLaVA-OneVision's SigLIP head: its signals are part of the encoded video
         key["siglip_head"] = str(head)
     return key
+
+
+def _sampling_key(sampling: Any) -> dict[str, Any]:
+    """The sampling as the cache key holds it: how many frames go through the encoder at a time
+    (`chunk_frames`) changes nothing prepared, so it is left out."""
+    fields = dataclasses.asdict(sampling)
+    fields.pop("chunk_frames", None)
+    return fields
 
 
 _FINGERPRINTS: dict[int, tuple[Any, str]] = {}  # id(config) -> (weak reference, fingerprint)
@@ -185,6 +193,8 @@ def _tensor_bytes(value: Any) -> int:
     if torch.is_tensor(value):
         if value.is_sparse:  # what is stored: indices and values, not the dense size numel() reports
             return _tensor_bytes([value._indices(), value._values()])
+        if value.is_meta:  # a shape only (a streamed preparation's encoder output, not kept)
+            return 0
         return value.numel() * value.element_size()
     if isinstance(value, np.ndarray):
         return int(value.nbytes)
@@ -273,8 +283,8 @@ class PreparedCache:
         name is there: `put` follows a miss, so it was missing, stale or damaged), then bound the folder."""
         name = _digest(key)
         self._remember(name, entry)
-        if self.directory is None or self._unwritable:
-            return
+        if self.directory is None or self._unwritable or getattr(entry.base, "streamed", False):
+            return  # a streamed preparation kept no encoder output to store
         try:
             self._save(name, key, entry.base)
         except OSError as exc:

@@ -10,6 +10,7 @@ without encoding again. `ask` and `ground` add generation and reply parsing on t
 from __future__ import annotations
 
 import threading
+import time
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field, is_dataclass, replace
 from pathlib import Path
@@ -73,6 +74,9 @@ class Prepared:
     frames: dict[str, Any]
     timings_ms: dict[str, float | None]
     history: tuple = ()  # earlier (question, answer) turns the inputs hold before `prompt` (see reprompt)
+    # prepared chunk by chunk with OTT-Vid streamed (`chunked.prepare_chunked`): the encoder's output was not
+    # kept (`visual.features` is a shape only, on the meta device), so another ratio or method prepares again
+    streamed: bool = False
 
     @property
     def features(self) -> torch.Tensor:
@@ -94,7 +98,11 @@ class Prepared:
 
     def recompress(self, config: OTTVidConfig | None = None, method: str = "ottvid",
                    timer: bool | None = None) -> "Prepared":
-        """The same clip and encoder output compressed another way (a new Prepared; this one is unchanged)."""
+        """The same clip and encoder output compressed another way (a new Prepared; this one is unchanged).
+        ValueError for a `streamed` one, which kept no encoder output."""
+        if self.streamed:
+            raise ValueError("this video was prepared in chunks with OTT-Vid and its encoder output was not kept: "
+                             "prepare it again (or with keep=True, or chunk_frames='all') to compress it another way")
         timings = {k: v for k, v in self.timings_ms.items() if k != "compression"}
         config = config or _default_config(method, self.backbone)
         compressed, ms = _compress(self.backbone, self.visual, method, config, timer)
@@ -191,7 +199,8 @@ def frame_resize(backbone, sampling: Sampling):
 
 def prepare(backbone, video: str | Path | Video | Loaded, sampling: Sampling | None = None, method: str = "ottvid",
             config: OTTVidConfig | None = None, prompt: str = DESCRIBE, saliency: bool | None = None,
-            timer: bool | None = None, on_step: Callable[[str], None] | None = None) -> Prepared:
+            timer: bool | None = None, on_step: Callable[[str], None] | None = None, keep: bool = False,
+            max_visual_tokens: int | None = None) -> Prepared:
     """decode -> preprocess -> vision encoder (+ saliency) -> compress.
 
     video: a file, an already decoded `Video` (then nothing is decoded) or a `Loaded` (decoded and
@@ -200,17 +209,45 @@ def prepare(backbone, video: str | Path | Video | Loaded, sampling: Sampling | N
     paper's OTT-Vid at ratio 0.1, or the method's own defaults); ignored with "none". saliency:
     compute it even for "none" (to recompress later); default: for every method but "none". timer:
     passed to `compress` (True for per-stage compression times; it synchronises the device per stage).
+
+    A file whose sample is longer than `sampling.chunk_frames` is prepared chunk by chunk
+    (`chunked.prepare_chunked`; the same result); with OTT-Vid its encoder output is then not kept
+    (`Prepared.streamed`) unless `keep`. max_visual_tokens: the ratio is lowered so that at most this many
+    visual tokens reach the LLM (`config.ratio` of the result is the one used). A prompt longer than the
+    model's context is refused (ValueError) before the vision encoder runs.
     """
+    from .chunked import chunk_size, fit_tokens, prepare_chunked
+
     _check_method(method)
+    sampling = sampling or (video.sampling if isinstance(video, Loaded) else Sampling.default_for(video))
+    decode_ms = None
+    if isinstance(video, (str, Path)) and sampling.chunk_frames != "all" and hasattr(backbone, "prompt_inputs"):
+        if on_step is not None:
+            on_step("decode")
+        began = time.perf_counter()
+        plan = sampling.stream(video, backbone.default_frames, resize=frame_resize(backbone, sampling))
+        if len(plan.indices) > chunk_size(backbone, sampling, len(plan.indices)):
+            return prepare_chunked(backbone, video, sampling, method, config, prompt, saliency, timer, on_step, keep,
+                                   max_visual_tokens, plan=plan)
+        video = plan.to_video(_all_frames(plan))  # one chunk: the one-shot path, frames kept (pictures)
+        decode_ms = (time.perf_counter() - began) * 1e3
     loaded = video if isinstance(video, Loaded) else load(backbone, video, sampling, prompt, on_step)
+    if decode_ms is not None:
+        loaded.timings_ms["decode"] = decode_ms
     clip, sampling = loaded.clip, loaded.sampling
     step = on_step or (lambda name: None)
+    config = config or _default_config(method, backbone)
+    if hasattr(backbone, "grid_of"):  # the context, and the visual tokens asked for, before the encoder runs
+        grid = backbone.grid_of(loaded.inputs)
+        groups = -(-len(clip.indices) // backbone.frames_per_group)
+        text = int(loaded.inputs["input_ids"].shape[-1]) - groups * grid[0] * grid[1]
+        fitted = fit_tokens(backbone, groups, grid[0] * grid[1], text, method, config, max_visual_tokens)
+        config = fitted if method != "none" else config
     watch = Stopwatch(backbone.device)
     step("vision")
     visual = backbone.encode(loaded.inputs, saliency=method != "none" if saliency is None else saliency, watch=watch)
     if method != "none":
         step("compression")
-    config = config or _default_config(method, backbone)
     compressed, compression_ms = _compress(backbone, visual, method, config, timer)
     timings = {**loaded.timings_ms, **{k: watch.ms.get(k) for k in ("vision", "saliency")}}
     timings["compression"] = compression_ms
@@ -219,6 +256,14 @@ def prepare(backbone, video: str | Path | Video | Loaded, sampling: Sampling | N
     return Prepared(backbone=backbone, clip=clip, sampling=sampling, prompt=loaded.prompt, inputs=loaded.inputs,
                     visual=visual, method=method, config=config if method != "none" else None, compressed=compressed,
                     frames=frames, timings_ms=timings)
+
+
+def _all_frames(plan) -> Any:
+    """Every frame of a short sample in one array (its one chunk)."""
+    import numpy as np
+
+    chunks = list(plan.chunks(max(len(plan.indices), 1)))
+    return chunks[0] if len(chunks) == 1 else np.concatenate(chunks)
 
 
 def _default_config(method: str, backbone: Any) -> Any:

@@ -30,6 +30,10 @@ class Sampling:
     rule: str = "centre"
     min_pixels: int | None = None
     keyframes: bool = False  # each frame the key frame nearest its planned time (video.sample_frames)
+    # frames prepared at a time (decode -> preprocess -> encode -> compress, `chunked.prepare_chunked`): "auto"
+    # (chosen from the model's frame size and the memory at hand, `chunked.auto_chunk`), "all" (every frame at
+    # once) or a number; the result does not depend on it, so the reuse cache's key leaves it out
+    chunk_frames: int | str = "auto"
 
     def __post_init__(self) -> None:
         if self.frames is not None and self.fps is not None:
@@ -47,6 +51,11 @@ class Sampling:
             value = getattr(self, name)
             if value is not None and value < 1:
                 raise ValueError(f"{name} must be >= 1, got {value}")
+        if isinstance(self.chunk_frames, str):
+            if self.chunk_frames not in ("auto", "all"):
+                raise ValueError(f"chunk_frames must be auto, all or a number >= 1, got {self.chunk_frames!r}")
+        elif isinstance(self.chunk_frames, bool) or not isinstance(self.chunk_frames, int) or self.chunk_frames < 1:
+            raise ValueError(f"chunk_frames must be auto, all or a number >= 1, got {self.chunk_frames!r}")
         if self.rule not in RULES:
             raise ValueError(f"unknown sampling rule {self.rule!r}: choose one of {', '.join(RULES)}")
 
@@ -75,6 +84,20 @@ class Sampling:
             cap = None if self.max_frames is None else max(2, self.max_frames)
             return sample_fps(path, self.fps, cap, **common)
         return sample_frames(path, self.frames or default_frames, **common)
+
+    def stream(self, path: str | Path, default_frames: int, start: float | None = None, end: float | None = None,
+               frame_rate: float | None = None, resize: Any = None):
+        """`decode`'s sample (the same arguments and errors) as a video.StreamedVideo: the plan at once,
+        the frames handed out by its `chunks(n)`, n at a time, so that memory holds about two chunks of
+        frames, not the whole sample (long videos)."""
+        from .video import stream_fps, stream_frames
+
+        common = {"decoder": self.decoder, "start": start, "end": end, "frame_rate": frame_rate, "rule": self.rule,
+                  "resize": resize, "keyframes": self.keyframes}
+        if self.fps is not None:
+            cap = None if self.max_frames is None else max(2, self.max_frames)
+            return stream_fps(path, self.fps, cap, **common)
+        return stream_frames(path, self.frames or default_frames, **common)
 
     def describe(self, clip, default_frames: int) -> dict[str, Any]:
         """The frames report: what was asked for, what was sampled, and why they differ."""

@@ -34,13 +34,16 @@ class Engine:
     """A loaded backbone plus the reuse caches; thread-compatible (the server calls it from one worker thread)."""
 
     def __init__(self, backbone, cache_bytes: int = 2 << 30, cache_dir: str | Path | None = None,
-                 keep_saliency: bool = False, disk_bytes: int = DEFAULT_DISK_BYTES):
+                 keep_saliency: bool = False, disk_bytes: int = DEFAULT_DISK_BYTES, keep_encoded: bool = False):
         """cache_bytes: bound of the in-memory cache (prepared videos, compressions, prefix KV caches);
         cache_dir: also keep encoded videos there (None: memory only), at most `disk_bytes` of them
         (least recently used deleted first); keep_saliency: compute the saliency even for method
-        "none", so that any later method recompresses without encoding. Warnings about the cache
-        (a damaged entry rebuilt, a folder that cannot be written): `engine.cache.take_warnings()`."""
+        "none", so that any later method recompresses without encoding; keep_encoded: keep the encoder's
+        output of a video prepared in chunks with OTT-Vid too (`pipeline.prepare`'s `keep`; without it a long
+        video's features are not held, and another ratio or method prepares it again). Warnings about the
+        cache (a damaged entry rebuilt, a folder that cannot be written): `engine.cache.take_warnings()`."""
         self.backbone = backbone
+        self.keep_encoded = keep_encoded
         self.cache = PreparedCache(cache_bytes, cache_dir, disk_bytes)
         self.keep_saliency = keep_saliency
         self._lock = threading.RLock()
@@ -57,8 +60,10 @@ class Engine:
     def ask(self, video, question: str, options: list[str] | None = None, sampling: Sampling | None = None,
             method: str = "ottvid", ratio: float = 0.1, config=None, preset: str = "paper",
             max_new_tokens: int = 64, on_token=None, on_step=None,
-            history: Sequence[tuple[str, str]] = (), cancel=None, video_name: str | None = None) -> RunResult:
+            history: Sequence[tuple[str, str]] = (), cancel=None, video_name: str | None = None,
+            max_visual_tokens: int | None = None) -> RunResult:
         """`pipeline.ask` with reuse; `history`: earlier (question, answer) turns, sent before this one;
+        `max_visual_tokens`: the ratio is lowered so that at most this many visual tokens reach the LLM;
         `cancel` (a threading.Event, or a callable returning True): once it is set, the run stops at
         its next check (each 1 MiB hashed for the cache key, each packet decoded, each Sinkhorn
         iteration or launch group) with `interrupt.Interrupted`; `video_name`: see `prepared`."""
@@ -66,23 +71,26 @@ class Engine:
             raise ValueError("the question is empty")
         return self._run("ask", video, qa.build_prompt(question, options), sampling or Sampling(), method,
                          make_config(ratio, preset, self.backbone, config, method), max_new_tokens, on_token, on_step,
-                         options=options, history=history, cancel=cancel, video_name=video_name)
+                         options=options, history=history, cancel=cancel, video_name=video_name,
+                         max_visual_tokens=max_visual_tokens)
 
     def ground(self, video, query: str, sampling: Sampling | None = None, method: str = "ottvid",
                ratio: float = 0.1, config=None, preset: str = "paper", max_new_tokens: int = 48,
                on_token=None, on_step=None, point: bool = False, cancel=None,
-               video_name: str | None = None) -> RunResult:
-        """`pipeline.ground` with reuse (`point`: the query names a moment; `cancel` as for `ask`;
-        `video_name`: see `prepared`)."""
+               video_name: str | None = None, max_visual_tokens: int | None = None) -> RunResult:
+        """`pipeline.ground` with reuse (`point`: the query names a moment; `cancel`, `max_visual_tokens` as
+        for `ask`; `video_name`: see `prepared`)."""
         if not query.strip():
             raise ValueError("the query is empty")
         return self._run("ground", video, grounding.build_prompt(query, point), sampling or Sampling.grounding(),
                          method, make_config(ratio, preset, self.backbone, config, method), max_new_tokens, on_token,
-                         on_step, point=point, cancel=cancel, video_name=video_name)
+                         on_step, point=point, cancel=cancel, video_name=video_name,
+                         max_visual_tokens=max_visual_tokens)
 
     def prepared(self, video, sampling: Sampling, method: str, config, prompt: str,
                  on_step: Callable[[str], None] | None = None, cancel=None,
-                 video_name: str | None = None) -> tuple[Prepared, Entry, dict, bool]:
+                 video_name: str | None = None, max_visual_tokens: int | None = None
+                 ) -> tuple[Prepared, Entry, dict, bool]:
         """(the prepared video for this prompt, its cache entry, the entry's key, whether it was a
         cache hit). A hit builds only the prompt's text inputs and, for a new method or config,
         recompresses the cached encoder output. `cancel`: see `ask`.
@@ -95,20 +103,26 @@ class Engine:
         if video_name is None and isinstance(video, (str, Path)):
             video_name = os.fspath(video)
         key = video_key(self.backbone, video, sampling, cancel)
-        ckey = compression_key(method, config)
+        ckey = _compression_key(method, config, max_visual_tokens)
         entry = self.cache.get(key, self.backbone)
         needs_saliency = method != "none"
-        if entry is None or (needs_saliency and entry.base.visual.saliency is None):
+        fresh = entry is None or (needs_saliency and entry.base.visual.saliency is None and not entry.base.streamed)
+        if fresh or (ckey not in entry.compressions and entry.base.streamed):  # streamed: no encoder output to reuse
             p = _named(prepare(self.backbone, video, sampling, method, config, prompt=prompt,
-                               saliency=True if self.keep_saliency else None, on_step=on_step), video_name)
-            entry = Entry(base=p, compressions={ckey: p})
-            self.cache.put(key, entry)
+                               saliency=True if self.keep_saliency else None, on_step=on_step,
+                               keep=self.keep_encoded, max_visual_tokens=max_visual_tokens), video_name)
+            if fresh:
+                entry = Entry(base=p, compressions={ckey: p})
+                self.cache.put(key, entry)
+            else:
+                entry.compressions[ckey] = p
+                self.cache.resize(key)
             return p, entry, key, False
         p = entry.compressions.get(ckey)
         if p is None:
             if on_step is not None and method != "none":
                 on_step("compression")
-            p = entry.base.recompress(config, method)
+            p = entry.base.recompress(_fitted(entry.base, method, config, max_visual_tokens), method)
             entry.compressions[ckey] = p
             self.cache.resize(key)
         else:
@@ -117,14 +131,14 @@ class Engine:
 
     def _run(self, task: str, video, prompt: str, sampling: Sampling, method: str, config, max_new_tokens: int,
              on_token, on_step, options=None, history=(), point: bool = False, cancel=None,
-             video_name: str | None = None) -> RunResult:
+             video_name: str | None = None, max_visual_tokens: int | None = None) -> RunResult:
         with self._lock, stop_when(cancel):  # the long loops check `cancel` too (interrupt.checkpoint)
             prepared, entry, key, hit = self.prepared(video, sampling, method, config, prompt, on_step, cancel,
-                                                      video_name)
+                                                      video_name, max_visual_tokens)
             source = self.cache.source if hit else None
             if history:
                 prepared = prepared.reprompt(prompt, history)
-            ckey = compression_key(method, config)
+            ckey = _compression_key(method, config, max_visual_tokens)
             prefix = entry.prefixes.get(ckey)
             result = answer(prepared, task, max_new_tokens, on_step, on_token, options=options, prefix=prefix,
                             keep_prefix=prefix is None, cache_hit=hit, point=point)
@@ -133,6 +147,24 @@ class Engine:
                 entry.prefixes[ckey] = result.prefix
                 self.cache.resize(key)
             return result
+
+
+def _compression_key(method: str, config, max_visual_tokens: int | None) -> str:
+    """The cache's name of a compression: the method, its config, and the visual tokens asked for at most."""
+    key = compression_key(method, config)
+    return key if max_visual_tokens is None else f"{key}|max_visual_tokens={int(max_visual_tokens)}"
+
+
+def _fitted(base: Prepared, method: str, config, max_visual_tokens: int | None):
+    """`config` with its ratio lowered to keep at most `max_visual_tokens` of the cached video's visual tokens
+    (`chunked.fit_tokens`, which also refuses a prompt longer than the model's context)."""
+    from .chunked import fit_tokens
+
+    if method == "none" and max_visual_tokens is None:
+        return config
+    groups, tokens = base.visual.features.shape[:2]
+    text = int(base.inputs["input_ids"].shape[-1]) - groups * tokens
+    return fit_tokens(base.backbone, groups, tokens, text, method, config, max_visual_tokens)
 
 
 def _named(prepared: Prepared, name: str | None) -> Prepared:

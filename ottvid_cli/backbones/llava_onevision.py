@@ -178,7 +178,20 @@ class LlavaOneVision(KeptTokenGeneration):
         stand_in = {"pixel_values_videos": [torch.empty((int(frames), 0))]}
         inputs = processor_text_inputs(self.processor, chat_text(self.processor, prompt, history), stand_in, {})
         self._fit_video_tokens(inputs, self.layout(int(frames)).numel())
-        return inputs.to(self.device)
+        inputs = inputs.to(self.device)
+        inputs.ottvid_frames = int(frames)  # what `frame_count` reads where there are no pixel values
+        return inputs
+
+    def grid_of(self, inputs: Any) -> tuple[int, int]:
+        """(H, W) pooled tokens of every frame (the same for every video)."""
+        return self.grid
+
+    @staticmethod
+    def frame_count(inputs: Any) -> int:
+        """Frames of the video in `inputs`: its pixel values', or those `prompt_inputs` was built for."""
+        if "pixel_values_videos" in inputs:
+            return int(inputs["pixel_values_videos"].shape[1])
+        return int(inputs.ottvid_frames)
 
     def pixel_inputs(self, frames: np.ndarray, source_size: tuple[int, int] | None = None) -> Any:
         """One chunk of frames (n, H, W, 3) uint8 -> pixel_values_videos (1, n, 3, h, w) of these frames
@@ -343,7 +356,7 @@ class LlavaOneVision(KeptTokenGeneration):
                                  f"got shape {tuple(order.shape)}")
             features = features[order.to(features.device)]
         ids, mask = inputs["input_ids"], inputs["attention_mask"]
-        frames = inputs["pixel_values_videos"].shape[1]
+        frames = self.frame_count(inputs)
         layout = self.layout(frames).to(ids.device)
         slot_kept = (layout < 0) | torch.isin(layout, kept.to(ids.device))
         video = ids == self.video_token_id
@@ -361,7 +374,7 @@ class LlavaOneVision(KeptTokenGeneration):
     def flops(self, inputs: Any, llm_tokens: int) -> tuple[float, float]:
         from ..flops import llm_prefill_flops, siglip_video_flops
 
-        frames = inputs["pixel_values_videos"].shape[1]
+        frames = self.frame_count(inputs)
         config = self.model.config
         return (llm_prefill_flops(config.text_config, llm_tokens),
                 siglip_video_flops(config.vision_config, frames, config.text_config.hidden_size))

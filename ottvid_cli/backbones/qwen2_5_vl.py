@@ -245,6 +245,11 @@ class Qwen25VL(KeptTokenGeneration):
         return {"video_grid_thw": grid,
                 "second_per_grid_ts": [self.processor.video_processor.temporal_patch_size / metadata.sampled_fps]}
 
+    def grid_of(self, inputs: Any) -> tuple[int, int]:
+        """(H, W) merged tokens of each temporal group of the video in `inputs` (its video_grid_thw)."""
+        _, height, width = (int(v) for v in inputs["video_grid_thw"][0].tolist())
+        return height // self.merge, width // self.merge
+
     def pixel_inputs(self, frames: np.ndarray, source_size: tuple[int, int] | None = None,
                      frame_size: tuple[int, int] | None = None) -> Any:
         """One chunk of frames (n, H, W, 3) uint8 -> pixel_values_videos and video_grid_thw of this chunk

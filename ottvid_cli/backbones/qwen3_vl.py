@@ -159,12 +159,16 @@ class Qwen3VL(Qwen25VL):
         from transformers.models.qwen3_vl.modeling_qwen3_vl import BaseModelOutputWithDeepstackFeatures
 
         refuse_order(compressed)
-        deepstack = getattr(inputs, "ottvid_deepstack", None)
-        if deepstack is None:
-            raise ValueError("encode(inputs) must run before llm_inputs: Qwen3-VL needs its DeepStack features")
         dtype = self.model.dtype
-        stacked = tuple(merge_rows(layer.reshape(-1, layer.shape[-1]), kept, compressed).to(dtype)
-                        for layer in deepstack)
+        merged = getattr(compressed, "extra", {}).get("merged") if compressed is not None else None
+        if merged:  # merged while the video was streamed in chunks (compression.stream.OTTVidStream's extra)
+            stacked = tuple(layer.to(dtype) for layer in merged)
+        else:
+            deepstack = getattr(inputs, "ottvid_deepstack", None)
+            if deepstack is None:
+                raise ValueError("encode(inputs) must run before llm_inputs: Qwen3-VL needs its DeepStack features")
+            stacked = tuple(merge_rows(layer.reshape(-1, layer.shape[-1]), kept, compressed).to(dtype)
+                            for layer in deepstack)
         encoded = BaseModelOutputWithDeepstackFeatures(pooler_output=(features.to(dtype),),
                                                        deepstack_features=[(layer,) for layer in stacked])
         return {**self.kept_sequence(inputs, kept), "mm_encoder_outputs": {"video": encoded}}

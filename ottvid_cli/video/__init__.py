@@ -15,7 +15,7 @@ by the same plans; only the sampled images are read (Pillow).
 
 One module per source: `probe` (the file, its video stream, its header, judging an index), `pyav`,
 `decord`, `images` (folders of frame images); `timeline` holds the shared types and the sampling
-plans, `sample` the entry points.
+plans, `sample` the entry points, `stream` the same samples handed out chunk by chunk (long videos).
 """
 
 from .decord import decord_available, read_timeline, resolve_decoder
@@ -23,10 +23,12 @@ from .images import DEFAULT_FRAME_RATE, IMAGE_SUFFIXES, frame_files, images_time
 from .probe import Header, judge_index, pyav_file_errors
 from .resize import FrameResize, bicubic
 from .sample import check_video, sample_fps, sample_frames, video_duration
+from .stream import StreamedVideo, stream_fps, stream_frames
 from .timeline import HARNESS_MIN_FRAMES, Plan, Timeline, Video, VideoError, harness_frames
 
 __all__ = [
-    "DEFAULT_FRAME_RATE", "FrameResize", "HARNESS_MIN_FRAMES", "IMAGE_SUFFIXES", "Header", "Plan", "Timeline", "Video", "VideoError",
-    "bicubic", "check_video", "decord_available", "frame_files", "harness_frames", "images_timeline", "judge_index",
-    "pyav_file_errors", "read_timeline", "resolve_decoder", "sample_fps", "sample_frames", "video_duration",
+    "DEFAULT_FRAME_RATE", "FrameResize", "HARNESS_MIN_FRAMES", "IMAGE_SUFFIXES", "Header", "Plan", "StreamedVideo",
+    "Timeline", "Video", "VideoError", "bicubic", "check_video", "decord_available", "frame_files", "harness_frames",
+    "images_timeline", "judge_index", "pyav_file_errors", "read_timeline", "resolve_decoder", "sample_fps",
+    "sample_frames", "stream_fps", "stream_frames", "video_duration",
 ]

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterator
+from typing import Any, Callable, Generator, Iterator
 
 import numpy as np
 
@@ -283,6 +283,33 @@ class _Seeker:
             if not self._seek_earlier(pts, target):
                 return None
         return None
+
+
+
+def _frames_by_pts(path: str, shrink: Callable[[np.ndarray], np.ndarray]) -> Generator[np.ndarray | None, int, None]:
+    """A generator (started with next()) sent pts in increasing order, repeats allowed, that answers each
+    with the frame of that pts (RGB, turned, passed through `shrink`), decoding the file in order from the
+    start; None where that pts does not come before a later one, or decoding fails. Seeking's fallback
+    (`stream.py`): exact for the frames of a trusted index, whose pts are each a frame's own."""
+    import contextlib
+
+    last: tuple = (None, None)
+    with _pyav_stream(path) as (container, stream):
+        size = _stream_size(stream)
+        frames = _decoded(container, stream)
+        pts = yield
+        while True:
+            if last[0] != pts:
+                last = (None, None)
+                with contextlib.suppress(*pyav_file_errors()):
+                    for frame in frames:
+                        shown = _frame_pts(frame)
+                        if shown == pts:
+                            last = (pts, shrink(_rgb(frame, size)))
+                            break
+                        if shown is not None and shown > pts:
+                            break
+            pts = yield last[1]
 
 
 

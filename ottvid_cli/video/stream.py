@@ -1,21 +1,18 @@
 """Sampling a long video chunk by chunk (an hour at 2 fps is 7,200 frames): `stream_frames` / `stream_fps`
-decide the plan (which frames, their times, the timeline) exactly as `sample_frames` / `sample_fps` do,
-keeping no frame, and `StreamedVideo.chunks(n)` hands the sampled frames out `n` at a time, decoded and
-resized by a background thread at most one chunk ahead, so that memory holds about two chunks of frames
-however long the video is. Every chunk concatenated is `sample_*`'s `Video.frames`, bit for bit.
+fix the plan (frames, times, timeline) as `sample_frames` / `sample_fps` do, keeping no frame, and
+`StreamedVideo.chunks(n)` hands the frames out `n` at a time, decoded and resized by a background thread
+at most one chunk ahead: memory holds about two chunks of frames however long the video. The chunks
+together are `sample_*`'s `Video.frames`, bit for bit. How each source streams:
 
-How each source streams:
-
-- PyAV, index trusted: each chunk's frames by one `pyav._seek_decode` call (its `workers` threads). A seek
-  that does not reach a chunk's frames switches to decoding in order from the start for the rest, keeping
-  the planned frames by their pts (the index gives each its own); a planned frame that does not come is a
-  VideoError. (`sample_*` would instead measure that file's times by decoding it and plan again: the
-  plan here is fixed before the first chunk, so it stays the index's.)
-- PyAV, index not trusted (or none): the plan depends on the decoded times, so such a file is decoded
-  twice: a first pass that keeps no frame measures the times (when the plan is made), a second keeps the
-  planned frames as they come (`inorder._frames_in_order`).
-- decord (asked for by name): batches of `decord.DECORD_CHUNK` frames within each chunk.
-- a folder of frame images: each chunk's images read as it is built.
+- PyAV, index trusted: one `pyav._seek_decode` per chunk (its `workers` threads; a key-frame interval
+  split between two chunks is decoded up to the split twice). After a seek that does not reach its
+  frames, the rest are decoded in order from the start and taken by their pts (`pyav._frames_by_pts`);
+  a planned frame that does not come is a VideoError. (`sample_*` would measure such a file's times by
+  decoding it and plan again; here the plan is fixed before the first chunk: the index's.)
+- PyAV, index not trusted (or none): the plan depends on the decoded times, so the file is decoded
+  twice: a first pass keeping no frame (when the plan is made), a second keeping the planned frames.
+- decord (asked for by name): `decord.DECORD_CHUNK` frames a batch within each chunk.
+- a folder of frame images: each chunk's images read as the chunk is built.
 """
 
 from __future__ import annotations
@@ -39,7 +36,7 @@ from . import mp4 as _mp4
 from . import pyav as _pyav
 from .decord import DECORD_CHUNK, _open_decord, decord_file_errors, read_timeline, resolve_decoder
 from .images import _frame_rate, _read_sampled, frame_files, images_timeline
-from .probe import _checked_path, _header, _native_stderr_silenced, _pyav_stream, pyav_file_errors
+from .probe import _checked_path, _header, _native_stderr_silenced, _pyav_stream
 from .resize import FrameResize, Shrinker, Size, as_resize
 from .sample import _checked_plan, _count_plan, _placed, _rate_plan
 from .timeline import Plan, Timeline, Video, VideoError, _reason
@@ -54,9 +51,8 @@ class StreamedVideo:
     timestamps, indices, duration, total_frames, average_fps, timeline, decoder, keyframes, planned: as
     `Video`'s, known before any frame is decoded. `source_size` (the frames' (height, width) as decoded,
     after the display rotation, before `resize`) and `size` (the (height, width) they come out at) are
-    chosen on the first frame decoded, as `sample_*` chooses them: None until `chunks` hands out its first
-    chunk (the header's size is not used: a display rotation and a stream whose size changes part way
-    make it unreliable)."""
+    chosen on the first frame decoded, as `sample_*` chooses them: None until `chunks` hands out its
+    first chunk (not from the header: rotations and streams whose size changes part way mislead it)."""
 
     path: str
     timestamps: list[float]
@@ -118,10 +114,9 @@ class StreamedVideo:
 
 class _Ahead:
     """`count` chunks of `source` built in a daemon thread at most one ahead of the caller: chunk k + 1 is
-    begun only once chunk k is taken (`take`), so the thread holds at most the chunk it builds or one
-    finished and not yet taken. It runs in a copy of the caller's context under a `stop_when` scope that
-    says stop when `close` was called or the caller's own scope does, so the decoders' `checkpoint()`s
-    (one a packet, a frame image, a decord batch) end it promptly."""
+    begun once chunk k is taken (`take`), so the thread holds the chunk it builds or one not yet taken. It
+    runs in a copy of the caller's context under a `stop_when` scope that says stop after `close` or when
+    the caller's scope does: the decoders' `checkpoint()`s (a packet, a frame image, a batch) end it."""
 
     def __init__(self, source: Iterator[np.ndarray], count: int):
         self.done: queue.Queue = queue.Queue()  # (chunk, error); never more than one: `go` paces the thread
@@ -204,8 +199,7 @@ def _handed(wanted: list[int], got: dict[int, np.ndarray]) -> Iterator[np.ndarra
 
 
 def _last_kept(frame: Callable[[int], np.ndarray]) -> Callable[[int], np.ndarray]:
-    """`frame(i)`, remembering the last frame made: a plan takes a frame twice only in a row (plans are in
-    order; only a video with fewer frames than planned repeats one)."""
+    """`frame(i)`, remembering the last frame made: plans are in order, so a repeated frame comes in a row."""
     last: list = [None, None]
 
     def get(i: int) -> np.ndarray:
@@ -270,7 +264,8 @@ def _in_order_chunks(path: str, indices: list[int], frames: int, shrink: Shrinke
 
 def _seek_chunks(path: str, packets: _pyav._Packets, timeline: Timeline, indices: list[int], keyframes: bool,
                  workers: int | None, frames: int, shrink: Shrinker) -> Iterator[np.ndarray]:
-    """Each chunk's frames by one `_seek_decode` call; after a seek that fails, in order by pts (`_by_pts`)."""
+    """Each chunk's frames by one `_seek_decode` call; after a seek that fails, in order by pts
+    (`pyav._frames_by_pts`)."""
     fallback = None
     try:
         for a, b in _spans(len(indices), frames):
@@ -278,7 +273,7 @@ def _seek_chunks(path: str, packets: _pyav._Packets, timeline: Timeline, indices
             got = _pyav._seek_decode(path, packets, wanted, shrink, keyframes, workers) if fallback is None else None
             if got is None:
                 if fallback is None:
-                    fallback = _by_pts(path, shrink)
+                    fallback = _pyav._frames_by_pts(path, shrink)
                     next(fallback)
                 got = {}
                 for i, pts in zip(indices[a:b], wanted):
@@ -291,30 +286,6 @@ def _seek_chunks(path: str, packets: _pyav._Packets, timeline: Timeline, indices
     finally:
         if fallback is not None:
             fallback.close()
-
-
-def _by_pts(path: str, shrink: Shrinker):
-    """A generator (started with next()) sent pts in increasing order, repeats allowed, that answers each
-    with the frame of that pts, shrunk, decoding the file in order from the start; None where that pts
-    does not come before a later one (or decoding fails): seeking's fallback, exact for the frames of a
-    trusted index, whose pts are each a frame's own."""
-    last: tuple = (None, None)
-    with _pyav_stream(path) as (container, stream):
-        size = _pyav._stream_size(stream)
-        frames = _pyav._decoded(container, stream)
-        pts = yield
-        while True:
-            if last[0] != pts:
-                last = (None, None)
-                with contextlib.suppress(*pyav_file_errors()):
-                    for frame in frames:
-                        shown = _pyav._frame_pts(frame)
-                        if shown == pts:
-                            last = (pts, shrink(_pyav._rgb(frame, size)))
-                            break
-                        if shown is not None and shown > pts:
-                            break
-            pts = yield last[1]
 
 
 # --------------------------------------------------------------------------- the plans
