@@ -18,6 +18,7 @@ the model's context cannot hold be refused before the slow work (`fit_tokens`).
 
 from __future__ import annotations
 
+import math
 import os
 from dataclasses import replace
 from pathlib import Path
@@ -56,8 +57,6 @@ def auto_chunk(backbone: Any) -> int:
     at `encoder_bytes_per_frame` of the largest frame the model takes (a square of its max_pixels; 448 x 448
     for a model without a pixel range); at least one temporal group. It depends on the model and the
     machine, never on the video's length."""
-    import math
-
     device = getattr(backbone, "device", torch.device("cpu"))
     budget = min(max(_free_bytes(device) // AUTO_SHARE, AUTO_MIN_BYTES), AUTO_MAX_BYTES)
     side = int(math.isqrt(int(getattr(backbone, "max_pixels", None) or 448 * 448)))
@@ -156,13 +155,12 @@ def _ratio_for(method: str, config: Any, groups: int, tokens: int, most: int) ->
             high = middle
     if low <= 0:
         raise ValueError(f"no ratio keeps at most {most} of {groups * tokens} visual tokens")
-    return low
+    rounded = math.floor(low * 1e6) / 1e6  # a ratio a person can read (and type), still within `most`
+    return rounded if rounded > 0 and _kept(method, replace(config, ratio=rounded), groups, tokens) <= most else low
 
 
 def _floor(ratio: float) -> str:
     """The ratio for a message, rounded down (so that the number shown fits too)."""
-    import math
-
     return f"{math.floor(ratio * 1e6) / 1e6:g}"
 
 
@@ -179,11 +177,13 @@ def _ottvid():
 def prepare_chunked(backbone: Any, video: str | Path, sampling: Sampling, method: str, config: Any, prompt: str,
                     saliency: bool | None = None, timer: bool | None = None,
                     on_step: Callable[[str], None] | None = None, keep: bool = False,
-                    max_visual_tokens: int | None = None, plan: Any = None) -> Any:
+                    max_visual_tokens: int | None = None, plan: Any = None, pictures: int | None = None) -> Any:
     """`pipeline.prepare` for a video file, chunk by chunk (see the module's docstring); `keep`: keep the
     encoder's output (every chunk's features) even for OTT-Vid. `plan`: the video's `StreamedVideo` when
-    the caller has it. Returns a `pipeline.Prepared` whose `timings_ms` add up each stage over the chunks
-    ("decode": the time spent waiting for the decoder's frames)."""
+    the caller has it. `pictures`: keep the first frame of the groups a picture of at most this many tiles
+    shows (`show.draw`: one group in ceil(T / pictures)), in `Video.group_frames`; no other frame is kept.
+    Returns a `pipeline.Prepared` whose `timings_ms` add up each stage over the chunks ("decode": the
+    time spent waiting for the decoder's frames)."""
     from .pipeline import _PREPROCESS, Prepared, _compress, _default_config, _pixels, frame_resize
     from .backbones import VisualTokens
 
@@ -203,6 +203,8 @@ def prepare_chunked(backbone: Any, video: str | Path, sampling: Sampling, method
     inputs = compressor = None
     held: list[Any] = []
     done = 0
+    every = -(-groups // pictures) if pictures else 0  # a picture shows one group in `every`
+    firsts: dict[int, Any] = {}
     try:
         while True:
             with host("decode"):
@@ -224,8 +226,13 @@ def prepare_chunked(backbone: Any, video: str | Path, sampling: Sampling, method
                         compressor = OTTVidStream(groups, grid, config, timer=timer)
                 pixels = backbone.pixel_inputs(frames, source_size=plan.source_size)
             count = int(frames.shape[0])
+            if every:  # the first frame of each group the picture shows
+                for i in range(-done % per_group, count, per_group):
+                    if (done + i) // per_group % every == 0:
+                        firsts[(done + i) // per_group] = frames[i].copy()
             del frames
-            step("vision")
+            if done == 0:
+                step("vision")
             visual = backbone.encode(pixels, saliency=want_saliency, watch=watch)
             del pixels
             if compressor is not None:
@@ -258,7 +265,7 @@ def prepare_chunked(backbone: Any, video: str | Path, sampling: Sampling, method
         compressed, ms = _compress(backbone, visual, method, config, timer)
         if ms is not None:
             watch.ms["compression"] = watch.ms.get("compression", 0.0) + ms
-    clip = _frameless(plan)
+    clip = _frameless(plan, firsts if pictures else None)
     timings = {**{k: host.ms.get(k) for k in ("decode", "preprocess")},
                **{k: watch.ms.get(k) for k in ("vision", "saliency", "compression")}}
     if method == "none":
@@ -293,8 +300,9 @@ def join_visual(parts: list[Any]) -> Any:
                         signals={k: cat([p.signals[k] for p in parts]) for k in first.signals})
 
 
-def _frameless(plan: Any) -> Any:
-    """The plan as a `video.Video` with no frames kept (a chunked preparation frees each chunk's)."""
+def _frameless(plan: Any, firsts: dict[int, Any] | None = None) -> Any:
+    """The plan as a `video.Video` with no frames kept (a chunked preparation frees each chunk's) but
+    `firsts`, the first frames of some groups for a picture (`group_frames`)."""
     import numpy as np
 
     from .video import Video
@@ -304,4 +312,4 @@ def _frameless(plan: Any) -> Any:
                  timestamps=list(plan.timestamps), indices=list(plan.indices), duration=plan.duration,
                  total_frames=plan.total_frames, average_fps=plan.average_fps, timeline=plan.timeline,
                  decoder=plan.decoder, source_size=plan.source_size, keyframes=plan.keyframes,
-                 planned=None if plan.planned is None else list(plan.planned))
+                 planned=None if plan.planned is None else list(plan.planned), group_frames=firsts)

@@ -200,7 +200,7 @@ def frame_resize(backbone, sampling: Sampling):
 def prepare(backbone, video: str | Path | Video | Loaded, sampling: Sampling | None = None, method: str = "ottvid",
             config: OTTVidConfig | None = None, prompt: str = DESCRIBE, saliency: bool | None = None,
             timer: bool | None = None, on_step: Callable[[str], None] | None = None, keep: bool = False,
-            max_visual_tokens: int | None = None) -> Prepared:
+            max_visual_tokens: int | None = None, pictures: int | None = None) -> Prepared:
     """decode -> preprocess -> vision encoder (+ saliency) -> compress.
 
     video: a file, an already decoded `Video` (then nothing is decoded) or a `Loaded` (decoded and
@@ -214,7 +214,8 @@ def prepare(backbone, video: str | Path | Video | Loaded, sampling: Sampling | N
     (`chunked.prepare_chunked`; the same result); with OTT-Vid its encoder output is then not kept
     (`Prepared.streamed`) unless `keep`. max_visual_tokens: the ratio is lowered so that at most this many
     visual tokens reach the LLM (`config.ratio` of the result is the one used). A prompt longer than the
-    model's context is refused (ValueError) before the vision encoder runs.
+    model's context is refused (ValueError) before the vision encoder runs. pictures: a chunked preparation
+    keeps the frames a picture of at most this many tiles shows (`show.draw`); the one-shot path keeps all.
     """
     from .chunked import chunk_size, fit_tokens, prepare_chunked
 
@@ -228,7 +229,7 @@ def prepare(backbone, video: str | Path | Video | Loaded, sampling: Sampling | N
         plan = sampling.stream(video, backbone.default_frames, resize=frame_resize(backbone, sampling))
         if len(plan.indices) > chunk_size(backbone, sampling, len(plan.indices)):
             return prepare_chunked(backbone, video, sampling, method, config, prompt, saliency, timer, on_step, keep,
-                                   max_visual_tokens, plan=plan)
+                                   max_visual_tokens, plan=plan, pictures=pictures)
         video = plan.to_video(_all_frames(plan))  # one chunk: the one-shot path, frames kept (pictures)
         decode_ms = (time.perf_counter() - began) * 1e3
     loaded = video if isinstance(video, Loaded) else load(backbone, video, sampling, prompt, on_step)

@@ -98,7 +98,10 @@ def profile(backbone, video: str | Path | Video, prompt: str, ratios: list[float
         if not 0.0 < ratio <= 1.0:
             raise ValueError(f"every ratio must be in (0, 1], got {ratio:g}")
     sampling = sampling or Sampling.default_for(video)
-    if not isinstance(video, Video):
+    # a file whose sample may be long is prepared from the file each time (chunk by chunk where it is longer
+    # than a chunk: `chunked`), its decoding timed inside; else decoded once here and its decoding re-timed
+    by_path = not isinstance(video, Video) and sampling.chunk_frames != "all" and sampling.fps is not None
+    if not isinstance(video, Video) and not by_path:
         decode = decoder(backbone, video, sampling)
         video = decode()
     step = on_step or (lambda name: None)
@@ -111,7 +114,7 @@ def profile(backbone, video: str | Path | Video, prompt: str, ratios: list[float
             decode()
             decode_ms.append((time.perf_counter() - start) * 1e3)
     result = ProfileResult(model=backbone.name, device=_device_name(device), repeats=repeats, warmup=warmup,
-                           frames=sampling.describe(video, backbone.default_frames))
+                           frames={} if by_path else sampling.describe(video, backbone.default_frames))
     methods = [m for m in dict.fromkeys(methods) if m != "none"]
     plans = [("none", 1.0)] + [(m, r) for m in methods for r in ratios]
     templates = {"ottvid": config, **(configs or {})}
@@ -120,8 +123,11 @@ def profile(backbone, video: str | Path | Video, prompt: str, ratios: list[float
     encodings = []
     with _PeakMemory(device) as encoding_memory:
         for i in range(warmup + repeats):
-            base = prepare(backbone, video, sampling, "none", None, prompt=prompt, saliency=True)
+            base = prepare(backbone, video, sampling, "none", None, prompt=prompt, saliency=True, keep=True)
+            if by_path and i >= warmup:
+                decode_ms.append(base.timings_ms["decode"])
             if i == 0:
+                result.frames = result.frames or {k: v for k, v in base.frames.items() if k != "frames_per_group"}
                 result.first_call_ms.update({k: base.timings_ms[k] for k in ("preprocess", "vision", "saliency")
                                              if base.timings_ms.get(k) is not None})
             if i >= warmup:

@@ -44,6 +44,7 @@ class Engine:
         cache (a damaged entry rebuilt, a folder that cannot be written): `engine.cache.take_warnings()`."""
         self.backbone = backbone
         self.keep_encoded = keep_encoded
+        self.pictures: int | None = None  # a video prepared in chunks keeps the frames of a picture this size
         self.cache = PreparedCache(cache_bytes, cache_dir, disk_bytes)
         self.keep_saliency = keep_saliency
         self._lock = threading.RLock()
@@ -110,7 +111,8 @@ class Engine:
         if fresh or (ckey not in entry.compressions and entry.base.streamed):  # streamed: no encoder output to reuse
             p = _named(prepare(self.backbone, video, sampling, method, config, prompt=prompt,
                                saliency=True if self.keep_saliency else None, on_step=on_step,
-                               keep=self.keep_encoded, max_visual_tokens=max_visual_tokens), video_name)
+                               keep=self.keep_encoded, max_visual_tokens=max_visual_tokens,
+                               pictures=self.pictures), video_name)
             if fresh:
                 entry = Entry(base=p, compressions={ckey: p})
                 self.cache.put(key, entry)

@@ -62,6 +62,32 @@ def check_count(value: int, name: str, least: int = 1) -> int:
     return value
 
 
+def check_max_frames(value: str | int, name: str = "--max-frames") -> int | str:
+    """A frame cap: a whole number >= 1, or "none" (no cap)."""
+    if isinstance(value, str) and value.strip().lower() == "none":
+        return "none"
+    try:
+        number = int(value)
+    except (TypeError, ValueError):
+        raise SettingsError(f"{name} must be an integer >= 1 or none, got {value!r}") from None
+    if number < 1 or str(value).strip() != str(number):
+        raise SettingsError(f"{name} must be an integer >= 1 or none, got {value!r}")
+    return number
+
+
+def check_chunk_frames(value: str | int, name: str = "--chunk-frames") -> int | str:
+    """Frames prepared at a time: auto, all, or a whole number >= 1."""
+    if isinstance(value, str) and value.strip().lower() in ("auto", "all"):
+        return value.strip().lower()
+    try:
+        number = int(value)
+    except (TypeError, ValueError):
+        raise SettingsError(f"{name} must be auto, all or an integer >= 1, got {value!r}") from None
+    if number < 1 or str(value).strip() != str(number):
+        raise SettingsError(f"{name} must be auto, all or an integer >= 1, got {value!r}")
+    return number
+
+
 def check_positive(value: float, name: str) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not (math.isfinite(value) and value > 0):
         raise SettingsError(f"{name} must be > 0, got {value!r}")

@@ -350,7 +350,17 @@ def picture(video, compressed, grid: tuple[int, int], frames_per_group: int, tit
     OTT-Vid's result is drawn by stage; any other method's (no `selected`) from its assignment."""
     report = compressed.report.to_dict()
     groups = report["T"]
-    firsts = [video.frames[min(t * frames_per_group, len(video.frames) - 1)] for t in range(groups)]
+    kept = getattr(video, "group_frames", None)
+    if kept is not None:  # prepared chunk by chunk: the first frames of the groups a picture shows
+        step = max(1, math.ceil(groups / max_tiles))
+        missing = [t for t in range(0, groups, step) if t not in kept]
+        if missing:
+            raise ValueError(f"this video was prepared in chunks, keeping the frames of a picture of at most "
+                             f"{len(kept)} tiles: draw it with max_tiles {len(kept)}, or prepare it with "
+                             f"pictures={max_tiles}")
+        firsts = [kept.get(t) for t in range(groups)]
+    else:
+        firsts = [video.frames[min(t * frames_per_group, len(video.frames) - 1)] for t in range(groups)]
     stamps = [video.timestamps[min(t * frames_per_group, len(video.timestamps) - 1)] for t in range(groups)]
     return draw(firsts, stamps, grid, compressed.assignment, compressed.index, compressed.selected,
                 report, title=title, max_tiles=max_tiles)

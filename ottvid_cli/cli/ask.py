@@ -27,7 +27,9 @@ from .options import (
     GroundFps,
     GroundFrames,
     Json,
-    MaxFrames,
+    ChunkFrames,
+    LongMaxFrames,
+    MaxVisualTokens,
     MaxNewTokens,
     MaxPixels,
     Method,
@@ -68,7 +70,7 @@ def ask(
     ratio: Ratio = None,
     frames: Frames = None,
     fps: Fps = None,
-    max_frames: MaxFrames = None,
+    max_frames: LongMaxFrames = None,
     model: Model = None,
     method: Method = "ottvid",
     method_args: MethodArgs = None,
@@ -83,6 +85,8 @@ def ask(
     siglip_head: SiglipHead = None,
     decoder: Decoder = "auto",
     keyframes: Keyframes = False,
+    chunk_frames: ChunkFrames = None,
+    max_visual_tokens: MaxVisualTokens = None,
     max_new_tokens: MaxNewTokens = 64,
     cache_dir: CacheDir = None,
     cache_max_gb: CacheMaxGb = None,
@@ -98,11 +102,13 @@ def ask(
         return _remote("ask", server, video, questions, choice, ratio, frames, fps, max_frames, model, method, preset,
                        as_json, quiet, max_new_tokens, device, dtype, attention, max_pixels, decoder, output, cache_dir,
                        siglip_head=siglip_head, cache_max_gb=cache_max_gb, warm_up=warm_up, method_args=method_args,
-                       api_key=api_key, keyframes=keyframes)
+                       api_key=api_key, keyframes=keyframes, chunk_frames=chunk_frames,
+                       max_visual_tokens=max_visual_tokens)
     _no_key_without_server(api_key)
     _answer("ask", video, questions, choice, ratio, frames, fps, max_frames, model, method, preset, as_json, device,
             dtype, attention, max_pixels, max_new_tokens, output, decoder, quiet, _cache_path(cache_dir, cache_max_gb),
-            method_args, siglip_head=siglip_head, cache_max_gb=cache_max_gb, warm_up=warm_up, keyframes=keyframes)
+            method_args, siglip_head=siglip_head, cache_max_gb=cache_max_gb, warm_up=warm_up, keyframes=keyframes,
+            chunk_frames=chunk_frames, max_visual_tokens=max_visual_tokens)
 
 
 def ground(
@@ -110,7 +116,7 @@ def ground(
     query: str = typer.Argument(..., metavar="QUERY", help="What happens, e.g. 'person opens the door'."),
     ratio: Ratio = None,
     fps: GroundFps = None,
-    max_frames: MaxFrames = None,
+    max_frames: LongMaxFrames = None,
     frames: GroundFrames = None,
     model: Model = None,
     method: Method = "ottvid",
@@ -126,6 +132,8 @@ def ground(
     siglip_head: SiglipHead = None,
     decoder: Decoder = "auto",
     keyframes: Keyframes = False,
+    chunk_frames: ChunkFrames = None,
+    max_visual_tokens: MaxVisualTokens = None,
     max_new_tokens: MaxNewTokens = 48,
     cache_dir: CacheDir = None,
     cache_max_gb: CacheMaxGb = None,
@@ -143,12 +151,13 @@ def ground(
         return _remote("ground", server, video, query, None, ratio, frames, fps, max_frames, model, method, preset,
                        as_json, quiet, max_new_tokens, device, dtype, attention, max_pixels, decoder, output, cache_dir,
                        siglip_head=siglip_head, cache_max_gb=cache_max_gb, warm_up=warm_up, method_args=method_args, point=point,
-                       api_key=api_key, keyframes=keyframes)
+                       api_key=api_key, keyframes=keyframes, chunk_frames=chunk_frames,
+                       max_visual_tokens=max_visual_tokens)
     _no_key_without_server(api_key)
     _answer("ground", video, query, None, ratio, frames, fps, max_frames, model, method, preset, as_json, device,
             dtype, attention, max_pixels, max_new_tokens, output, decoder, quiet, _cache_path(cache_dir, cache_max_gb),
             method_args, siglip_head=siglip_head, cache_max_gb=cache_max_gb, warm_up=warm_up, point=point,
-            keyframes=keyframes)
+            keyframes=keyframes, chunk_frames=chunk_frames, max_visual_tokens=max_visual_tokens)
 
 
 def _no_key_without_server(api_key: str | None) -> None:
@@ -163,7 +172,7 @@ def chat(
     ratio: Ratio = None,
     frames: Frames = None,
     fps: Fps = None,
-    max_frames: MaxFrames = None,
+    max_frames: LongMaxFrames = None,
     model: Model = None,
     method: Method = "ottvid",
     method_args: MethodArgs = None,
@@ -176,6 +185,7 @@ def chat(
     siglip_head: SiglipHead = None,
     decoder: Decoder = "auto",
     keyframes: Keyframes = False,
+    chunk_frames: ChunkFrames = None,
     max_new_tokens: MaxNewTokens = 64,
     cache_dir: CacheDir = None,
     cache_max_gb: CacheMaxGb = None,
@@ -190,7 +200,7 @@ def chat(
     if sys.stdin is None:  # started with stdin closed (`<&-`): no question can come
         _fail("chat reads its questions from standard input, which is closed")
     model, device, dtype, ratio, frames = _settle(model, device, dtype, ratio, frames, fps)
-    sampling = _sampling(frames, fps, max_frames, max_pixels, decoder, keyframes=keyframes)
+    sampling = _sampling(frames, fps, max_frames, max_pixels, decoder, keyframes=keyframes, chunk_frames=chunk_frames)
     cache_dir = _cache_path(cache_dir, cache_max_gb)
     _check_video(video, decoder)
     options = _method_options([method], [1.0 if method == "none" else ratio], preset, method_args)[method]

@@ -18,8 +18,10 @@ from ..settings import (
     PRESETS,
     SettingsError,
     check_choice,
+    check_chunk_frames,
     check_count,
     check_device,
+    check_max_frames,
     check_model,
     check_positive,
     check_ratio,
@@ -158,6 +160,23 @@ MaxFrames = Annotated[int, typer.Option("--max-frames", metavar="N", rich_help_p
                                         show_default=f"{DEFAULT_MAX_FRAMES}, as qwen-vl-utils",
                                         help="With --fps: at most this many frames; a longer video gets fewer a "
                                              "second (the report says so).")]
+
+LongMaxFrames = Annotated[str, typer.Option("--max-frames", metavar="N|none", rich_help_panel=_FRAMES,
+                                            callback=_checked(check_max_frames, "--max-frames"),
+                                            show_default=f"{DEFAULT_MAX_FRAMES}, as qwen-vl-utils",
+                                            help="With --fps: at most this many frames (a longer video gets fewer a "
+                                                 "second; the report says so), or none: every frame the rate gives "
+                                                 "(an hour at 2 fps is 7,200).")]
+ChunkFrames = Annotated[str, typer.Option("--chunk-frames", metavar="N|all|auto", rich_help_panel=_FRAMES,
+                                          callback=_checked(check_chunk_frames, "--chunk-frames"),
+                                          show_default="auto: from the model's frame size and the memory at hand",
+                                          help="Frames decoded, encoded and compressed at a time, so that a long "
+                                               "video's memory follows the tokens kept; all: every frame at once. The "
+                                               "answer does not depend on it (docs/video.md, 'Long videos').")]
+MaxVisualTokens = Annotated[int, typer.Option("--max-visual-tokens", metavar="N", rich_help_panel=_COMPRESSION,
+                                              callback=_checked(check_count, "--max-visual-tokens"),
+                                              help="Keep at most this many visual tokens: the ratio is lowered to fit "
+                                                   "(the report gives the ratio used).")]
 
 # what a run prints and writes
 _OUTPUT = "Output"

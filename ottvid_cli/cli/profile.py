@@ -16,7 +16,8 @@ from .options import (
     Fps,
     Frames,
     Json,
-    MaxFrames,
+    ChunkFrames,
+    LongMaxFrames,
     MaxPixels,
     Method,
     MethodArgs,
@@ -33,6 +34,7 @@ from .options import (
 )
 from .progress import _Progress
 from .steps import (
+    _short,
     _check_output,
     _check_video,
     _joined,
@@ -80,7 +82,7 @@ def show(
     ratio: Ratio = None,
     frames: Frames = None,
     fps: Fps = None,
-    max_frames: MaxFrames = None,
+    max_frames: LongMaxFrames = None,
     model: Model = None,
     method: Method = "ottvid",
     method_args: MethodArgs = None,
@@ -98,23 +100,29 @@ def show(
     siglip_head: SiglipHead = None,
     decoder: Decoder = "auto",
     keyframes: Keyframes = False,
+    chunk_frames: ChunkFrames = None,
 ) -> None:
     """Draw which of the video's tokens compression keeps, merges and drops, as a PNG.
 
     For OTT-Vid, also how many tokens it removes between each pair of frames (docs/show.md)."""
     model, device, dtype, ratio, frames = _settle(model, device, dtype, ratio, frames, fps)
-    sampling = _sampling(frames, fps, max_frames, max_pixels, decoder, keyframes=keyframes)
+    sampling = _sampling(frames, fps, max_frames, max_pixels, decoder, keyframes=keyframes, chunk_frames=chunk_frames)
     _check_output(output, video, method)
     _check_video(video, decoder)
     options = _method_options([method], [ratio], preset, method_args)[method]
     progress = _Progress(quiet)
     backbone = _load(model, device, dtype, attention, max_pixels, progress, siglip_head)
     from .. import pipeline
+    from ..progress import reporting
     from ..report import render_show, to_json
 
     config = _method_config(backbone, method, ratio, preset, options)
-    prepared = _run(lambda: pipeline.prepare(backbone, video, sampling, method, config, on_step=progress.step),
-                    progress)
+    def work():
+        with reporting(progress.advance):
+            return pipeline.prepare(backbone, video, sampling, method, config, on_step=progress.step,
+                                    pictures=max_tiles)
+
+    prepared = _run(work, progress)
     data, failure = _write_picture(prepared, output, max_tiles)
     if failure:
         _fail(failure, code=EXIT_WRITE)
@@ -133,7 +141,7 @@ def profile(
     method_args: MethodArgs = None,
     frames: Frames = None,
     fps: Fps = None,
-    max_frames: MaxFrames = None,
+    max_frames: LongMaxFrames = None,
     preset: Preset = "paper",
     repeats: int = typer.Option(5, "--repeats", metavar="N", rich_help_panel="Run",
                                 callback=_checked(check_count, "--repeats"),
@@ -157,6 +165,7 @@ def profile(
     siglip_head: SiglipHead = None,
     decoder: Decoder = "auto",
     keyframes: Keyframes = False,
+    chunk_frames: ChunkFrames = None,
 ) -> None:
     """Time and memory of each step, uncompressed and compressed (the paper's Table 4).
 
@@ -165,7 +174,7 @@ def profile(
     model, device, dtype, ratio, frames = _settle(model, device, dtype, None, frames, fps)
     ratios = ratios or [ratio]
     methods = [m for m in dict.fromkeys(methods or ["ottvid"]) if m != "none"]
-    sampling = _sampling(frames, fps, max_frames, max_pixels, decoder, keyframes=keyframes)
+    sampling = _sampling(frames, fps, max_frames, max_pixels, decoder, keyframes=keyframes, chunk_frames=chunk_frames)
     if not prompt.strip():
         _fail("the prompt is empty")
     width = height = 0
@@ -180,7 +189,8 @@ def profile(
             _fail("the synthetic clip needs a --size of at least 28x28")
     options = _method_options(methods, ratios, preset, method_args)
     progress = _Progress(quiet)
-    decoding = early.start(model, video, sampling) if video is not None else None  # decode while the model loads
+    # decode while the model loads (a short sample: a long one is prepared from the file, chunk by chunk)
+    decoding = early.start(model, video, sampling) if video is not None and _short(sampling) else None
     backbone = early.overlapped(decoding, lambda: _load(model, device, dtype, attention, max_pixels, progress,
                                                         siglip_head))
     from .. import profile as prof

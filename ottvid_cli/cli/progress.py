@@ -37,10 +37,38 @@ class _Progress:
         elif not self.quiet:
             err.print(f"[{time.perf_counter() - self.start:6.1f} s] {label}", highlight=False, markup=False)
 
+    def advance(self, stage: str, done: int, total: int) -> None:
+        """How far a long step has come (`progress.reporting`'s callback): done / total frames and the time
+        left at the pace so far, drawn on the spinner, or a line at each tenth without a terminal."""
+        now = time.perf_counter()
+        if getattr(self, "_stage", None) != stage:
+            self._stage, self._began, self._tenth = stage, now, 0
+        label = self.LABELS.get("vision" if stage == "encode" else stage, stage)
+        text = f"{label}: {done:,} / {total:,} frames"
+        if 0 < done < total:
+            left = (now - self._began) / done * (total - done)
+            text += f", about {_duration(left)} left"
+        if self.spinner is not None:
+            self.dots.update(text=text)
+            self.spinner.refresh()
+        elif not self.quiet and total and done * 10 // total > self._tenth:
+            self._tenth = done * 10 // total
+            err.print(f"[{now - self.start:6.1f} s] {text}", highlight=False, markup=False)
+
     def stop(self) -> None:
         if self.spinner is not None:
             self.spinner.stop()
             self.spinner = None
+
+
+def _duration(seconds: float) -> str:
+    """A time left, as a person reads it: 45 s, 3 min 20 s, 1 h 05 min."""
+    seconds = int(round(seconds))
+    if seconds < 60:
+        return f"{seconds} s"
+    if seconds < 3600:
+        return f"{seconds // 60} min {seconds % 60:02d} s"
+    return f"{seconds // 3600} h {seconds % 3600 // 60:02d} min"
 
 
 def _quiet_libraries(quiet: bool) -> None:

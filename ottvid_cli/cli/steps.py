@@ -106,9 +106,11 @@ def _method_config(backbone, method: str, ratio: float, preset: str, options: di
     return build_config(backbone, method, ratio, preset, options)
 
 
-def _sampling(frames, fps, max_frames, max_pixels, decoder, default_fps=None, keyframes: bool = False):
-    """The frames to take: --frames, or --fps capped at --max-frames (768 by default); `default_fps`
-    (ground's 2) applies when neither --frames nor --fps is given; --keyframes."""
+def _sampling(frames, fps, max_frames, max_pixels, decoder, default_fps=None, keyframes: bool = False,
+              chunk_frames: int | str | None = None):
+    """The frames to take: --frames, or --fps capped at --max-frames (768 by default; "none": no cap);
+    `default_fps` (ground's 2) applies when neither --frames nor --fps is given; --keyframes;
+    --chunk-frames (auto by default)."""
     from ..sampling import Sampling
 
     if frames is not None and fps is not None:
@@ -119,8 +121,8 @@ def _sampling(frames, fps, max_frames, max_pixels, decoder, default_fps=None, ke
         _fail("--max-frames caps --fps sampling: give --fps too, or --frames alone")
     if fps is not None and max_frames is None:
         max_frames = DEFAULT_MAX_FRAMES
-    return Sampling(frames=frames, fps=fps, max_frames=max_frames, max_pixels=max_pixels, decoder=decoder,
-                    keyframes=keyframes)
+    return Sampling(frames=frames, fps=fps, max_frames=None if max_frames == "none" else max_frames,
+                    max_pixels=max_pixels, decoder=decoder, keyframes=keyframes, chunk_frames=chunk_frames or "auto")
 
 
 def _load(model: str, device: str, dtype: str, attention: str, max_pixels: int | None, progress: _Progress,
@@ -210,12 +212,14 @@ def _write_picture(prepared, path: str, max_tiles: int | None = None) -> tuple[d
 def _answer(task: str, video: str, texts, options, ratio, frames, fps, max_frames, model, method, preset,
             as_json, device, dtype, attention, max_pixels, max_new_tokens, output, decoder, quiet,
             cache_dir=None, method_args=None, siglip_head=None, cache_max_gb=None, point: bool = False,
-            warm_up: bool | None = None, keyframes: bool = False) -> None:
+            warm_up: bool | None = None, keyframes: bool = False, chunk_frames=None,
+            max_visual_tokens: int | None = None) -> None:
     """ask and ground: check everything, load, run each question (one preparation and one prefix for
     all, session.Engine), print each result, then report a failed picture. With --json, one question
     prints an object, several a list of them in order."""
     import time
 
+    from ..progress import reporting
     from ..report import render_run
     from . import early
 
@@ -223,15 +227,19 @@ def _answer(task: str, video: str, texts, options, ratio, frames, fps, max_frame
     model, device, dtype, ratio, frames = _settle(model, device, dtype, ratio, frames, fps, task == "ask")
     if not texts or any(not text.strip() for text in texts):
         _fail(f"the {'question' if task == 'ask' else 'query'} is empty")
-    sampling = _sampling(frames, fps, max_frames, max_pixels, decoder, 2.0 if task == "ground" else None, keyframes)
+    sampling = _sampling(frames, fps, max_frames, max_pixels, decoder, 2.0 if task == "ground" else None, keyframes,
+                         chunk_frames)
+    if max_visual_tokens is not None and method == "none":
+        _fail("--max-visual-tokens lowers the ratio of a compressing method: --method none keeps every token")
     _check_output(output, video, method)
     _check_video(video, decoder)
     ratio = 1.0 if method == "none" else ratio
     method_options = _method_options([method], [ratio], preset, method_args)[method]
     progress = _Progress(quiet)
     began = time.perf_counter()  # the start of work: the wall clock of the first question counts from here
-    # decode while the model loads (not with --cache-dir, whose entry may spare the decoding altogether)
-    decoding = early.start(model, video, sampling) if cache_dir is None else None
+    # decode while the model loads (not with --cache-dir, whose entry may spare the decoding altogether, nor
+    # for a sample that may be long: that one is prepared chunk by chunk, its frames never all held)
+    decoding = early.start(model, video, sampling) if cache_dir is None and _short(sampling) else None
 
     def load_model():
         backbone = _load(model, device, dtype, attention, max_pixels, progress, siglip_head)
@@ -241,6 +249,10 @@ def _answer(task: str, video: str, texts, options, ratio, frames, fps, max_frame
             _fail(f"ground needs a Qwen2.5-VL model: {backbone.name} is not trained to give time spans "
                   f"(the paper evaluates grounding on Qwen2.5-VL only)")
         engine = _engine(backbone, cache_dir, max_gb=cache_max_gb)
+        if output is not None:  # a video prepared in chunks keeps the frames the picture shows
+            from ..show import MAX_TILES
+
+            engine.pictures = MAX_TILES
         if warm_up or (warm_up is None and backbone.device.type != "cpu"):  # --warm-up; by default on accelerators
             _warm_up(engine, progress, precompile=False)
         return config, engine
@@ -258,9 +270,13 @@ def _answer(task: str, video: str, texts, options, ratio, frames, fps, max_frame
         stream = _Stream(progress, "answer: " if task == "ask" else "model said: ")
         run = engine.ask if task == "ask" else engine.ground
         extra = {"options": options or None} if task == "ask" else {"point": point}
-        result = _run(lambda: run(source, text, sampling=sampling, ratio=ratio, method=method, preset=preset,
-                                  config=config, max_new_tokens=max_new_tokens, on_step=progress.step,
-                                  on_token=None if as_json else stream, video_name=video, **extra), progress)
+        def work():
+            with reporting(progress.advance):
+                return run(source, text, sampling=sampling, ratio=ratio, method=method, preset=preset, config=config,
+                           max_new_tokens=max_new_tokens, on_step=progress.step, on_token=None if as_json else stream,
+                           video_name=video, max_visual_tokens=max_visual_tokens, **extra)
+
+        result = _run(work, progress)
         stream.close()
         _cache_warnings(engine, quiet)
         data = result.to_dict()
@@ -277,6 +293,18 @@ def _answer(task: str, video: str, texts, options, ratio, frames, fps, max_frame
             render_run(data, _tables(), streamed=stream.started, choices=bool(options), load=i == 0,
                        cache_dir=cache_dir)
     _conclude(task, documents, as_json, failure)
+
+
+EARLY_MAX_FRAMES = 128  # a fixed count up to this is decoded whole while the model loads (`_short`)
+
+
+def _short(sampling) -> bool:
+    """Whether a sample is decoded whole while the model loads: every frame at once asked for, or a fixed
+    count of at most EARLY_MAX_FRAMES; a rate's frames (ground) go chunk by chunk (`chunked`)."""
+    chunk = sampling.chunk_frames
+    if chunk == "all":
+        return True
+    return sampling.fps is None and (sampling.frames or 64) <= (chunk if isinstance(chunk, int) else EARLY_MAX_FRAMES)
 
 
 def _conclude(task: str, documents: list[dict], as_json: bool, failure: str = "") -> None:
@@ -318,7 +346,8 @@ def _cache_path(value: str | None, max_gb: float | None = None) -> str | None:
 def _remote(task, server, video, texts, options, ratio, frames, fps, max_frames, model, method, preset, as_json, quiet,
             max_new_tokens, device, dtype, attention, max_pixels, decoder, output, cache_dir,
             siglip_head=None, cache_max_gb=None, method_args=None, point: bool = False,
-            warm_up: bool | None = None, api_key: str | None = None, keyframes: bool = False) -> None:
+            warm_up: bool | None = None, api_key: str | None = None, keyframes: bool = False,
+            chunk_frames=None, max_visual_tokens: int | None = None) -> None:
     """ask / ground --server: the same checks as a local run (the flags only a local run uses are
     refused; --method-arg is read and checked here as for a local run, then sent as
     `ottvid.method_args`), then one request per question to a running `ottvid serve`, or to a plain
@@ -331,7 +360,8 @@ def _remote(task, server, video, texts, options, ratio, frames, fps, max_frames,
 
     local = {"--device": device, "--dtype": dtype, "--attention": attention, "--max-pixels": max_pixels,
              "--decoder": decoder, "--output": output, "--cache-dir": cache_dir, "--siglip-head": siglip_head,
-             "--cache-max-gb": cache_max_gb, "--warm-up/--no-warm-up": warm_up}
+             "--cache-max-gb": cache_max_gb, "--warm-up/--no-warm-up": warm_up, "--chunk-frames": chunk_frames,
+             "--max-visual-tokens": max_visual_tokens}
     for flag, value in local.items():
         if value not in (None, "auto"):
             _fail(f"{flag} does not apply with --server: the server runs the model with its own settings")
@@ -454,7 +484,8 @@ def _engine(backbone, cache_dir: str | None, keep_saliency: bool = False, max_gb
     from ..session import Engine
 
     disk_bytes = DEFAULT_DISK_BYTES if max_gb is None else int(max_gb * (1 << 30))
-    return Engine(backbone, cache_dir=cache_dir, keep_saliency=keep_saliency, disk_bytes=disk_bytes)
+    return Engine(backbone, cache_dir=cache_dir, keep_saliency=keep_saliency, disk_bytes=disk_bytes,
+                  keep_encoded=keep_saliency)  # a process that recompresses (chat) keeps a long video's features too
 
 
 def _cache_warnings(engine, quiet: bool) -> None:

@@ -4,6 +4,7 @@ frames; PyAV takes over (decoder "auto") where decord cannot open a file or cann
 from __future__ import annotations
 
 import functools
+from typing import Any
 
 import numpy as np
 
@@ -93,18 +94,26 @@ def read_timeline(reader, header: Header) -> Timeline:
 
 
 
-DECORD_CHUNK = 8  # frames decord hands over at once (each at full size until shrunk)
-
-
-def _sample_decord(path: str, plan: Plan, shrink: Shrinker) -> tuple[Timeline, list[int], np.ndarray]:
-    """Sample with decord, asked for by name: a file it cannot open, an index it cannot be trusted with, or
-    frames that are not RGB are one-line VideoErrors (never handed to PyAV silently)."""
+def _trusted_reader(path: str) -> tuple[Any, Timeline]:
+    """(decord's reader of the file, its timeline); one-line VideoErrors where decord cannot open the file
+    or cannot be trusted with its index."""
     with _pyav_stream(path) as (container, stream):
         header = _header(container, stream)
     reader = _open_decord(path)
     timeline = read_timeline(reader, header)
     if not timeline.trusted:
         raise VideoError(f"decord cannot be trusted on {path} ({timeline.problem}); use decoder 'pyav' or 'auto'")
+    return reader, timeline
+
+
+
+DECORD_CHUNK = 8  # frames decord hands over at once (each at full size until shrunk)
+
+
+def _sample_decord(path: str, plan: Plan, shrink: Shrinker) -> tuple[Timeline, list[int], np.ndarray]:
+    """Sample with decord, asked for by name: a file it cannot open, an index it cannot be trusted with, or
+    frames that are not RGB are one-line VideoErrors (never handed to PyAV silently)."""
+    reader, timeline = _trusted_reader(path)
     indices = plan(timeline)
     shrink.restart(len(indices))
     frames, problem = [], ""

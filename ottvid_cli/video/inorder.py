@@ -126,12 +126,7 @@ def _sequential(path: str, plan: Plan, guess: Timeline | None, problem: str, shr
     """
     first = plan(guess) if guess is not None else []
     shrink.restart(len(first))
-    skipped = [0]
-    starts, end, kept, fps, keys = _decode_all(path, set(first), skipped, shrink)
-    if skipped[0]:
-        problem = f"{problem}; {skipped[0]} damaged packets skipped (their frames are missing)"
-    timeline = Timeline(starts=starts, duration=end, average_fps=fps, source="decoded frames", trusted=False,
-                        problem=problem, keys=keys)
+    timeline, kept = _measured(path, problem, set(first), shrink)
     indices = plan(timeline)
     if not set(indices) <= kept.keys() or len(indices) != len(first):
         shrink.restart(len(indices))
@@ -140,20 +135,43 @@ def _sequential(path: str, plan: Plan, guess: Timeline | None, problem: str, shr
 
 
 
+def _measured(path: str, problem: str, keep: Container[int] = (), shrink: Shrinker | None = None
+              ) -> tuple[Timeline, dict[int, np.ndarray]]:
+    """The times of a file whose index is not trusted (`problem`: why), measured by decoding every frame
+    in order (`_decode_all`), and the frames kept meanwhile (`keep`, passed through `shrink`)."""
+    skipped = [0]
+    starts, end, kept, fps, keys = _decode_all(path, keep, skipped, shrink)
+    if skipped[0]:
+        problem = f"{problem}; {skipped[0]} damaged packets skipped (their frames are missing)"
+    return Timeline(starts=starts, duration=end, average_fps=fps, source="decoded frames", trusted=False,
+                    problem=problem, keys=keys), kept
+
+
+
+def _indexed(path: str, distrust: str = "") -> tuple[Timeline | None, _pyav._Packets, str]:
+    """PyAV's index of the file: its timeline (None when the demuxer lists no timestamped frame), its
+    packets, and why it is not trusted for seeking ("" when it is; `distrust`: a reason given)."""
+    with _pyav_stream(path) as (container, stream):
+        header = _header(container, stream)
+        packets = _mp4.index(path, container, stream)
+    if len(packets.pts) == 0:
+        return None, packets, distrust or "the demuxer lists no timestamped frames"
+    timeline = _pyav._pyav_timeline(packets, header)
+    problem = distrust or timeline.problem
+    if not problem and header.reordered and header.format.split(",")[0] == "avi":
+        problem = "AVI stores no presentation times: with B-frames the demuxer guesses them"
+    return timeline, packets, problem
+
+
+
 def _sample_pyav(path: str, plan: Plan, shrink: Shrinker, distrust: str = "", keyframes: bool = False,
                  workers: int | None = None) -> tuple[Timeline, list[int], np.ndarray]:
     """Seek to the sampled frames where PyAV's index is trusted (and `distrust` gives no reason not to),
     else decode every frame in order. `keyframes`: the plan picks key frames (`timeline._keyframe_plan`),
     which are read without decoding anything else. `workers`: seeking threads (`pyav._seek_decode`)."""
-    with _pyav_stream(path) as (container, stream):
-        header = _header(container, stream)
-        packets = _mp4.index(path, container, stream)
-    if len(packets.pts) == 0:
-        return _sequential(path, plan, None, distrust or "the demuxer lists no timestamped frames", shrink)
-    timeline = _pyav._pyav_timeline(packets, header)
-    problem = distrust or timeline.problem
-    if not problem and header.reordered and header.format.split(",")[0] == "avi":
-        problem = "AVI stores no presentation times: with B-frames the demuxer guesses them"
+    timeline, packets, problem = _indexed(path, distrust)
+    if timeline is None:
+        return _sequential(path, plan, None, problem, shrink)
     if not problem:
         indices = plan(timeline)
         shrink.restart(len(indices))

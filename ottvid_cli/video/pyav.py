@@ -153,6 +153,17 @@ def _prime(container, stream) -> None:
         break
 
 
+def _first_decodes(path: str) -> bool:
+    """Whether a frame of the file decodes, reading from its start up to the first that does (cheap: a
+    few packets on a sound file); False where FFmpeg fails (a broken codec header fails every packet)."""
+    with _pyav_stream(path) as (container, stream):
+        stream.thread_type = "SLICE"  # one frame is wanted: frame threads would each decode one first
+        try:
+            return next(_decoded(container, stream), None) is not None
+        except pyav_file_errors():
+            return False
+
+
 def _key_frame(container, stream, packets: _Packets, target: int):
     """The key frame whose pts is `target`, decoded alone: seek to it, read packets (nothing decoded) up to
     its own, decode that one packet and drain the decoder. None where it cannot be reached (a seek that

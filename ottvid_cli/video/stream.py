@@ -32,11 +32,10 @@ import numpy as np
 from .. import interrupt
 from ..interrupt import cancelled, checkpoint, stop_when
 from . import inorder as _inorder
-from . import mp4 as _mp4
 from . import pyav as _pyav
-from .decord import DECORD_CHUNK, _open_decord, decord_file_errors, read_timeline, resolve_decoder
+from .decord import DECORD_CHUNK, _open_decord, _trusted_reader, decord_file_errors, resolve_decoder
 from .images import _frame_rate, _read_sampled, frame_files, images_timeline
-from .probe import _checked_path, _header, _native_stderr_silenced, _pyav_stream
+from .probe import _checked_path, _native_stderr_silenced
 from .resize import FrameResize, Shrinker, Size, as_resize
 from .sample import _checked_plan, _count_plan, _placed, _rate_plan
 from .timeline import Plan, Timeline, Video, VideoError, _reason
@@ -291,44 +290,24 @@ def _seek_chunks(path: str, packets: _pyav._Packets, timeline: Timeline, indices
 # --------------------------------------------------------------------------- the plans
 
 
-def _plan_in_order(path: str, plan: Plan, problem: str) -> tuple[Timeline, list[int], Read]:
-    """The times of a file whose index is not trusted measured by decoding every frame (no frame kept),
-    as `inorder._sequential` measures them; the frames come from a second pass."""
-    skipped = [0]
-    starts, end, _, fps, keys = _inorder._decode_all(path, set(), skipped)
-    if skipped[0]:
-        problem = f"{problem}; {skipped[0]} damaged packets skipped (their frames are missing)"
-    timeline = Timeline(starts=starts, duration=end, average_fps=fps, source="decoded frames", trusted=False,
-                        problem=problem, keys=keys)
-    indices = plan(timeline)
-    return timeline, indices, partial(_in_order_chunks, path, indices)
-
-
 def _plan_pyav(path: str, plan: Plan, keyframes: bool, workers: int | None) -> tuple[Timeline, list[int], Read]:
-    """`inorder._sample_pyav`'s choice, without its frames: seeking where the index is trusted."""
-    with _pyav_stream(path) as (container, stream):
-        header = _header(container, stream)
-        packets = _mp4.index(path, container, stream)
-    if len(packets.pts) == 0:
-        return _plan_in_order(path, plan, "the demuxer lists no timestamped frames")
-    timeline = _pyav._pyav_timeline(packets, header)
-    problem = timeline.problem
-    if not problem and header.reordered and header.format.split(",")[0] == "avi":
-        problem = "AVI stores no presentation times: with B-frames the demuxer guesses them"
+    """`inorder._sample_pyav`'s choice, without its frames: seeking where the index is trusted, else the
+    times measured by decoding every frame (keeping none) and the frames from a second pass. A file none
+    of whose frames decodes from the start is refused here as `sample_*` refuses it (after its seek)."""
+    timeline, packets, problem = _inorder._indexed(path)
+    if not problem and not _pyav._first_decodes(path):
+        problem = "seeking did not reach the frames the index lists"  # `_sample_pyav`'s, when its seek fails
     if problem:
-        return _plan_in_order(path, plan, problem)
+        timeline = _inorder._measured(path, problem)[0]
+        indices = plan(timeline)
+        return timeline, indices, partial(_in_order_chunks, path, indices)
     indices = plan(timeline)
     return timeline, indices, partial(_seek_chunks, path, packets, timeline, indices, keyframes, workers)
 
 
 def _plan_decord(path: str, plan: Plan) -> tuple[Timeline, list[int], Read]:
     """`decord._sample_decord`'s plan (and its refusals), without its frames."""
-    with _pyav_stream(path) as (container, stream):
-        header = _header(container, stream)
-    reader = _open_decord(path)
-    timeline = read_timeline(reader, header)
-    if not timeline.trusted:
-        raise VideoError(f"decord cannot be trusted on {path} ({timeline.problem}); use decoder 'pyav' or 'auto'")
+    reader, timeline = _trusted_reader(path)
     indices = plan(timeline)
     return timeline, indices, partial(_decord_chunks, path, [reader], indices)
 

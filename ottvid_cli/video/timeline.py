@@ -45,6 +45,8 @@ class Video:
     length (s); decoder: the backend that produced the frames ("decord" or "pyav"). source_size: the
     frames' (height, width) as decoded (after the display rotation), before a `resize` shrank them.
     keyframes: each frame is the key frame nearest its planned time; `planned`: those times (s).
+    group_frames: for a video prepared chunk by chunk, whose `frames` are not kept (empty), the first
+    frame of the temporal groups a picture shows ({group: frame}), or None.
     """
 
     path: str
@@ -60,6 +62,7 @@ class Video:
     keyframes: bool = False
     planned: list[float] | None = None
     decode_ms: float | None = None  # how long sampling took (reading, decoding, resizing), where timed
+    group_frames: dict[int, np.ndarray] | None = field(repr=False, default=None)
 
     @property
     def sampled_fps(self) -> float:
