@@ -29,6 +29,7 @@ import torch
 from .compression import methods
 from .compression.stream import OTTVidStream
 from .interrupt import checkpoint
+from .prepared import _PREPROCESS, Prepared, _compress, _default_config, _pixels, frame_resize
 from .progress import advance
 from .sampling import Sampling
 from .timing import Stopwatch
@@ -37,6 +38,11 @@ from .timing import Stopwatch
 # within these bounds (bytes).
 AUTO_SHARE = 8
 AUTO_MIN_BYTES, AUTO_MAX_BYTES = 64 << 20, 512 << 20
+AUTO_MIN_FRAMES = 64  # never fewer by default: a question's usual 32 or 64 frames go through at once
+# Frames at the model's size the decoder hands over at once (whole chunks), so that each decoding pass
+# (its containers, threads and seeks) serves several chunks: 4K frames cost the decoder far more to start
+# again than the frames it returns (`decode_frames`).
+DECODE_BYTES = 128 << 20
 
 
 def chunk_size(backbone: Any, sampling: Sampling, frames: int) -> int:
@@ -55,14 +61,14 @@ def auto_chunk(backbone: Any) -> int:
     """The default chunk: as many frames as fit in 1/AUTO_SHARE of the memory at hand (the device's free
     memory on a GPU, the host's available memory on the CPU), between AUTO_MIN_BYTES and AUTO_MAX_BYTES,
     at `encoder_bytes_per_frame` of the largest frame the model takes (a square of its max_pixels; 448 x 448
-    for a model without a pixel range); at least one temporal group. It depends on the model and the
-    machine, never on the video's length."""
+    for a model without a pixel range); at least AUTO_MIN_FRAMES, in whole temporal groups. It depends on
+    the model and the machine, never on the video's length."""
     device = getattr(backbone, "device", torch.device("cpu"))
     budget = min(max(_free_bytes(device) // AUTO_SHARE, AUTO_MIN_BYTES), AUTO_MAX_BYTES)
     side = int(math.isqrt(int(getattr(backbone, "max_pixels", None) or 448 * 448)))
     per_frame = encoder_bytes_per_frame(backbone, (side, side))
     step = int(getattr(backbone, "frames_per_group", 1))
-    return max(step, budget // max(per_frame, 1) // step * step)
+    return max(AUTO_MIN_FRAMES, budget // max(per_frame, 1)) // step * step
 
 
 def encoder_bytes_per_frame(backbone: Any, frame_size: tuple[int, int]) -> int:
@@ -184,7 +190,6 @@ def prepare_chunked(backbone: Any, video: str | Path, sampling: Sampling, method
     shows (`show.draw`: one group in ceil(T / pictures)), in `Video.group_frames`; no other frame is kept.
     Returns a `pipeline.Prepared` whose `timings_ms` add up each stage over the chunks ("decode": the
     time spent waiting for the decoder's frames)."""
-    from .pipeline import _PREPROCESS, Prepared, _compress, _default_config, _pixels, frame_resize
     from .backbones import VisualTokens
 
     step = on_step or (lambda name: None)
@@ -198,9 +203,18 @@ def prepare_chunked(backbone: Any, video: str | Path, sampling: Sampling, method
     total = len(plan.indices)
     per_group = int(backbone.frames_per_group)
     groups = -(-total // per_group)
+    size = planned_size(backbone, sampling, plan, video)
+
+    def prompt_for(size: tuple[int, int]) -> tuple[Any, Any, Any]:
+        """The whole prompt, checked (`checked_prompt`), and the streamed compressor for it."""
+        inputs, fitted = checked_prompt(backbone, sampling, plan, size, prompt, method, config, max_visual_tokens)
+        grid = backbone.grid_of(inputs)
+        return inputs, fitted, OTTVidStream(groups, grid, fitted, timer=timer) if streaming else None
+
+    with host("preprocess"):
+        inputs, config, compressor = prompt_for(size)
     chunk = chunk_size(backbone, sampling, total)
-    chunks = plan.chunks(chunk)
-    inputs = compressor = None
+    chunks = _split(plan.chunks(decode_frames(chunk, size, total)), chunk)
     held: list[Any] = []
     done = 0
     every = -(-groups // pictures) if pictures else 0  # a picture shows one group in `every`
@@ -211,20 +225,12 @@ def prepare_chunked(backbone: Any, video: str | Path, sampling: Sampling, method
                 frames = next(chunks, None)
             if frames is None:
                 break
-            with host("preprocess"), _PREPROCESS, _pixels(backbone, sampling):
-                if inputs is None:  # the whole prompt, from the plan: checked against the context first
-                    inputs = backbone.prompt_inputs(total, tuple(frames.shape[1:3]), plan.timestamps, plan.duration,
-                                                    prompt)
-                    grid = backbone.grid_of(inputs)
-                    tokens = grid[0] * grid[1]
-                    text = int(inputs["input_ids"].shape[-1]) - groups * tokens  # a newline token counts as text
-                    if method != "none" or max_visual_tokens is not None:
-                        config = fit_tokens(backbone, groups, tokens, text, method, config, max_visual_tokens)
-                    else:
-                        fit_tokens(backbone, groups, tokens, text, method, config)
-                    if streaming:
-                        compressor = OTTVidStream(groups, grid, config, timer=timer)
-                pixels = backbone.pixel_inputs(frames, source_size=plan.source_size)
+            with host("preprocess"):
+                if done == 0 and tuple(frames.shape[1:3]) != tuple(size):  # the first frame was not the sample's size
+                    size = tuple(frames.shape[1:3])
+                    inputs, config, compressor = prompt_for(size)
+                with _PREPROCESS, _pixels(backbone, sampling):
+                    pixels = backbone.pixel_inputs(frames, source_size=plan.source_size)
             count = int(frames.shape[0])
             if every:  # the first frame of each group the picture shows
                 for i in range(-done % per_group, count, per_group):
@@ -246,7 +252,7 @@ def prepare_chunked(backbone: Any, video: str | Path, sampling: Sampling, method
             checkpoint("the chunked preparation")
     finally:
         chunks.close()
-    if inputs is None:
+    if done == 0:
         raise ValueError(f"no frames were decoded from {video}")
     if compressor is not None:
         step("compression")
@@ -276,6 +282,50 @@ def prepare_chunked(backbone: Any, video: str | Path, sampling: Sampling, method
     return Prepared(backbone=backbone, clip=clip, sampling=sampling, prompt=prompt, inputs=inputs, visual=visual,
                     method=method, config=config if method != "none" else None, compressed=compressed,
                     frames=frames_report, timings_ms=timings, streamed=compressor is not None)
+
+
+def decode_frames(chunk: int, size: tuple[int, int], total: int) -> int:
+    """Frames the decoder hands over at once: whole chunks of `chunk` frames of `size` (height, width),
+    as many as DECODE_BYTES holds (at least one chunk), at most the sample's `total`. The decoder's memory
+    is then its own (containers, threads, a few frames at the source's size) plus two such batches, and it
+    starts again once per batch, not once per chunk."""
+    per_chunk = max(1, chunk * size[0] * size[1] * 3)
+    return min(max(chunk, DECODE_BYTES // per_chunk * chunk), max(total, chunk))
+
+
+def _split(batches: Any, chunk: int) -> Any:
+    """The frames of each batch (`StreamedVideo.chunks`) in chunks of `chunk` (views, no copy); closing
+    this generator closes the batches' (and stops their decoder)."""
+    try:
+        for batch in batches:
+            for start in range(0, len(batch), chunk):
+                yield batch[start:start + chunk]
+    finally:
+        batches.close()
+
+
+def planned_size(backbone: Any, sampling: Sampling, plan: Any, video: str | Path) -> tuple[int, int]:
+    """The (height, width) the plan's frames will come out of the decoder at, known before any is decoded:
+    the backbone's resize (`pipeline.frame_resize`) of the first frame's shown size for the whole sample."""
+    from .video import shown_size
+
+    source = shown_size(video)
+    resize = frame_resize(backbone, sampling)
+    return tuple(resize.size(*source, len(plan.indices))) if resize is not None else source
+
+
+def checked_prompt(backbone: Any, sampling: Sampling, plan: Any, size: tuple[int, int], prompt: str, method: str,
+                   config: Any, max_visual_tokens: int | None = None) -> tuple[Any, Any]:
+    """(the prompt's inputs for the plan's frames at `size`, the config to run): built from the plan alone
+    (`prompt_inputs`, no pixels) and checked against the model's context, the config fitted to
+    `max_visual_tokens` (`fit_tokens`), before any frame is decoded or encoded."""
+    total = len(plan.indices)
+    groups = -(-total // int(backbone.frames_per_group))
+    with _PREPROCESS, _pixels(backbone, sampling):
+        inputs = backbone.prompt_inputs(total, size, plan.timestamps, plan.duration, prompt)
+    grid = backbone.grid_of(inputs)
+    text = int(inputs["input_ids"].shape[-1]) - groups * grid[0] * grid[1]  # a newline token counts as text
+    return inputs, fit_tokens(backbone, groups, grid[0] * grid[1], text, method, config, max_visual_tokens)
 
 
 def join_visual(parts: list[Any]) -> Any:

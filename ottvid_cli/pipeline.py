@@ -9,141 +9,27 @@ without encoding again. `ask` and `ground` add generation and reply parsing on t
 
 from __future__ import annotations
 
-import threading
 import time
-from contextlib import contextmanager
-from dataclasses import asdict, dataclass, field, is_dataclass, replace
+from dataclasses import asdict, dataclass, field, is_dataclass
 from pathlib import Path
 from typing import Any, Callable
 
 import torch
 
-from .compression import Compressed, OTTVidConfig, compress, methods, token_counts
+from .chunked import checked_prompt, chunk_size, fit_tokens, planned_size, prepare_chunked
+from .compression import Compressed, OTTVidConfig, token_counts
+from .prepared import (_PREPROCESS, Prepared, _check_method, _compress, _default_config, _pixels, frame_resize,
+                       make_config)
 from .sampling import Sampling
-from .settings import PRESETS, STAGES
+from .settings import STAGES
 from .tasks import grounding, qa
 from .timing import Stopwatch
 from .video import Video
 
 DESCRIBE = "Describe the video."
 
-
-def make_config(ratio: float = 0.1, preset: str = "paper", backbone: Any = None,
-                config: Any = None, method: str = "ottvid", options: dict[str, Any] | None = None) -> Any:
-    """The compression settings of `method`: `config` with this ratio (and `options`) when given;
-    else for ottvid the preset ("paper", or "official": the authors' code, with the backbone's
-    `official_overrides`), for another registered method its defaults with the backbone's
-    `method_defaults[method]` over them (e.g. FastVID's LLaVA-OneVision path on LLaVA-OneVision);
-    `options` set config fields (they win over the preset and the backbone's defaults). None for
-    method "none". ValueError for a bad preset or option."""
-    options = dict(options or {})
-    if method == "none":
-        methods.make_config("none", 1.0, **options)  # no options: a ValueError naming none's
-        return None
-    if config is not None:
-        changes = {**options, **({"ratio": ratio} if config.ratio != ratio else {})}
-        return replace(config, **changes) if changes else config
-    if preset not in PRESETS:
-        raise ValueError(f"preset must be one of {', '.join(PRESETS)}, got {preset!r}")
-    if method != "ottvid":
-        if preset != "paper":
-            raise ValueError(f"preset {preset!r} is OTT-Vid's (the authors' code): method {method} has its own "
-                             f"defaults, set with options")
-        defaults = dict((getattr(backbone, "method_defaults", None) or {}).get(method, {}))
-        return methods.make_config(method, ratio, **{**defaults, **options})
-    overrides = dict(getattr(backbone, "official_overrides", {}) or {}) if preset == "official" else {}
-    methods.make_config("ottvid", ratio, **options)  # unknown options: the registry's one-line error
-    return OTTVidConfig.preset(preset, ratio=ratio, **{**overrides, **options})
-
-
-@dataclass
-class Prepared:
-    """A video made ready for the LLM: the sampled clip, the processor's inputs, the encoder's
-    visual tokens (kept, so another ratio or method needs no new encoding), the compression result
-    (None with method "none"), the frames report and the time of each step (ms)."""
-
-    backbone: Any = field(repr=False)
-    clip: Video = field(repr=False)
-    sampling: Sampling
-    prompt: str
-    inputs: Any = field(repr=False)
-    visual: Any = field(repr=False)  # backbones.VisualTokens
-    method: str
-    config: OTTVidConfig | None
-    compressed: Compressed | None = field(repr=False)
-    frames: dict[str, Any]
-    timings_ms: dict[str, float | None]
-    history: tuple = ()  # earlier (question, answer) turns the inputs hold before `prompt` (see reprompt)
-    # prepared chunk by chunk with OTT-Vid streamed (`chunked.prepare_chunked`): the encoder's output was not
-    # kept (`visual.features` is a shape only, on the meta device), so another ratio or method prepares again
-    streamed: bool = False
-
-    @property
-    def features(self) -> torch.Tensor:
-        """(M, D) the visual tokens that go to the LLM."""
-        if self.compressed is not None:
-            return self.compressed.features
-        return self.visual.features.reshape(self.visual.count, -1)
-
-    @property
-    def kept(self) -> torch.Tensor:
-        """(M,) ascending flat indices t*N + n of the tokens that go to the LLM."""
-        if self.compressed is not None:
-            return self.compressed.index
-        return torch.arange(self.visual.count, device=self.visual.features.device)
-
-    @property
-    def ratio(self) -> float:
-        return self.config.ratio if self.compressed is not None else 1.0
-
-    def recompress(self, config: OTTVidConfig | None = None, method: str = "ottvid",
-                   timer: bool | None = None) -> "Prepared":
-        """The same clip and encoder output compressed another way (a new Prepared; this one is unchanged).
-        ValueError for a `streamed` one, which kept no encoder output."""
-        if self.streamed:
-            raise ValueError("this video was prepared in chunks with OTT-Vid and its encoder output was not kept: "
-                             "prepare it again (or with keep=True, or chunk_frames='all') to compress it another way")
-        timings = {k: v for k, v in self.timings_ms.items() if k != "compression"}
-        config = config or _default_config(method, self.backbone)
-        compressed, ms = _compress(self.backbone, self.visual, method, config, timer)
-        timings["compression"] = ms
-        return replace(self, method=method, config=config if method != "none" else None,
-                       compressed=compressed, timings_ms=timings)
-
-    def reprompt(self, prompt: str, history: list[tuple[str, str]] | tuple = ()) -> "Prepared":
-        """The same video, visual tokens and compression with another prompt (after earlier
-        (question, answer) turns): only the text part of the processor's inputs is rebuilt; nothing
-        is decoded, preprocessed or encoded (a new Prepared; this one is unchanged)."""
-        history = tuple((str(q), str(a)) for q, a in history)
-        if prompt == self.prompt and history == self.history:
-            return self
-        inputs = self.backbone.reprompt(self.inputs, self.prompt, prompt, history, self.history)
-        return replace(self, prompt=prompt, inputs=inputs, history=history)
-
-    def tokens(self, llm_input: int, generated: int = 0) -> dict[str, Any]:
-        """Token counts at each stage, for an LLM input of `llm_input` tokens."""
-        visual = self.visual
-        groups, per_group = visual.features.shape[:2]
-        newlines = self.backbone.newline_tokens(groups)
-        report = self.compressed.report if self.compressed is not None else None
-        kept = int(self.kept.numel())
-        spatial = getattr(report, "K", None)  # OTT-Vid's spatial stage; other methods have none
-        merges, prunes = sum(getattr(report, "merges", [])), sum(getattr(report, "prunes", []))
-        if report is not None and spatial is None:  # another method: read its assignment
-            alive = int((self.compressed.assignment >= 0).sum())
-            merges, prunes = alive - kept, visual.count - alive  # merged into another row; dropped
-        return {
-            "visual_before": visual.count,
-            "after_spatial": groups * spatial if spatial is not None else visual.count,
-            "visual_after": kept,
-            "llm_input": llm_input,
-            "text": llm_input - kept - newlines,
-            "newline": newlines,
-            "groups": groups, "per_group": per_group, "grid": list(visual.grid),
-            "merges": merges,
-            "prunes": prunes,
-            "generated": generated,
-        }
+__all__ = ["DESCRIBE", "Drawing", "Loaded", "Prepared", "RunResult", "answer", "ask", "drawing", "frame_resize",
+           "ground", "inspect", "load", "make_config", "plan_counts", "prepare"]
 
 
 @dataclass
@@ -159,7 +45,6 @@ class Loaded:
     timings_ms: dict[str, float | None]
 
 
-_PREPROCESS = threading.Lock()  # one preprocess at a time: `_pixels` sets the backbone's range for its duration
 
 
 def load(backbone, video: str | Path | Video, sampling: Sampling | None = None, prompt: str = DESCRIBE,
@@ -190,11 +75,6 @@ def load(backbone, video: str | Path | Video, sampling: Sampling | None = None, 
                   timings_ms={k: watch.ms.get(k) for k in ("decode", "preprocess")})
 
 
-def frame_resize(backbone, sampling: Sampling):
-    """The size and resampling frames leave the decoder with for `backbone` under `sampling`'s pixel range
-    (`Backbone.frame_resize`; None for a backbone without one: frames as decoded)."""
-    make = getattr(backbone, "frame_resize", None)
-    return make(sampling.max_pixels, sampling.min_pixels) if make is not None else None
 
 
 def prepare(backbone, video: str | Path | Video | Loaded, sampling: Sampling | None = None, method: str = "ottvid",
@@ -217,12 +97,11 @@ def prepare(backbone, video: str | Path | Video | Loaded, sampling: Sampling | N
     model's context is refused (ValueError) before the vision encoder runs. pictures: a chunked preparation
     keeps the frames a picture of at most this many tiles shows (`show.draw`); the one-shot path keeps all.
     """
-    from .chunked import chunk_size, fit_tokens, prepare_chunked
-
     _check_method(method)
     sampling = sampling or (video.sampling if isinstance(video, Loaded) else Sampling.default_for(video))
+    config = config or _default_config(method, backbone)
     decode_ms = None
-    if isinstance(video, (str, Path)) and sampling.chunk_frames != "all" and hasattr(backbone, "prompt_inputs"):
+    if isinstance(video, (str, Path)) and hasattr(backbone, "prompt_inputs"):
         if on_step is not None:
             on_step("decode")
         began = time.perf_counter()
@@ -230,15 +109,18 @@ def prepare(backbone, video: str | Path | Video | Loaded, sampling: Sampling | N
         if len(plan.indices) > chunk_size(backbone, sampling, len(plan.indices)):
             return prepare_chunked(backbone, video, sampling, method, config, prompt, saliency, timer, on_step, keep,
                                    max_visual_tokens, plan=plan, pictures=pictures)
-        video = plan.to_video(_all_frames(plan))  # one chunk: the one-shot path, frames kept (pictures)
+        # one chunk: the context checked before decoding, then the one-shot path (every frame kept: pictures)
+        size = planned_size(backbone, sampling, plan, video)
+        _, fitted = checked_prompt(backbone, sampling, plan, size, prompt, method, config, max_visual_tokens)
+        config = fitted if method != "none" else config
+        video = plan.to_video(_all_frames(plan))
         decode_ms = (time.perf_counter() - began) * 1e3
     loaded = video if isinstance(video, Loaded) else load(backbone, video, sampling, prompt, on_step)
     if decode_ms is not None:
         loaded.timings_ms["decode"] = decode_ms
     clip, sampling = loaded.clip, loaded.sampling
     step = on_step or (lambda name: None)
-    config = config or _default_config(method, backbone)
-    if hasattr(backbone, "grid_of"):  # the context, and the visual tokens asked for, before the encoder runs
+    if decode_ms is None and hasattr(backbone, "grid_of"):  # the context, and the tokens asked for, before encoding
         grid = backbone.grid_of(loaded.inputs)
         groups = -(-len(clip.indices) // backbone.frames_per_group)
         text = int(loaded.inputs["input_ids"].shape[-1]) - groups * grid[0] * grid[1]
@@ -267,49 +149,12 @@ def _all_frames(plan) -> Any:
     return chunks[0] if len(chunks) == 1 else np.concatenate(chunks)
 
 
-def _default_config(method: str, backbone: Any) -> Any:
-    if method == "none":
-        return None
-    return make_config(backbone=backbone, method=method)
 
 
-def _compress(backbone, visual, method: str, config: OTTVidConfig | None,
-              timer: bool | None) -> tuple[Compressed | None, float | None]:
-    _check_method(method)
-    if method == "none":
-        return None, None
-    if visual.saliency is None:
-        raise ValueError("these visual tokens were encoded without saliency: prepare(..., saliency=True)")
-    kind = methods.get(method).config
-    if not isinstance(config, kind):
-        raise ValueError(f"method {method} takes a {kind.__name__}, got a {type(config).__name__}")
-    watch = Stopwatch(backbone.device)
-    with watch("compression"):
-        if method == "ottvid":
-            compressed = compress(visual.features, visual.saliency, visual.grid, config, timer=timer)
-        else:  # another registered method (compression.methods)
-            compressed = methods.get(method).fn(visual.features, visual.saliency, visual.grid, config,
-                                                signals=getattr(visual, "signals", None) or None)
-    return compressed, watch.ms["compression"]
 
 
-@contextmanager
-def _pixels(backbone, sampling: Sampling):
-    """Preprocess with the sampling's pixel range where it gives one (backbones that have one: Qwen)."""
-    changes = {name: value for name in ("max_pixels", "min_pixels")
-               if (value := getattr(sampling, name)) is not None and hasattr(backbone, name)}
-    saved = {name: getattr(backbone, name) for name in changes}
-    for name, value in changes.items():
-        setattr(backbone, name, value)
-    try:
-        yield
-    finally:
-        for name, value in saved.items():
-            setattr(backbone, name, value)
 
 
-def _check_method(method: str) -> None:
-    methods.get(method)  # ValueError naming the registered methods
 
 
 # ------------------------------------------------------------------------------------------------

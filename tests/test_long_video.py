@@ -136,14 +136,18 @@ def test_max_visual_tokens_lowers_the_ratio(qwen):
 
 @pytest.mark.parametrize("chunk", ["all", 4])
 def test_a_prompt_longer_than_the_context_is_refused_before_encoding(short_context, monkeypatch, chunk):
-    encoded = []
+    from ottvid_cli.video import StreamedVideo
+
+    encoded, decoded = [], []
     original = type(short_context).encode
     monkeypatch.setattr(type(short_context), "encode", lambda self, *a, **k: encoded.append(1) or original(self, *a, **k))
+    chunks = StreamedVideo.chunks
+    monkeypatch.setattr(StreamedVideo, "chunks", lambda self, n: decoded.append(n) or chunks(self, n))
     sampling = Sampling(frames=60, chunk_frames=chunk)  # 30 groups of 12 tokens and 30 of text: 390
     with pytest.raises(ValueError, match=r"context of 300 tokens: use --ratio 0\.\d+ or lower, or "
                                          r"--max-visual-tokens \d+"):
         prepare(short_context, CLIP, sampling, method="none")
-    assert encoded == []
+    assert encoded == [] and decoded == []  # refused before any frame of the sample was decoded
     message = ""
     try:
         prepare(short_context, CLIP, sampling, method="none")
@@ -203,3 +207,28 @@ def test_cli_flags(tiny_qwen, tmp_path):
         assert bad.returncode == 2 and message in bad.stderr and "Traceback" not in bad.stderr, bad.stderr
     none = run("ask", str(CLIP), "what?", "--model", str(tiny_qwen), "--method", "none", "--max-visual-tokens", "9")
     assert none.returncode == 2 and "--method none keeps every token" in none.stderr
+
+
+def test_eval_in_chunks_writes_the_records_of_eval_at_once(tiny_qwen, tmp_path):
+    """`ottvid eval --chunk-frames N`: each video prepared from its file chunk by chunk, its encoder output
+    kept for every setting; the records (replies, tokens, scores) are those of the default, and the run's
+    config does not change (a run resumes with either)."""
+    from ottvid_cli.eval import EvalRequest, evaluate
+
+    def run(out, chunk):
+        request = EvalRequest(bench="jsonl", data=str(DATA / "eval" / "custom.jsonl"), videos=str(DATA),
+                              model=str(tiny_qwen), methods=["none", "ottvid", "fastvid"], ratios=[0.25],
+                              frames=8, limit=2, out=str(out), chunk_frames=chunk)
+        return evaluate(request, lambda device: load_backbone(str(tiny_qwen), device=device))
+
+    whole, parts = run(tmp_path / "whole", "all"), run(tmp_path / "parts", 2)
+    assert whole.summary["results"] == parts.summary["results"]
+    keys = ("method", "ratio", "reply", "tokens", "score")
+
+    def records(out):
+        rows = [json.loads(line) for path in sorted(out.glob("*.jsonl")) for line in path.read_text().splitlines()]
+        return sorted((tuple(json.dumps(r.get(k), sort_keys=True) for k in keys) for r in rows))
+
+    assert records(tmp_path / "whole") == records(tmp_path / "parts") and records(tmp_path / "whole")
+    assert json.loads((tmp_path / "whole" / "config.json").read_text()) == \
+        json.loads((tmp_path / "parts" / "config.json").read_text())

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 
 import typer
 
-from ..settings import check_count
+from ..settings import check_chunk_frames, check_count
 from .errors import EXIT_RUN, _fail, err, out
 from .options import (
     Attention,
@@ -94,6 +94,12 @@ def eval_command(
     attention: Attention = "auto",
     max_pixels: EvalMaxPixels = None,
     decoder: Decoder = "auto",
+    chunk_frames: str = typer.Option(None, "--chunk-frames", metavar="N|all|auto", rich_help_panel="Frames",
+                                     callback=_checked(check_chunk_frames, "--chunk-frames"), show_default="all",
+                                     help="Frames decoded, encoded and compressed at a time: a number or auto "
+                                          "prepares a long video chunk by chunk (memory follows the tokens kept); "
+                                          "all decodes each video whole, ahead of the model. The records do not "
+                                          "depend on it."),
     keyframes: bool = typer.Option(False, "--keyframes", rich_help_panel="Frames",
                                    help="Feed the key frame nearest each of the protocol's frames instead of the "
                                         "frame itself: faster, but not the benchmark's protocol (recorded in the "
@@ -128,7 +134,7 @@ def eval_command(
             return
         _evaluate(bench, data, videos, model, method, ratio, frames, fps, max_frames, limit, out_dir, shard,
                   skip_missing, retry_errors, compare, preset, as_json, quiet, device, dtype, attention, max_pixels,
-                  decoder, siglip_head, prefetch, sampling_rule, keyframes,
+                  decoder, siglip_head, prefetch, sampling_rule, keyframes, chunk_frames=chunk_frames or "all",
                   engine={"engine": engine, "tensor_parallel_size": tensor_parallel_size,
                           "engine_args": engine_arg or [], "chunk": chunk})
     except RunStopped as exc:  # Ctrl-C or SIGTERM: the records written are kept
@@ -145,7 +151,7 @@ def eval_command(
 def _evaluate(bench, data, videos, model, method, ratio, frames, fps, max_frames, limit, out_dir, shard_arg,
               skip_missing, retry_errors, compare, preset, as_json, quiet, device, dtype, attention, max_pixels,
               decoder, siglip_head=None, prefetch=None, sampling_rule="lmms", keyframes: bool = False,
-              engine: dict | None = None) -> None:
+              engine: dict | None = None, chunk_frames: int | str = "all") -> None:
     """Check, run and render one evaluation (`ottvid_cli.eval.evaluate`): progress on stderr, the summary
     on stdout (rank 0 only under torchrun). `engine`: --engine and its vLLM options."""
     from ..eval import EvalRequest, evaluate, parse_engine_args, plan_run
@@ -164,7 +170,8 @@ def _evaluate(bench, data, videos, model, method, ratio, frames, fps, max_frames
         ratios=ratio or [default_ratio], frames=frames, fps=fps, max_frames=max_frames, limit=limit, out=out_dir,
         shard=shard_arg, skip_missing=skip_missing, retry_errors=retry_errors, sampling=sampling_rule,
         prefetch=prefetch, compare=compare, preset=preset, device=device, dtype=dtype, attention=attention,
-        max_pixels=max_pixels, decoder=decoder, siglip_head=siglip_head, keyframes=keyframes, **engine))
+        max_pixels=max_pixels, decoder=decoder, siglip_head=siglip_head, keyframes=keyframes,
+        chunk_frames=chunk_frames, **engine))
     silent = quiet or plan.rank > 0 and plan.distributed
 
     def load(rank_device: str):

@@ -163,20 +163,15 @@ MaxFrames = Annotated[int, typer.Option("--max-frames", metavar="N", rich_help_p
 
 LongMaxFrames = Annotated[str, typer.Option("--max-frames", metavar="N|none", rich_help_panel=_FRAMES,
                                             callback=_checked(check_max_frames, "--max-frames"),
-                                            show_default=f"{DEFAULT_MAX_FRAMES}, as qwen-vl-utils",
-                                            help="With --fps: at most this many frames (a longer video gets fewer a "
-                                                 "second; the report says so), or none: every frame the rate gives "
-                                                 "(an hour at 2 fps is 7,200).")]
-ChunkFrames = Annotated[str, typer.Option("--chunk-frames", metavar="N|all|auto", rich_help_panel=_FRAMES,
+                                            show_default=f"{DEFAULT_MAX_FRAMES}",
+                                            help="With --fps: at most N frames (then fewer a second), or none.")]
+ChunkFrames = Annotated[str, typer.Option("--chunk-frames", metavar="N|all", rich_help_panel=_FRAMES,
                                           callback=_checked(check_chunk_frames, "--chunk-frames"),
-                                          show_default="auto: from the model's frame size and the memory at hand",
-                                          help="Frames decoded, encoded and compressed at a time, so that a long "
-                                               "video's memory follows the tokens kept; all: every frame at once. The "
-                                               "answer does not depend on it (docs/video.md, 'Long videos').")]
+                                          show_default="auto",
+                                          help="Frames encoded at a time.")]
 MaxVisualTokens = Annotated[int, typer.Option("--max-visual-tokens", metavar="N", rich_help_panel=_COMPRESSION,
                                               callback=_checked(check_count, "--max-visual-tokens"),
-                                              help="Keep at most this many visual tokens: the ratio is lowered to fit "
-                                                   "(the report gives the ratio used).")]
+                                              help="Keep at most N visual tokens (lowers the ratio).")]
 
 # what a run prints and writes
 _OUTPUT = "Output"

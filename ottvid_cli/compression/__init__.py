@@ -3,7 +3,8 @@
 from .budget import allocate_budget, allocate_budget_rounds, uniform_budget
 from .config import OTTVidConfig
 from .merge import collapse, match_pairs
-from .ottvid import CompressionReport, Compressed, TokenCounts, compress, token_counts
+from .ottvid import CompressionReport, Compressed, TokenCounts, token_counts
+from .stream import OTTVidStream, compress
 from .spatial import cosine_similarity, normalize_saliency, select_tokens, token_mass
 from .transport import marginal_error, mixing_weight, sinkhorn, transport_cost, transport_difficulty
 
@@ -13,6 +14,7 @@ __all__ = [
     "CompressionReport",
     "TokenCounts",
     "compress",
+    "OTTVidStream",
     "token_counts",
     "select_tokens",
     "token_mass",

@@ -1,4 +1,5 @@
-"""compress(): the OTT-Vid stages composed (paper Sec. 3), plus the report."""
+"""What OTT-Vid computes and returns: the token counts of each stage (`token_counts`), the report and the
+`Compressed` result. The stages themselves are composed in `stream.py` (`compress`, `OTTVidStream`)."""
 
 from __future__ import annotations
 
@@ -152,41 +153,6 @@ class Compressed:
         return average_components(rows, Collapse(row=assignment, roots=roots, count=count))
 
 
-def compress(
-    features: torch.Tensor,
-    saliency: torch.Tensor,
-    grid: tuple[int, int],
-    config: OTTVidConfig | None = None,
-    timer: bool | None = None,
-    backend: str | None = None,
-) -> Compressed:
-    """Compress T groups of N = H*W visual tokens to about ratio * T * N tokens with OTT-Vid.
-
-    features: (T, N, D), tokens of each group in row-major grid order; saliency: (T, N) >= 0;
-    grid: (H, W). Computes in float32 whatever the input dtype; deterministic.
-
-    timer: whether `report.timings_ms` gets the wall time of each stage. True times every stage,
-    which on an accelerator waits for the device at the end of each stage (on CUDA: events, one host
-    wait per stage); False never times; None (the default) times only where that costs no device
-    synchronisation, i.e. on the CPU, and leaves timings_ms empty on CUDA/MPS. The outputs are the
-    same either way.
-
-    backend: "triton" (fused kernels for the greedy selection and Sinkhorn), "torch", or "auto" /
-    None (Triton on CUDA when it imports, else PyTorch; see backend.py). The decisions are the same.
-
-    Host round trips (untimed): with the adaptive budget, one transfer of the transport
-    difficulties, which also carries the input check; at the end, the report's numbers in one
-    transfer. With the uniform budget the input check is its own transfer at the start.
-
-    The same computation as `stream.OTTVidStream` given the whole tensor as one chunk: a long video's
-    groups can be compressed as they are encoded, with the same result.
-    """
-    from .stream import OTTVidStream
-
-    groups, _ = _validate(features, saliency, grid)
-    stream = OTTVidStream(groups, grid, config, timer=timer, backend=backend)
-    stream.add(features, saliency)
-    return stream.finish()
 
 
 def to_device(tensor: torch.Tensor, device: torch.device) -> torch.Tensor:

@@ -1,4 +1,5 @@
-"""OTT-Vid fed a few temporal groups at a time: `OTTVidStream` (what `compress` runs, in one chunk).
+"""OTT-Vid's stages composed (paper Sec. 3): `compress` on a whole (T, N, D) tensor, and `OTTVidStream`, the
+same fed a few temporal groups at a time (`compress` is the stream in one chunk).
 
 The method's structure allows it (paper Sec. 3): the spatial stage (saliency, coverage selection,
 leave-one-out mass) works within one group, and the transport cost and alpha_t of pair t read groups t
@@ -27,10 +28,45 @@ from .backend import choose
 from .budget import allocate_budget_rounds, uniform_budget
 from .config import OTTVidConfig
 from .merge import average_components, collapse, match_pairs
-from .ottvid import (Compressed, CompressionReport, _clean, _raise_unless, _total, pair_cap, to_device,
+from .ottvid import (Compressed, CompressionReport, _clean, _raise_unless, _total, _validate, pair_cap, to_device,
                      token_counts)
 from .spatial import gram_cosine, inverse_norms, mass_from_similarity, normalize_saliency, select_from_similarity
 from .transport import grid_positions, mixing_weight, solve_transport, transport_cost
+
+
+def compress(
+    features: torch.Tensor,
+    saliency: torch.Tensor,
+    grid: tuple[int, int],
+    config: OTTVidConfig | None = None,
+    timer: bool | None = None,
+    backend: str | None = None,
+) -> Compressed:
+    """Compress T groups of N = H*W visual tokens to about ratio * T * N tokens with OTT-Vid.
+
+    features: (T, N, D), tokens of each group in row-major grid order; saliency: (T, N) >= 0;
+    grid: (H, W). Computes in float32 whatever the input dtype; deterministic.
+
+    timer: whether `report.timings_ms` gets the wall time of each stage. True times every stage,
+    which on an accelerator waits for the device at the end of each stage (on CUDA: events, one host
+    wait per stage); False never times; None (the default) times only where that costs no device
+    synchronisation, i.e. on the CPU, and leaves timings_ms empty on CUDA/MPS. The outputs are the
+    same either way.
+
+    backend: "triton" (fused kernels for the greedy selection and Sinkhorn), "torch", or "auto" /
+    None (Triton on CUDA when it imports, else PyTorch; see backend.py). The decisions are the same.
+
+    Host round trips (untimed): with the adaptive budget, one transfer of the transport
+    difficulties, which also carries the input check; at the end, the report's numbers in one
+    transfer. With the uniform budget the input check is its own transfer at the start.
+
+    The same computation as `OTTVidStream` given the whole tensor as one chunk: a long video's groups can
+    be compressed as they are encoded, with the same result.
+    """
+    groups, _ = _validate(features, saliency, grid)
+    stream = OTTVidStream(groups, grid, config, timer=timer, backend=backend)
+    stream.add(features, saliency)
+    return stream.finish()
 
 
 class OTTVidStream:

@@ -60,6 +60,7 @@ class FramePlan:
     rule: str | None = None
     min_pixels: int | None = None
     keyframes: bool = False  # the key frame nearest each planned one (not the protocol's frames)
+    chunk_frames: int | str = "all"  # `Sampling.chunk_frames`: "all" decodes each video whole, ahead of the model
 
     def __post_init__(self) -> None:
         if self.frames is not None and self.fps is not None:
@@ -79,7 +80,7 @@ class FramePlan:
         frames, fps = (self.frames, None) if self.frames is not None else \
             (None, self.fps) if self.fps is not None else (rule.frames, rule.fps)
         common = {"max_pixels": self.max_pixels, "min_pixels": self.min_pixels, "decoder": self.decoder,
-                  "rule": self.rule or "centre", "keyframes": self.keyframes}
+                  "rule": self.rule or "centre", "keyframes": self.keyframes, "chunk_frames": self.chunk_frames}
         if fps is not None:
             return Sampling(fps=fps, max_frames=self.max_frames or DEFAULT_MAX_FRAMES, **common)
         if self.max_frames is not None:
@@ -157,7 +158,10 @@ class VideoRuns:
         started = time.perf_counter()
         self.backbone, self.preset, self.options = backbone, preset, dict(options or {})
         loaded = loaded if loaded is not None else load_video(backbone, ref, sampling, prompt)
-        self.base = prepare(backbone, loaded, method=VANILLA, saliency=compress)
+        if isinstance(loaded, Path):  # prepared from the file, chunk by chunk where it is long (`load_video`)
+            self.base = prepare(backbone, loaded, sampling, VANILLA, prompt=prompt, saliency=compress, keep=True)
+        else:
+            self.base = prepare(backbone, loaded, method=VANILLA, saliency=compress)
         self.prepared: dict[Setting, Any] = {}
         self.prefixes: dict[Setting, Any] = {}
         self.answered = 0
@@ -232,11 +236,16 @@ class RunStats:
 def load_video(backbone: Any, ref: VideoRef | None, sampling: Sampling | None, prompt: str) -> Any:
     """The video decoded (its part [start, end] only) and preprocessed with `prompt`: a
     `pipeline.Loaded` (None for a missing video). Runs in a background thread when the runner
-    prefetches; raises what decoding raises (video.VideoError, ...)."""
+    prefetches; raises what decoding raises (video.VideoError, ...). With `sampling.chunk_frames` other than
+    "all", a whole video (no part, no frame rate) is not loaded here: its path comes back, and `VideoRuns`
+    prepares it from the file, chunk by chunk where its sample is longer than a chunk."""
     from ..pipeline import load
 
     if ref is None:
         return None
+    if sampling is not None and sampling.chunk_frames != "all" and ref.start is None and ref.end is None \
+            and ref.frame_rate is None:  # decoded by `VideoRuns` a chunk ahead of the encoder, not whole ahead
+        return Path(ref.path)
     return load(backbone, ref.path, sampling, prompt, start=ref.start, end=ref.end, frame_rate=ref.frame_rate)
 
 

@@ -75,6 +75,9 @@ class EvalRequest:
     decoder: str = "auto"
     siglip_head: str | None = None
     keyframes: bool = False  # key frames instead of the protocol's frames: only when asked for by name
+    # frames prepared at a time ("all": each video at once, decoded ahead while the model works; a number or
+    # "auto": a long video chunk by chunk, `chunked`); the records do not depend on it, so the config omits it
+    chunk_frames: int | str = "all"
     engine: str = "ottvid"  # who answers: ottvid's own engine, or vLLM (one in-process engine per setting)
     tensor_parallel_size: int = 1  # vLLM only
     engine_args: dict = field(default_factory=dict)  # vLLM only: more `vllm.LLM` arguments (--engine-arg)
@@ -267,7 +270,8 @@ def plan_run(request: EvalRequest) -> RunPlan:
     if r.sampling not in (LMMS, *SAMPLING_RULES):
         raise EvalError(f"--sampling must be one of {LMMS}, {', '.join(SAMPLING_RULES)}, got {r.sampling!r}")
     frames = FramePlan(frames=r.frames, fps=r.fps, max_frames=r.max_frames, max_pixels=r.max_pixels,
-                       decoder=r.decoder, rule=None if r.sampling == LMMS else r.sampling, keyframes=r.keyframes)
+                       decoder=r.decoder, rule=None if r.sampling == LMMS else r.sampling, keyframes=r.keyframes,
+                       chunk_frames=r.chunk_frames)
     out = r.out or default_out(r.bench, r.model)
     config = {"benchmark": r.bench, "data": str(Path(r.data).resolve()), "videos": str(Path(r.videos).resolve()),
               "model": model_key(r.model), "methods": list(dict.fromkeys(r.methods)),

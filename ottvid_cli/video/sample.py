@@ -143,6 +143,26 @@ def check_video(path: str | os.PathLike, decoder: str = "auto") -> None:
 
 
 
+def shown_size(path: str | os.PathLike) -> tuple[int, int]:
+    """(height, width) of the video's first frame as it is shown (after its display rotation), one frame
+    decoded; a folder of frame images: its first image's. What a plan's frames are resized from, known
+    before any of them is decoded. VideoError for a file whose frames do not decode."""
+    from .pyav import _rgb
+
+    if os.path.isdir(path):
+        return tuple(_read_image(frame_files(os.fspath(path))[0]).shape[:2])
+    path = _checked_path(path)
+    with _pyav_stream(path) as (container, stream):
+        stream.thread_type = "SLICE"
+        try:
+            frame = next(_decoded(container, stream, [0]), None)
+        except pyav_file_errors():
+            raise _unreadable(path) from None
+        if frame is None:
+            raise VideoError(f"video has no frames: {path} (nothing decodes)")
+        return tuple(_rgb(frame).shape[:2])
+
+
 def video_duration(path: str | os.PathLike) -> float | None:
     """The video file's length in seconds (its last frame's end) as its container's index lists the
     frames, nothing decoded; None when the demuxer lists no frame with a time. VideoError when the file

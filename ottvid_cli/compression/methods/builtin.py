@@ -7,7 +7,8 @@ from dataclasses import dataclass
 import torch
 
 from ..config import OTTVidConfig
-from ..ottvid import Compressed, compress, output_count
+from ..ottvid import Compressed, output_count
+from ..stream import compress
 from .registry import MethodReport, register
 
 

@@ -1,0 +1,192 @@
+"""A prepared video (`Prepared`) and the pieces every preparation shares: the compression settings of a
+method (`make_config`), the compression of encoder output (`_compress`), the frame size a backbone's
+frames leave the decoder at, and the preprocessing lock. `pipeline.prepare` (every frame at once) and
+`chunked.prepare_chunked` (a long video chunk by chunk) both build a `Prepared`."""
+
+from __future__ import annotations
+
+import threading
+from contextlib import contextmanager
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+import torch
+
+from .compression import Compressed, OTTVidConfig, compress, methods
+from .sampling import Sampling
+from .settings import PRESETS
+from .timing import Stopwatch
+from .video import Video
+
+
+def make_config(ratio: float = 0.1, preset: str = "paper", backbone: Any = None,
+                config: Any = None, method: str = "ottvid", options: dict[str, Any] | None = None) -> Any:
+    """The compression settings of `method`: `config` with this ratio (and `options`) when given;
+    else for ottvid the preset ("paper", or "official": the authors' code, with the backbone's
+    `official_overrides`), for another registered method its defaults with the backbone's
+    `method_defaults[method]` over them (e.g. FastVID's LLaVA-OneVision path on LLaVA-OneVision);
+    `options` set config fields (they win over the preset and the backbone's defaults). None for
+    method "none". ValueError for a bad preset or option."""
+    options = dict(options or {})
+    if method == "none":
+        methods.make_config("none", 1.0, **options)  # no options: a ValueError naming none's
+        return None
+    if config is not None:
+        changes = {**options, **({"ratio": ratio} if config.ratio != ratio else {})}
+        return replace(config, **changes) if changes else config
+    if preset not in PRESETS:
+        raise ValueError(f"preset must be one of {', '.join(PRESETS)}, got {preset!r}")
+    if method != "ottvid":
+        if preset != "paper":
+            raise ValueError(f"preset {preset!r} is OTT-Vid's (the authors' code): method {method} has its own "
+                             f"defaults, set with options")
+        defaults = dict((getattr(backbone, "method_defaults", None) or {}).get(method, {}))
+        return methods.make_config(method, ratio, **{**defaults, **options})
+    overrides = dict(getattr(backbone, "official_overrides", {}) or {}) if preset == "official" else {}
+    methods.make_config("ottvid", ratio, **options)  # unknown options: the registry's one-line error
+    return OTTVidConfig.preset(preset, ratio=ratio, **{**overrides, **options})
+
+
+@dataclass
+class Prepared:
+    """A video made ready for the LLM: the sampled clip, the processor's inputs, the encoder's
+    visual tokens (kept, so another ratio or method needs no new encoding), the compression result
+    (None with method "none"), the frames report and the time of each step (ms)."""
+
+    backbone: Any = field(repr=False)
+    clip: Video = field(repr=False)
+    sampling: Sampling
+    prompt: str
+    inputs: Any = field(repr=False)
+    visual: Any = field(repr=False)  # backbones.VisualTokens
+    method: str
+    config: OTTVidConfig | None
+    compressed: Compressed | None = field(repr=False)
+    frames: dict[str, Any]
+    timings_ms: dict[str, float | None]
+    history: tuple = ()  # earlier (question, answer) turns the inputs hold before `prompt` (see reprompt)
+    # prepared chunk by chunk with OTT-Vid streamed (`chunked.prepare_chunked`): the encoder's output was not
+    # kept (`visual.features` is a shape only, on the meta device), so another ratio or method prepares again
+    streamed: bool = False
+
+    @property
+    def features(self) -> torch.Tensor:
+        """(M, D) the visual tokens that go to the LLM."""
+        if self.compressed is not None:
+            return self.compressed.features
+        return self.visual.features.reshape(self.visual.count, -1)
+
+    @property
+    def kept(self) -> torch.Tensor:
+        """(M,) ascending flat indices t*N + n of the tokens that go to the LLM."""
+        if self.compressed is not None:
+            return self.compressed.index
+        return torch.arange(self.visual.count, device=self.visual.features.device)
+
+    @property
+    def ratio(self) -> float:
+        return self.config.ratio if self.compressed is not None else 1.0
+
+    def recompress(self, config: OTTVidConfig | None = None, method: str = "ottvid",
+                   timer: bool | None = None) -> "Prepared":
+        """The same clip and encoder output compressed another way (a new Prepared; this one is unchanged).
+        ValueError for a `streamed` one, which kept no encoder output."""
+        if self.streamed:
+            raise ValueError("this video was prepared in chunks with OTT-Vid and its encoder output was not kept: "
+                             "prepare it again (or with keep=True, or chunk_frames='all') to compress it another way")
+        timings = {k: v for k, v in self.timings_ms.items() if k != "compression"}
+        config = config or _default_config(method, self.backbone)
+        compressed, ms = _compress(self.backbone, self.visual, method, config, timer)
+        timings["compression"] = ms
+        return replace(self, method=method, config=config if method != "none" else None,
+                       compressed=compressed, timings_ms=timings)
+
+    def reprompt(self, prompt: str, history: list[tuple[str, str]] | tuple = ()) -> "Prepared":
+        """The same video, visual tokens and compression with another prompt (after earlier
+        (question, answer) turns): only the text part of the processor's inputs is rebuilt; nothing
+        is decoded, preprocessed or encoded (a new Prepared; this one is unchanged)."""
+        history = tuple((str(q), str(a)) for q, a in history)
+        if prompt == self.prompt and history == self.history:
+            return self
+        inputs = self.backbone.reprompt(self.inputs, self.prompt, prompt, history, self.history)
+        return replace(self, prompt=prompt, inputs=inputs, history=history)
+
+    def tokens(self, llm_input: int, generated: int = 0) -> dict[str, Any]:
+        """Token counts at each stage, for an LLM input of `llm_input` tokens."""
+        visual = self.visual
+        groups, per_group = visual.features.shape[:2]
+        newlines = self.backbone.newline_tokens(groups)
+        report = self.compressed.report if self.compressed is not None else None
+        kept = int(self.kept.numel())
+        spatial = getattr(report, "K", None)  # OTT-Vid's spatial stage; other methods have none
+        merges, prunes = sum(getattr(report, "merges", [])), sum(getattr(report, "prunes", []))
+        if report is not None and spatial is None:  # another method: read its assignment
+            alive = int((self.compressed.assignment >= 0).sum())
+            merges, prunes = alive - kept, visual.count - alive  # merged into another row; dropped
+        return {
+            "visual_before": visual.count,
+            "after_spatial": groups * spatial if spatial is not None else visual.count,
+            "visual_after": kept,
+            "llm_input": llm_input,
+            "text": llm_input - kept - newlines,
+            "newline": newlines,
+            "groups": groups, "per_group": per_group, "grid": list(visual.grid),
+            "merges": merges,
+            "prunes": prunes,
+            "generated": generated,
+        }
+
+
+_PREPROCESS = threading.Lock()  # one preprocess at a time: `_pixels` sets the backbone's range for its duration
+
+
+def frame_resize(backbone, sampling: Sampling):
+    """The size and resampling frames leave the decoder with for `backbone` under `sampling`'s pixel range
+    (`Backbone.frame_resize`; None for a backbone without one: frames as decoded)."""
+    make = getattr(backbone, "frame_resize", None)
+    return make(sampling.max_pixels, sampling.min_pixels) if make is not None else None
+
+
+def _default_config(method: str, backbone: Any) -> Any:
+    if method == "none":
+        return None
+    return make_config(backbone=backbone, method=method)
+
+
+def _compress(backbone, visual, method: str, config: OTTVidConfig | None,
+              timer: bool | None) -> tuple[Compressed | None, float | None]:
+    _check_method(method)
+    if method == "none":
+        return None, None
+    if visual.saliency is None:
+        raise ValueError("these visual tokens were encoded without saliency: prepare(..., saliency=True)")
+    kind = methods.get(method).config
+    if not isinstance(config, kind):
+        raise ValueError(f"method {method} takes a {kind.__name__}, got a {type(config).__name__}")
+    watch = Stopwatch(backbone.device)
+    with watch("compression"):
+        if method == "ottvid":
+            compressed = compress(visual.features, visual.saliency, visual.grid, config, timer=timer)
+        else:  # another registered method (compression.methods)
+            compressed = methods.get(method).fn(visual.features, visual.saliency, visual.grid, config,
+                                                signals=getattr(visual, "signals", None) or None)
+    return compressed, watch.ms["compression"]
+
+
+@contextmanager
+def _pixels(backbone, sampling: Sampling):
+    """Preprocess with the sampling's pixel range where it gives one (backbones that have one: Qwen)."""
+    changes = {name: value for name in ("max_pixels", "min_pixels")
+               if (value := getattr(sampling, name)) is not None and hasattr(backbone, name)}
+    saved = {name: getattr(backbone, name) for name in changes}
+    for name, value in changes.items():
+        setattr(backbone, name, value)
+    try:
+        yield
+    finally:
+        for name, value in saved.items():
+            setattr(backbone, name, value)
+
+
+def _check_method(method: str) -> None:
+    methods.get(method)  # ValueError naming the registered methods
