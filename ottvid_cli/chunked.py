@@ -197,9 +197,10 @@ def prepare_chunked(backbone: Any, video: str | Path, sampling: Sampling, method
     config = config if config is not None or method == "none" else _default_config(method, backbone)
     want_saliency = method != "none" if saliency is None else saliency
     streaming = method == "ottvid" and not keep and config.ratio < 1.0
-    step("decode")
-    with host("decode"):
-        plan = plan or sampling.stream(video, backbone.default_frames, resize=frame_resize(backbone, sampling))
+    if plan is None:
+        step("decode")
+        with host("decode"):
+            plan = sampling.stream(video, backbone.default_frames, resize=frame_resize(backbone, sampling))
     total = len(plan.indices)
     per_group = int(backbone.frames_per_group)
     groups = -(-total // per_group)

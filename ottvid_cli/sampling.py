@@ -78,12 +78,7 @@ class Sampling:
         (a video.FrameResize, e.g. a backbone's `frame_resize()`; None: as decoded)."""
         from .video import sample_fps, sample_frames
 
-        common = {"decoder": self.decoder, "start": start, "end": end, "frame_rate": frame_rate, "rule": self.rule,
-                  "resize": resize, "keyframes": self.keyframes}
-        if self.fps is not None:
-            cap = None if self.max_frames is None else max(2, self.max_frames)
-            return sample_fps(path, self.fps, cap, **common)
-        return sample_frames(path, self.frames or default_frames, **common)
+        return self._take(sample_fps, sample_frames, path, default_frames, start, end, frame_rate, resize)
 
     def stream(self, path: str | Path, default_frames: int, start: float | None = None, end: float | None = None,
                frame_rate: float | None = None, resize: Any = None):
@@ -92,12 +87,16 @@ class Sampling:
         frames, not the whole sample (long videos)."""
         from .video import stream_fps, stream_frames
 
+        return self._take(stream_fps, stream_frames, path, default_frames, start, end, frame_rate, resize)
+
+    def _take(self, by_rate, by_count, path, default_frames: int, start, end, frame_rate, resize):
+        """`by_rate(path, fps, cap, ...)` or `by_count(path, frames, ...)` with this sampling's settings."""
         common = {"decoder": self.decoder, "start": start, "end": end, "frame_rate": frame_rate, "rule": self.rule,
                   "resize": resize, "keyframes": self.keyframes}
         if self.fps is not None:
             cap = None if self.max_frames is None else max(2, self.max_frames)
-            return stream_fps(path, self.fps, cap, **common)
-        return stream_frames(path, self.frames or default_frames, **common)
+            return by_rate(path, self.fps, cap, **common)
+        return by_count(path, self.frames or default_frames, **common)
 
     def describe(self, clip, default_frames: int) -> dict[str, Any]:
         """The frames report: what was asked for, what was sampled, and why they differ."""

@@ -64,27 +64,26 @@ def check_count(value: int, name: str, least: int = 1) -> int:
 
 def check_max_frames(value: str | int, name: str = "--max-frames") -> int | str:
     """A frame cap: a whole number >= 1, or "none" (no cap)."""
-    if isinstance(value, str) and value.strip().lower() == "none":
-        return "none"
-    try:
-        number = int(value)
-    except (TypeError, ValueError):
-        raise SettingsError(f"{name} must be an integer >= 1 or none, got {value!r}") from None
-    if number < 1 or str(value).strip() != str(number):
-        raise SettingsError(f"{name} must be an integer >= 1 or none, got {value!r}")
-    return number
+    return _count_or_word(value, name, ("none",))
 
 
 def check_chunk_frames(value: str | int, name: str = "--chunk-frames") -> int | str:
     """Frames prepared at a time: auto, all, or a whole number >= 1."""
-    if isinstance(value, str) and value.strip().lower() in ("auto", "all"):
+    return _count_or_word(value, name, ("auto", "all"))
+
+
+def _count_or_word(value: str | int, name: str, words: tuple[str, ...]) -> int | str:
+    """One of `words` (any case), or a whole number >= 1 written as one."""
+    if isinstance(value, str) and value.strip().lower() in words:
         return value.strip().lower()
+    choices = f"an integer >= 1 or {words[0]}" if len(words) == 1 else f"{', '.join(words)} or an integer >= 1"
+    message = f"{name} must be {choices}"
     try:
         number = int(value)
     except (TypeError, ValueError):
-        raise SettingsError(f"{name} must be auto, all or an integer >= 1, got {value!r}") from None
-    if number < 1 or str(value).strip() != str(number):
-        raise SettingsError(f"{name} must be auto, all or an integer >= 1, got {value!r}")
+        raise SettingsError(f"{message}, got {value!r}") from None
+    if isinstance(value, bool) or number < 1 or str(value).strip() != str(number):
+        raise SettingsError(f"{message}, got {value!r}")
     return number
 
 

@@ -232,3 +232,20 @@ def test_eval_in_chunks_writes_the_records_of_eval_at_once(tiny_qwen, tmp_path):
     assert records(tmp_path / "whole") == records(tmp_path / "parts") and records(tmp_path / "whole")
     assert json.loads((tmp_path / "whole" / "config.json").read_text()) == \
         json.loads((tmp_path / "parts" / "config.json").read_text())
+
+
+def test_python_writes_reach_stderr_while_ffmpeg_is_silenced():
+    """A long video is decoded while the run goes on: FFmpeg's own lines are kept off stderr meanwhile, but
+    Python's (progress, warnings, errors) must still get there."""
+    code = ("import os, sys\n"
+            "from ottvid_cli.video.probe import _native_stderr_silenced\n"
+            "with _native_stderr_silenced():\n"
+            "    os.write(2, b'native line\\n')\n"
+            "    print('python line', file=sys.stderr)\n"
+            "    with _native_stderr_silenced():\n"
+            "        print('nested line', file=sys.stderr)\n"
+            "print('after line', file=sys.stderr)\n"
+            "os.write(2, b'native after\\n')\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert done.stderr.splitlines() == ["python line", "nested line", "after line", "native after"]

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 import os
+import sys
 import threading
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -76,14 +77,19 @@ def _open_options() -> dict[str, Any]:
 
 
 _SILENCE = threading.Lock()
-_silenced = {"depth": 0, "saved": None}  # how many are inside; descriptor 2 as it was before the first
+# how many are inside; descriptor 2 as it was before the first; (Python's sys.stderr, the stand-in for it)
+_silenced: dict[str, Any] = {"depth": 0, "saved": None, "python": None}
 
 
 @contextmanager
 def _native_stderr_silenced() -> Iterator[None]:
     """Send what native code writes to file descriptor 2 to /dev/null for the duration. Safe in several
     threads at once (decoding ahead): the first in saves descriptor 2, the last out puts it back; two
-    unsynchronised save / restore pairs could restore /dev/null and silence the process for good."""
+    unsynchronised save / restore pairs could restore /dev/null and silence the process for good.
+
+    Python's own writes to stderr (progress, warnings, errors: a long video is decoded while the rest of
+    the run goes on) still reach it: while silenced, `sys.stderr`, where it is the process's descriptor 2,
+    writes to the saved descriptor instead."""
     with _SILENCE:
         if _silenced["depth"] == 0:
             try:
@@ -91,9 +97,12 @@ def _native_stderr_silenced() -> Iterator[None]:
             except OSError:  # no usable descriptor 2: nothing to silence
                 saved = None
             if saved is not None:
+                _flush_python_stderr()
+                real = _real_stderr()
                 devnull = os.open(os.devnull, os.O_WRONLY)
                 os.dup2(devnull, 2)
                 os.close(devnull)
+                _silenced["python"] = _python_stderr_to(real)
             _silenced["saved"] = saved
         _silenced["depth"] += 1
     try:
@@ -103,9 +112,60 @@ def _native_stderr_silenced() -> Iterator[None]:
             _silenced["depth"] -= 1
             saved = _silenced["saved"]
             if _silenced["depth"] == 0 and saved is not None:
+                _python_stderr_back(_silenced["python"])
                 os.dup2(saved, 2)
                 os.close(saved)
-                _silenced["saved"] = None
+                _silenced["saved"] = _silenced["python"] = None
+
+
+def _flush_python_stderr() -> None:
+    try:
+        sys.stderr.flush()
+    except (AttributeError, OSError, ValueError):
+        pass
+
+
+_REAL_STDERR: list[int] = []  # a descriptor of the process's stderr, made once and never closed
+
+
+def _real_stderr() -> int | None:
+    """A descriptor of what descriptor 2 is now (the first time: the process's stderr), kept open for good,
+    so that a stand-in stream a thread still holds never writes to a closed or reused descriptor."""
+    if not _REAL_STDERR:
+        try:
+            _REAL_STDERR.append(os.dup(2))
+        except OSError:
+            return None
+    return _REAL_STDERR[0]
+
+
+def _python_stderr_to(fd: int | None) -> tuple[Any, Any] | None:
+    """Point `sys.stderr` at `fd` (the process's stderr) when it writes to descriptor 2 itself (not a
+    test's capture or a caller's own stream): (the stream it was, the stand-in), else None."""
+    if fd is None:
+        return None
+    current = sys.stderr
+    try:
+        if current is None or current.fileno() != 2:
+            return None
+    except (AttributeError, OSError, ValueError):
+        return None
+    stand_in = open(fd, "w", buffering=1, encoding=getattr(current, "encoding", None) or "utf-8",
+                    errors=getattr(current, "errors", None) or "backslashreplace", closefd=False)
+    sys.stderr = stand_in
+    return current, stand_in
+
+
+def _python_stderr_back(swapped: tuple[Any, Any] | None) -> None:
+    if swapped is None:
+        return
+    current, stand_in = swapped
+    try:
+        stand_in.flush()
+    except (OSError, ValueError):
+        pass
+    if sys.stderr is stand_in:
+        sys.stderr = current  # the stand-in is not closed: a thread may still hold it (its descriptor stays)
 
 
 ATTACHED_PIC = 0x0400  # AV_DISPOSITION_ATTACHED_PIC: a still picture (cover art) stored as a video stream
