@@ -144,6 +144,9 @@ def render_run(result: dict[str, Any], console: Console, streamed: bool = False,
     sampled.add_row("file", result["video"])
     sampled.add_row("duration", f"{frames['duration']:.2f} s")
     sampled.add_row("frames", f"{frames['count']} ({frames['frames_per_group']} per temporal group)")
+    if frames.get("chunk_frames") and frames["chunk_frames"] < frames["count"]:  # a long video, chunk by chunk
+        chunks = -(-frames["count"] // frames["chunk_frames"])
+        sampled.add_row("prepared", f"in {chunks} chunks of {frames['chunk_frames']} frames")
     for note in frames.get("notes", []):
         sampled.add_row("", Text(note, style="yellow"))
     sampled.add_row("times (s)", _times(frames["timestamps"]))
