@@ -249,3 +249,17 @@ def test_python_writes_reach_stderr_while_ffmpeg_is_silenced():
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
     assert done.stderr.splitlines() == ["python line", "nested line", "after line", "native after"]
+
+
+def test_a_chunked_run_draws_the_picture_of_a_run_at_once(qwen):
+    """A picture (`show`, `-o`) of a video prepared chunk by chunk: only the frames of the groups it shows
+    were kept, and the PNG is the one every frame at once gives."""
+    from ottvid_cli.pipeline import drawing
+    from ottvid_cli.show import picture_png
+
+    every = prepare(qwen, CLIP, Sampling(fps=6, max_frames=None, chunk_frames="all"))
+    chunks = prepare(qwen, CLIP, Sampling(fps=6, max_frames=None, chunk_frames=8), pictures=10)
+    assert chunks.streamed and sorted(chunks.clip.group_frames) == list(range(0, 30, 3))
+    assert picture_png(drawing(chunks), max_tiles=10)[0] == picture_png(drawing(every), max_tiles=10)[0]
+    with pytest.raises(ValueError, match="prepared in chunks"):
+        picture_png(drawing(chunks), max_tiles=30)
