@@ -36,6 +36,21 @@ def tiny_llava_ov(tmp_path_factory: pytest.TempPathFactory) -> pathlib.Path:
 
 
 @pytest.fixture(scope="session")
+def tiny_llava_video(tiny_llava_ov, tmp_path_factory: pytest.TempPathFactory) -> pathlib.Path:
+    """A tiny LLaVA-Video checkpoint in the LLaVA-NeXT layout (grid newlines, average pooling, as
+    LLaVA-Video-7B), converted by `ottvid convert`; built once per session."""
+    from tiny_models import build_tiny_llava_next
+
+    from ottvid_cli.convert import convert_llava_video
+
+    source = tmp_path_factory.mktemp("llava-next")
+    build_tiny_llava_next(source, tiny_llava_ov, newline="grid")
+    destination = tmp_path_factory.mktemp("llava-video")
+    convert_llava_video(source, destination, vision_heads=2)
+    return destination
+
+
+@pytest.fixture(scope="session")
 def tiny_qwen3_vl(tmp_path_factory: pytest.TempPathFactory) -> pathlib.Path:
     """Folder holding a tiny random Qwen3-VL checkpoint (model, tokenizer, Qwen3VLProcessor), built once per session."""
     from tiny_models import build_tiny_qwen3_vl

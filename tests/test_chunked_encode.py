@@ -39,27 +39,13 @@ def siglip_head(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def llava_video(tiny_llava_ov, tmp_path_factory):
-    """A tiny LLaVA-Video (LLaVA-NeXT layout, grid newlines, average pooling) converted by `ottvid convert`."""
-    from tiny_models import build_tiny_llava_next
-
-    from ottvid_cli.convert import convert_llava_video
-
-    source = tmp_path_factory.mktemp("chunked-llava-next")
-    build_tiny_llava_next(source, tiny_llava_ov, newline="grid")
-    destination = tmp_path_factory.mktemp("chunked-llava-video")
-    convert_llava_video(source, destination, vision_heads=2)
-    return destination
-
-
-@pytest.fixture(scope="module")
-def backbones(tiny_qwen, tiny_qwen3_vl, tiny_qwen3_vl_moe, tiny_llava_ov, llava_video, siglip_head):
+def backbones(tiny_qwen, tiny_qwen3_vl, tiny_qwen3_vl_moe, tiny_llava_ov, tiny_llava_video, siglip_head):
     qwen = load_backbone(str(tiny_qwen), max_pixels=MAX_PIXELS)
     return {"qwen2.5-vl": qwen, "qwen2.5-vl-odd": qwen,
             "qwen3-vl": load_backbone(str(tiny_qwen3_vl), max_pixels=MAX_PIXELS),
             "qwen3-vl-moe": load_backbone(str(tiny_qwen3_vl_moe), max_pixels=MAX_PIXELS),
             "llava-onevision": load_backbone(str(tiny_llava_ov), siglip_head=str(siglip_head)),
-            "llava-video": load_backbone(str(llava_video), siglip_head=str(siglip_head))}
+            "llava-video": load_backbone(str(tiny_llava_video), siglip_head=str(siglip_head))}
 
 
 class Case:

@@ -182,19 +182,6 @@ def test_the_official_runs_on_its_shape_only():
 
 
 @pytest.fixture(scope="module")
-def converted_video(tiny_llava_ov, tmp_path_factory):
-    """A tiny LLaVA-Video checkpoint in the LLaVA-NeXT layout (grid newlines, as LLaVA-Video-7B), converted."""
-    from ottvid_cli.convert import convert_llava_video
-    from tiny_models import build_tiny_llava_next
-
-    src = tmp_path_factory.mktemp("llava-next")
-    build_tiny_llava_next(src, tiny_llava_ov, newline="grid")
-    dst = tmp_path_factory.mktemp("llava-video")
-    convert_llava_video(src, dst, vision_heads=2)
-    return dst
-
-
-@pytest.fixture(scope="module")
 def clip():
     from pathlib import Path
 
@@ -203,7 +190,7 @@ def clip():
     return sample_frames(Path(__file__).parent / "data" / "bikes.mp4", 4)
 
 
-def test_a_converted_llava_video_picks_the_llava_video_path(converted_video, tiny_llava_ov,
+def test_a_converted_llava_video_picks_the_llava_video_path(tiny_llava_video, tiny_llava_ov,
                                                             siglip_heads, clip):  # noqa: F811
     from transformers import SiglipVisionModel
 
@@ -211,7 +198,7 @@ def test_a_converted_llava_video_picks_the_llava_video_path(converted_video, tin
     from ottvid_cli.backbones import load_backbone
     from ottvid_cli.backbones.llava_onevision import LlavaOneVision
 
-    backbone = load_backbone(str(converted_video), siglip_head=str(siglip_heads[0]))
+    backbone = load_backbone(str(tiny_llava_video), siglip_head=str(siglip_heads[0]))
     assert backbone.settings is not None and backbone.grid == (13, 13)
     assert backbone.method_defaults == {**LlavaOneVision.video_method_defaults, "visionzip": {"grid_newline": True}}
     assert pipeline.make_config(backbone=backbone, method="visionzip").grid_newline is True  # grid newlines
