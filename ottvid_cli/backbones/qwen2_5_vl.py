@@ -38,7 +38,7 @@ def refuse_order(compressed: Any) -> None:
 
 
 def processor_text_inputs(processor: Any, text: str, video_inputs: dict[str, Any], entries: dict[str, Any]) -> Any:
-    """`ProcessorMixin.__call__`'s text path (transformers 5.24) for a chat text holding one video
+    """`ProcessorMixin.__call__`'s text path (transformers 5.18 to 5.25) for a chat text holding one video
     placeholder, without the video's pixels: `video_inputs` holds what the processor's own
     `replace_video_token` reads of the processed video (its grid and metadata, or a stand-in for its
     frames), `entries` the video-side entries the call returns besides the pixel values. As the call
@@ -51,11 +51,13 @@ def processor_text_inputs(processor: Any, text: str, video_inputs: dict[str, Any
 
     _, texts, _, _ = processor.prepare_inputs_layout(text=[text])
     tokenizer = processor.tokenizer
-    merged = processor._merge_kwargs(tokenizer_init_kwargs=tokenizer.init_kwargs, return_tensors="pt")
+    # the processor's kwargs class passed as 5.18-5.23 require it (5.24 defaults to the same)
+    merged = processor._merge_kwargs(processor.valid_processor_kwargs, tokenizer_init_kwargs=tokenizer.init_kwargs,
+                                     return_tensors="pt")
     replacement = processor.replace_video_token(video_inputs, video_idx=0, **merged["videos_kwargs"])
     texts, _ = processor.get_text_with_replacements(texts, videos_replacements=[replacement])
     text_kwargs = merged["text_kwargs"]
-    types = text_kwargs.pop("return_mm_token_type_ids", merged["return_mm_token_type_ids"])
+    types = text_kwargs.pop("return_mm_token_type_ids", merged.get("return_mm_token_type_ids", False))
     text_kwargs.pop("return_text_replacement_offsets", None)
     encoded = tokenizer(texts, **text_kwargs)
     processor._check_special_mm_tokens(texts, encoded, modalities=["image", "video", "audio"])
