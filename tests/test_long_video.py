@@ -263,3 +263,16 @@ def test_a_chunked_run_draws_the_picture_of_a_run_at_once(qwen):
     assert picture_png(drawing(chunks), max_tiles=10)[0] == picture_png(drawing(every), max_tiles=10)[0]
     with pytest.raises(ValueError, match="prepared in chunks"):
         picture_png(drawing(chunks), max_tiles=30)
+
+
+def test_only_a_short_sample_is_decoded_whole_while_the_model_loads():
+    """The command line decodes a video whole while the model loads only when its sample is short (a count,
+    or a rate over the length its header states); a long one is left to the chunked preparation."""
+    from ottvid_cli.cli.steps import _short
+
+    assert _short(Sampling(frames=32), str(CLIP)) and not _short(Sampling(frames=200), str(CLIP))
+    assert _short(Sampling.grounding(), str(CLIP))  # 10 s at 2 fps: 20 frames
+    assert not _short(Sampling(fps=30, max_frames=None), str(CLIP))  # 300 frames
+    assert _short(Sampling(fps=30, max_frames=100), str(CLIP))
+    assert _short(Sampling(fps=30, max_frames=None, chunk_frames="all"), str(CLIP))
+    assert not _short(Sampling(fps=2, max_frames=None, chunk_frames=8), str(CLIP))

@@ -22,7 +22,7 @@ from .decord import decord_available, read_timeline, resolve_decoder
 from .images import DEFAULT_FRAME_RATE, IMAGE_SUFFIXES, frame_files, images_timeline
 from .probe import Header, judge_index, pyav_file_errors
 from .resize import FrameResize, bicubic
-from .sample import check_video, sample_fps, sample_frames, shown_size, video_duration
+from .sample import check_video, sample_fps, sample_frames, shown_size, stated_duration, video_duration
 from .stream import StreamedVideo, stream_fps, stream_frames
 from .timeline import HARNESS_MIN_FRAMES, Plan, Timeline, Video, VideoError, harness_frames
 
@@ -30,5 +30,5 @@ __all__ = [
     "DEFAULT_FRAME_RATE", "FrameResize", "HARNESS_MIN_FRAMES", "IMAGE_SUFFIXES", "Header", "Plan", "StreamedVideo",
     "Timeline", "Video", "VideoError", "bicubic", "check_video", "decord_available", "frame_files", "harness_frames",
     "images_timeline", "judge_index", "pyav_file_errors", "read_timeline", "resolve_decoder", "sample_fps",
-    "sample_frames", "shown_size", "stream_fps", "stream_frames", "video_duration",
+    "sample_frames", "shown_size", "stated_duration", "stream_fps", "stream_frames", "video_duration",
 ]

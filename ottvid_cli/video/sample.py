@@ -163,6 +163,21 @@ def shown_size(path: str | os.PathLike) -> tuple[int, int]:
         return tuple(_rgb(frame).shape[:2])
 
 
+def stated_duration(path: str | os.PathLike) -> float | None:
+    """The video's length in seconds as its header states it (the stream's, else the container's), nothing
+    demuxed or decoded: a cheap estimate, None for a folder, a header that states none, or a file that
+    does not open."""
+    if os.path.isdir(path):
+        return None
+    try:
+        with _pyav_stream(_checked_path(path)) as (container, stream):
+            header = _header(container, stream)
+    except VideoError:
+        return None
+    stated = [d for d in (header.stream_duration, header.container_duration) if d and math.isfinite(d) and d > 0]
+    return stated[0] if stated else None
+
+
 def video_duration(path: str | os.PathLike) -> float | None:
     """The video file's length in seconds (its last frame's end) as its container's index lists the
     frames, nothing decoded; None when the demuxer lists no frame with a time. VideoError when the file
