@@ -31,14 +31,14 @@ def records(out):
 
 def test_settings_and_frame_plan():
     assert settings(["ottvid", "none"], [0.25, 0.1, 0.25]) == [("none", 1.0), ("ottvid", 0.25), ("ottvid", 0.1)]
-    paper = FramePlan()
-    assert paper.sampling("videomme", "mc") == Sampling(frames=32)
-    assert paper.sampling("charades", "grounding") == Sampling(fps=2.0, max_frames=768)
+    paper = FramePlan()  # each video at once by default (the prefetching path): chunk_frames "all"
+    assert paper.sampling("videomme", "mc") == Sampling(frames=32, chunk_frames="all")
+    assert paper.sampling("charades", "grounding") == Sampling(fps=2.0, max_frames=768, chunk_frames="all")
     capped = FramePlan(max_frames=16)  # caps QA and grounding alike
     assert capped.sampling("mvbench", "mc").frames == 16
-    assert capped.sampling("charades", "grounding") == Sampling(fps=2.0, max_frames=16)
-    assert FramePlan(frames=8).sampling("charades", "grounding") == Sampling(frames=8)
-    assert FramePlan(fps=1.0).sampling("mlvu", "mc") == Sampling(fps=1.0, max_frames=768)
+    assert capped.sampling("charades", "grounding") == Sampling(fps=2.0, max_frames=16, chunk_frames="all")
+    assert FramePlan(frames=8).sampling("charades", "grounding") == Sampling(frames=8, chunk_frames="all")
+    assert FramePlan(fps=1.0).sampling("mlvu", "mc") == Sampling(fps=1.0, max_frames=768, chunk_frames="all")
     lmms = "lmms-eval's for the model"
     eight = {"frames": 8, "fps": None, "max_frames": None, "rule": lmms, "pixels": lmms}
     assert FramePlan(frames=8).describe("jsonl", ["mc", "grounding"]) == {"grounding": eight, "mc": eight}
@@ -46,7 +46,7 @@ def test_settings_and_frame_plan():
     qwen = type("Q", (), {"lmms_sampling": "linspace", "lmms_pixels": {"min_pixels": 200704, "max_pixels": 1605632}})()
     llava = type("L", (), {"lmms_sampling": "linspace-floor"})()
     assert paper.for_model(qwen).sampling("videomme", "mc") == Sampling(frames=32, rule="linspace", min_pixels=200704,
-                                                                        max_pixels=1605632)
+                                                                        max_pixels=1605632, chunk_frames="all")
     assert FramePlan(max_pixels=448 * 448).for_model(qwen).sampling("mlvu", "mc").max_pixels == 448 * 448  # given: kept
     assert paper.for_model(llava).sampling("mlvu", "mc").max_pixels is None
     assert paper.for_model(llava).sampling("charades", "grounding").rule == "linspace-floor"
@@ -70,7 +70,8 @@ def test_one_encode_per_video_and_the_same_replies_as_separate_runs(backbone, tm
     sample = samples[1]
     for method, config in (("none", None), ("ottvid", OTTVidConfig(ratio=0.25))):
         lmms = PLAN.for_model(backbone).sampling("videomme", "mc")  # lmms-eval's Qwen2.5-VL frames and pixels
-        assert lmms == Sampling(frames=4, rule="linspace", min_pixels=256 * 28 * 28, max_pixels=1605632)
+        assert lmms == Sampling(frames=4, rule="linspace", min_pixels=256 * 28 * 28, max_pixels=1605632,
+                                chunk_frames="all")  # eval prepares each video at once unless told otherwise
         alone = pipeline.prepare(backbone, DATA / "bikes.mp4", lmms, method, config, prompt=build_prompt(sample))
         reply = pipeline.answer(alone, "ask", 16).answer
         record = got[(sample.id, method)]
