@@ -268,7 +268,7 @@ def test_a_chunked_run_draws_the_picture_of_a_run_at_once(qwen):
 def test_only_a_short_sample_is_decoded_whole_while_the_model_loads():
     """The command line decodes a video whole while the model loads only when its sample is short (a count,
     or a rate over the length its header states); a long one is left to the chunked preparation."""
-    from ottvid_cli.cli.steps import _short
+    from ottvid_cli.cli.early import short as _short
 
     assert _short(Sampling(frames=32), str(CLIP)) and not _short(Sampling(frames=200), str(CLIP))
     assert _short(Sampling.grounding(), str(CLIP))  # 10 s at 2 fps: 20 frames

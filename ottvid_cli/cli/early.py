@@ -58,6 +58,28 @@ class EarlyDecode:
         return self.video
 
 
+EARLY_MAX_FRAMES = 128  # a sample of at most this many frames is decoded whole while the model loads (`short`)
+
+
+def short(sampling: Any, video: str | None = None) -> bool:
+    """Whether a sample is decoded whole while the model loads: every frame at once asked for, or at most
+    EARLY_MAX_FRAMES frames (at most --chunk-frames when given): a fixed count, or a rate over the length
+    the file's header states (nothing demuxed). A longer one is prepared chunk by chunk (`chunked`)."""
+    chunk = sampling.chunk_frames
+    if chunk == "all":
+        return True
+    most = chunk if isinstance(chunk, int) else EARLY_MAX_FRAMES
+    if sampling.fps is None:
+        return (sampling.frames or 64) <= most
+    from ..video import stated_duration
+
+    seconds = stated_duration(video) if video is not None else None
+    if seconds is None:
+        return False
+    frames = seconds * sampling.fps
+    return min(frames, sampling.max_frames or frames) <= most
+
+
 def start(model: str, video: str, sampling: Any) -> EarlyDecode | None:
     """Start decoding `video` for `model` now (None where the checkpoint's sizes cannot be read without
     loading it: the run then decodes after loading, as before)."""

@@ -34,7 +34,6 @@ from .options import (
 )
 from .progress import _Progress
 from .steps import (
-    _short,
     _check_output,
     _check_video,
     _joined,
@@ -190,7 +189,7 @@ def profile(
     options = _method_options(methods, ratios, preset, method_args)
     progress = _Progress(quiet)
     # decode while the model loads (a short sample: a long one is prepared from the file, chunk by chunk)
-    decoding = early.start(model, video, sampling) if video is not None and _short(sampling, video) else None
+    decoding = early.start(model, video, sampling) if video is not None and early.short(sampling, video) else None
     backbone = early.overlapped(decoding, lambda: _load(model, device, dtype, attention, max_pixels, progress,
                                                         siglip_head))
     from .. import profile as prof

@@ -239,7 +239,7 @@ def _answer(task: str, video: str, texts, options, ratio, frames, fps, max_frame
     began = time.perf_counter()  # the start of work: the wall clock of the first question counts from here
     # decode while the model loads (not with --cache-dir, whose entry may spare the decoding altogether, nor
     # for a sample that may be long: that one is prepared chunk by chunk, its frames never all held)
-    decoding = early.start(model, video, sampling) if cache_dir is None and _short(sampling, video) else None
+    decoding = early.start(model, video, sampling) if cache_dir is None and early.short(sampling, video) else None
 
     def load_model():
         backbone = _load(model, device, dtype, attention, max_pixels, progress, siglip_head)
@@ -293,28 +293,6 @@ def _answer(task: str, video: str, texts, options, ratio, frames, fps, max_frame
             render_run(data, _tables(), streamed=stream.started, choices=bool(options), load=i == 0,
                        cache_dir=cache_dir)
     _conclude(task, documents, as_json, failure)
-
-
-EARLY_MAX_FRAMES = 128  # a sample of at most this many frames is decoded whole while the model loads (`_short`)
-
-
-def _short(sampling, video: str | None = None) -> bool:
-    """Whether a sample is decoded whole while the model loads: every frame at once asked for, or at most
-    EARLY_MAX_FRAMES frames (at most --chunk-frames when given): a fixed count, or a rate over the length
-    the file's header states (nothing demuxed). A longer one is prepared chunk by chunk (`chunked`)."""
-    chunk = sampling.chunk_frames
-    if chunk == "all":
-        return True
-    most = chunk if isinstance(chunk, int) else EARLY_MAX_FRAMES
-    if sampling.fps is None:
-        return (sampling.frames or 64) <= most
-    from ..video import stated_duration
-
-    seconds = stated_duration(video) if video is not None else None
-    if seconds is None:
-        return False
-    frames = seconds * sampling.fps
-    return min(frames, sampling.max_frames or frames) <= most
 
 
 def _conclude(task: str, documents: list[dict], as_json: bool, failure: str = "") -> None:
