@@ -102,6 +102,10 @@ class Sampling:
         """The frames report: what was asked for, what was sampled, and why they differ."""
         count, total = len(clip.indices), clip.total_frames
         notes: list[str] = []
+        stated = getattr(clip, "stated_duration", None)
+        truncated = bool(getattr(clip, "truncated", False))
+        if truncated:  # the frames end clearly before the header's length (video.Timeline.cut_short)
+            notes.append(f"the file ends at {clip.timeline.duration:.2f} s; its header says {stated:.1f} s: truncated?")
         if self.fps is None:
             requested = target = self.frames or default_frames
         elif self.rule != "centre":  # qwen-vl-utils smart_nframes
@@ -137,4 +141,5 @@ class Sampling:
         return {"requested": requested, "count": count, "fps": self.fps, "max_frames": self.max_frames,
                 "rule": self.rule, "subsampled": subsampled, "notes": notes, "total": total,
                 "timestamps": [round(t, 4) for t in clip.timestamps], "indices": list(clip.indices),
-                "duration": clip.duration, "keyframes": keyframes, "keyframe_offsets": offsets}
+                "duration": clip.duration, "keyframes": keyframes, "keyframe_offsets": offsets,
+                "stated_duration": stated, "truncated": truncated}

@@ -198,39 +198,3 @@ def test_stream_dispositions_of_every_pyav_release_are_read():
         assert probe._flags(flags.attached_pic) & probe.ATTACHED_PIC
         assert not probe._flags(flags.default) & probe.ATTACHED_PIC
     assert probe._flags(1024) == 1024
-
-
-def test_native_stderr_silencing_in_several_threads_gives_descriptor_2_back():
-    """Decoding ahead opens videos in several threads at once: each silences descriptor 2 while FFmpeg
-    opens a file. Unsynchronised save / restore pairs could leave /dev/null there for good (every later
-    line of the process lost: seen under `ottvid eval --engine vllm`); the first in saves, the last out
-    restores."""
-    import os
-    import threading
-
-    from ottvid_cli.video.probe import _native_stderr_silenced
-
-    before = os.fstat(2)
-    barrier = threading.Barrier(4)
-    loud: list[int] = []
-
-    def work(n: int) -> None:
-        for i in range(50):
-            with _native_stderr_silenced():
-                if i == 0:
-                    barrier.wait()  # all four inside at once
-                if os.fstat(2).st_rdev != os.stat(os.devnull).st_rdev:
-                    loud.append(n)  # inside, yet not silenced: another thread restored it
-    threads = [threading.Thread(target=work, args=(n,)) for n in range(4)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-    assert not loud
-    after = os.fstat(2)
-    assert (after.st_dev, after.st_ino, after.st_rdev) == (before.st_dev, before.st_ino, before.st_rdev)
-    with _native_stderr_silenced():
-        with _native_stderr_silenced():  # nested in one thread
-            pass
-        assert os.fstat(2).st_rdev == os.stat(os.devnull).st_rdev
-    assert os.fstat(2).st_ino == before.st_ino

@@ -10,7 +10,7 @@ import numpy as np
 
 from ..interrupt import checkpoint
 from ..settings import DECODERS
-from .probe import Header, _native_stderr_silenced, _pyav_stream, _header, _unreadable, judge_index
+from .probe import Header, _header, _pyav_stream, _unreadable, judge_index
 from .resize import Shrinker
 from .timeline import Plan, Timeline, VideoError, _reason
 
@@ -41,6 +41,16 @@ def resolve_decoder(decoder: str = "auto") -> str:
 
 
 
+@functools.lru_cache(maxsize=1)
+def _quiet_decord() -> None:
+    """Keep decord's own FFmpeg (not PyAV's) from writing log lines to stderr: decord sets it to error level
+    when imported, and its decoding threads go on with damaged packets after a call has failed, so the
+    level is set to quiet for good, once, before decord first opens a file."""
+    import decord
+
+    decord.logging.set_level(decord.logging.QUIET)
+
+
 def decord_file_errors() -> tuple[type[BaseException], ...]:
     """What decord raises for a file it cannot read: its DECORDError, and RuntimeError, which its
     native layer raises for FFmpeg's failures ("Error reading ..."), and OSError."""
@@ -53,9 +63,9 @@ def decord_file_errors() -> tuple[type[BaseException], ...]:
 def _open_decord(path: str):
     import decord
 
+    _quiet_decord()
     try:
-        with _native_stderr_silenced():  # FFmpeg/decord log their own lines for unreadable files
-            reader = decord.VideoReader(path, ctx=decord.cpu(0), num_threads=0)
+        reader = decord.VideoReader(path, ctx=decord.cpu(0), num_threads=0)
     except decord_file_errors() as exc:
         if "video stream" in str(exc):
             raise VideoError(f"video has no frames: {path} (no decodable video stream)") from None
@@ -90,7 +100,8 @@ def read_timeline(reader, header: Header) -> Timeline:
     if not problem and not decord_seeks_right(header):
         problem = f"decord seeks to wrong frames in {header.codec} with B-frames in {header.format.split(',')[0]}"
     return Timeline(starts=starts, duration=end, average_fps=float(reader.get_avg_fps() or header.average_fps),
-                    source="decord index", trusted=not problem, problem=problem)  # (key frames: PyAV's index)
+                    source="decord index", trusted=not problem, problem=problem,
+                    stated=header.stated_length())  # (key frames: PyAV's index)
 
 
 
@@ -119,12 +130,10 @@ def _sample_decord(path: str, plan: Plan, shrink: Shrinker) -> tuple[Timeline, l
     frames, problem = [], ""
     try:
         if indices and indices[0] > 0:  # the first frame first, as PyAV's seeking does (`pyav._prime`)
-            with _native_stderr_silenced():
-                reader.get_batch([0])
+            reader.get_batch([0])
         for at in range(0, len(indices), DECORD_CHUNK):  # a few full-size frames at a time, shrunk at once
             checkpoint("decoding the video")
-            with _native_stderr_silenced():
-                chunk = reader.get_batch(indices[at:at + DECORD_CHUNK]).asnumpy()
+            chunk = reader.get_batch(indices[at:at + DECORD_CHUNK]).asnumpy()
             if not (chunk.ndim == 4 and chunk.shape[-1] == 3):
                 problem = f"frames of shape {chunk.shape[1:]}, not RGB"
                 break

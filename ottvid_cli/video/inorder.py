@@ -43,7 +43,7 @@ def _frames_in_order(path: str, keep: Container[int], skipped: list[int] | None 
     """`_decode_all`'s pass, frame by frame: (index, frame passed through `shrink`) for each index in
     `keep`, as soon as it is decoded (nothing else is held: `stream.py` streams a sample so). Once it
     is exhausted, `found` holds what `_decode_all` returns besides the frames: "starts", "end", "fps"
-    and "keys". Closing it early closes the file."""
+    and "keys", and "stated" (the header's length). Closing it early closes the file."""
     times: list[float] = []
     dts: list[int | None] = []  # each kept-in-order frame's dts
     backwards = False  # some frame's pts was not after the previous frame's
@@ -87,7 +87,8 @@ def _frames_in_order(path: str, keep: Container[int], skipped: list[int] | None 
             # a damaged tail: keep what decoded
     if not times:
         raise VideoError(f"video has no frames: {path} (nothing decodes)")
-    found["keys"], found["fps"] = np.asarray(keys, dtype=np.int64), header.average_fps
+    found["keys"], found["fps"], found["stated"] = np.asarray(keys, dtype=np.int64), header.average_fps, \
+        header.stated_length()
     if backwards and (starts := _dts_times(dts, origin, tb, gap)) is not None:  # the pts were wrong: the dts
         found["starts"], found["end"] = starts, _pyav._span_end(starts, None, header.average_fps)
         return
@@ -139,12 +140,12 @@ def _measured(path: str, problem: str, keep: Container[int] = (), shrink: Shrink
               ) -> tuple[Timeline, dict[int, np.ndarray]]:
     """The times of a file whose index is not trusted (`problem`: why), measured by decoding every frame
     in order (`_decode_all`), and the frames kept meanwhile (`keep`, passed through `shrink`)."""
-    skipped = [0]
-    starts, end, kept, fps, keys = _decode_all(path, keep, skipped, shrink)
+    skipped, found = [0], {}
+    kept = dict(_frames_in_order(path, keep, skipped, shrink, found))
     if skipped[0]:
         problem = f"{problem}; {skipped[0]} damaged packets skipped (their frames are missing)"
-    return Timeline(starts=starts, duration=end, average_fps=fps, source="decoded frames", trusted=False,
-                    problem=problem, keys=keys), kept
+    return Timeline(starts=found["starts"], duration=found["end"], average_fps=found["fps"], source="decoded frames",
+                    trusted=False, problem=problem, keys=found["keys"], stated=found["stated"]), kept
 
 
 

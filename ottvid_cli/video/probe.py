@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import math
 import os
-import sys
 import threading
+from collections.abc import Callable
 from contextlib import contextmanager
 from dataclasses import dataclass
 from fractions import Fraction
-from typing import Any, Iterator
+from typing import Any
 
 import numpy as np
 
@@ -76,96 +76,49 @@ def _open_options() -> dict[str, Any]:
 
 
 
-_SILENCE = threading.Lock()
-# how many are inside; descriptor 2 as it was before the first; (Python's sys.stderr, the stand-in for it)
-_silenced: dict[str, Any] = {"depth": 0, "saved": None, "python": None}
+class _Quieted:
+    """A library's log setting turned down while any thread is inside (`with`), put back when the last one
+    leaves: several threads read files at once (decoding ahead, `workers`), and an unsynchronised turn down /
+    put back pair could leave it down for good. `lower()` turns it down and returns how to put it back (None:
+    nothing was changed). Only the library's own logging is touched, never the process's stderr."""
+
+    def __init__(self, lower: Callable[[], Callable[[], None] | None]):
+        self._lower = lower
+        self._lock = threading.Lock()
+        self._depth = 0
+        self._undo: Callable[[], None] | None = None
+
+    def __enter__(self) -> None:
+        with self._lock:
+            if self._depth == 0:
+                self._undo = self._lower()
+            self._depth += 1
+
+    def __exit__(self, *exc: object) -> None:
+        with self._lock:
+            self._depth -= 1
+            if self._depth == 0 and self._undo is not None:
+                undo, self._undo = self._undo, None
+                undo()
 
 
-@contextmanager
-def _native_stderr_silenced() -> Iterator[None]:
-    """Send what native code writes to file descriptor 2 to /dev/null for the duration. Safe in several
-    threads at once (decoding ahead): the first in saves descriptor 2, the last out puts it back; two
-    unsynchronised save / restore pairs could restore /dev/null and silence the process for good.
-
-    Python's own writes to stderr (progress, warnings, errors: a long video is decoded while the rest of
-    the run goes on) still reach it: while silenced, `sys.stderr`, where it is the process's descriptor 2,
-    writes to the saved descriptor instead."""
-    with _SILENCE:
-        if _silenced["depth"] == 0:
-            try:
-                saved = os.dup(2)
-            except OSError:  # no usable descriptor 2: nothing to silence
-                saved = None
-            if saved is not None:
-                _flush_python_stderr()
-                real = _real_stderr()
-                devnull = os.open(os.devnull, os.O_WRONLY)
-                os.dup2(devnull, 2)
-                os.close(devnull)
-                _silenced["python"] = _python_stderr_to(real)
-            _silenced["saved"] = saved
-        _silenced["depth"] += 1
-    try:
-        yield
-    finally:
-        with _SILENCE:
-            _silenced["depth"] -= 1
-            saved = _silenced["saved"]
-            if _silenced["depth"] == 0 and saved is not None:
-                _python_stderr_back(_silenced["python"])
-                os.dup2(saved, 2)
-                os.close(saved)
-                _silenced["saved"] = _silenced["python"] = None
+_AV_LOG_QUIET = -8  # FFmpeg's AV_LOG_QUIET: no line is at or below it
 
 
-def _flush_python_stderr() -> None:
-    try:
-        sys.stderr.flush()
-    except (AttributeError, OSError, ValueError):
-        pass
+def _lower_pyav_logging() -> Callable[[], None] | None:
+    """PyAV hands FFmpeg's log lines to Python's `logging` only after `av.logging.set_level(level)`; by
+    default it drops them. Where a level was set, none is passed on (errors are still recorded for PyAV's
+    exception messages) until it is put back."""
+    import av.logging
 
-
-_REAL_STDERR: list[int] = []  # a descriptor of the process's stderr, made once and never closed
-
-
-def _real_stderr() -> int | None:
-    """A descriptor of what descriptor 2 is now (the first time: the process's stderr), kept open for good,
-    so that a stand-in stream a thread still holds never writes to a closed or reused descriptor."""
-    if not _REAL_STDERR:
-        try:
-            _REAL_STDERR.append(os.dup(2))
-        except OSError:
-            return None
-    return _REAL_STDERR[0]
-
-
-def _python_stderr_to(fd: int | None) -> tuple[Any, Any] | None:
-    """Point `sys.stderr` at `fd` (the process's stderr) when it writes to descriptor 2 itself (not a
-    test's capture or a caller's own stream): (the stream it was, the stand-in), else None."""
-    if fd is None:
+    level = av.logging.get_level()
+    if level is None:
         return None
-    current = sys.stderr
-    try:
-        if current is None or current.fileno() != 2:
-            return None
-    except (AttributeError, OSError, ValueError):
-        return None
-    stand_in = open(fd, "w", buffering=1, encoding=getattr(current, "encoding", None) or "utf-8",
-                    errors=getattr(current, "errors", None) or "backslashreplace", closefd=False)
-    sys.stderr = stand_in
-    return current, stand_in
+    av.logging.set_level(_AV_LOG_QUIET)  # an int, not None: a line another thread is logging compares with it
+    return lambda: av.logging.set_level(level)
 
 
-def _python_stderr_back(swapped: tuple[Any, Any] | None) -> None:
-    if swapped is None:
-        return
-    current, stand_in = swapped
-    try:
-        stand_in.flush()
-    except (OSError, ValueError):
-        pass
-    if sys.stderr is stand_in:
-        sys.stderr = current  # the stand-in is not closed: a thread may still hold it (its descriptor stays)
+ffmpeg_quiet = _Quieted(_lower_pyav_logging)  # held while PyAV reads a file (`_pyav_stream`)
 
 
 ATTACHED_PIC = 0x0400  # AV_DISPOSITION_ATTACHED_PIC: a still picture (cover art) stored as a video stream
@@ -195,11 +148,12 @@ def _video_stream(container):
 def _pyav_stream(path: str):
     """(container, its video stream: `_video_stream`) opened with PyAV, closed afterwards; one-line VideoErrors.
 
-    FFmpeg's own log lines (warnings about damaged or oddly seeked streams) are kept off stderr meanwhile.
+    FFmpeg's own log lines (warnings about damaged or oddly seeked streams) are not passed on meanwhile
+    (`ffmpeg_quiet`).
     """
     import av
 
-    with _native_stderr_silenced():
+    with ffmpeg_quiet:
         try:
             container = av.open(path, **_open_options())
         except pyav_file_errors():  # av.error.* (InvalidDataError, ...), OSError: what the file causes
@@ -235,6 +189,22 @@ class Header:
     codec: str = ""
     format: str = ""  # FFmpeg's demuxer name, e.g. "mov,mp4,m4a,3gp,3g2,mj2"
     reordered: bool = False  # frames are decoded in another order than shown (B-frames)
+
+    def stated_length(self) -> float | None:
+        """The video's length as the header states it (s), None where it states none: the stream's own, else the
+        file's where the video is alone in it (audio may outlast the video), less the stream's start (it may
+        count from 0). In an AVI, at least its frame count over its rate: FFmpeg gives an AVI cut off before its
+        index the length of the frames it finds as the stream's (an MP4's count includes frames an edit list
+        leaves out, so it is not used there)."""
+        stated = None
+        whole = self.container_duration
+        if self.stream_duration and math.isfinite(self.stream_duration) and self.stream_duration > 0:
+            stated = self.stream_duration
+        elif not self.other_streams and whole and math.isfinite(whole) and whole > max(self.start, 0.0):
+            stated = whole - max(self.start, 0.0)
+        if self.format.split(",")[0] == "avi" and self.frames and self.average_fps > 0:
+            stated = max(stated or 0.0, self.frames / self.average_fps)
+        return stated
 
 
 

@@ -69,7 +69,7 @@ def _pyav_timeline(packets: _Packets, header: Header) -> Timeline:
     keys = np.searchsorted(packets.pts, packets.keys)
     keys = np.unique(keys[(keys < len(packets.pts)) & (packets.pts[np.minimum(keys, len(packets.pts) - 1)] == packets.keys)])
     return Timeline(starts=starts, duration=duration, average_fps=header.average_fps, source="pyav index",
-                    trusted=not problem, problem=problem, keys=keys)
+                    trusted=not problem, problem=problem, keys=keys, stated=header.stated_length())
 
 
 

@@ -35,7 +35,7 @@ from . import inorder as _inorder
 from . import pyav as _pyav
 from .decord import DECORD_CHUNK, _open_decord, _trusted_reader, decord_file_errors, resolve_decoder
 from .images import _frame_rate, _read_sampled, frame_files, images_timeline
-from .probe import _checked_path, _native_stderr_silenced
+from .probe import _checked_path
 from .resize import FrameResize, Shrinker, Size, as_resize
 from .sample import _checked_plan, _count_plan, _placed, _rate_plan
 from .timeline import Plan, Timeline, Video, VideoError, _reason
@@ -72,6 +72,16 @@ class StreamedVideo:
     def sampled_fps(self) -> float:
         """Frames per second of the sample over the video's duration."""
         return len(self.indices) / self.duration if self.duration > 0 else float(len(self.indices))
+
+    @property
+    def stated_duration(self) -> float | None:
+        """As `Video.stated_duration`: the file's length as its header states it (s), None where it states none."""
+        return None if self.timeline is None else self.timeline.stated
+
+    @property
+    def truncated(self) -> bool:
+        """As `Video.truncated`: the file's frames end clearly before its header's length (`Timeline.cut_short`)."""
+        return self.timeline is not None and self.timeline.cut_short
 
     def chunks(self, frames: int) -> Iterator[np.ndarray]:
         """The sampled frames in order, `frames` at a time ((n_i, H, W, 3) uint8, the last chunk may be
@@ -228,8 +238,7 @@ def _decord_chunks(path: str, opened: list, indices: list[int], frames: int, shr
     def batches(a: int, b: int) -> Iterator[np.ndarray]:
         for at in range(a, b, DECORD_CHUNK):
             checkpoint("decoding the video")
-            with _native_stderr_silenced():
-                batch = reader.get_batch(indices[at:min(at + DECORD_CHUNK, b)]).asnumpy()
+            batch = reader.get_batch(indices[at:min(at + DECORD_CHUNK, b)]).asnumpy()
             if not (batch.ndim == 4 and batch.shape[-1] == 3):
                 raise VideoError(f"decord cannot decode frames of {path}: frames of shape {batch.shape[1:]}, not RGB")
             for image in batch:
@@ -237,8 +246,7 @@ def _decord_chunks(path: str, opened: list, indices: list[int], frames: int, shr
 
     try:
         if indices[0] > 0:  # the first frame first, as `_sample_decord` does
-            with _native_stderr_silenced():
-                reader.get_batch([0])
+            reader.get_batch([0])
         for a, b in _spans(len(indices), frames):
             yield _filled(b - a, batches(a, b))
     except decord_file_errors() as exc:

@@ -33,6 +33,18 @@ class Timeline:
     trusted: bool = True
     problem: str = ""  # why the index was not trusted ("" when it was)
     keys: np.ndarray | None = None  # indices of the key frames (ascending), None where unknown
+    stated: float | None = None  # the length the file's header states (`Header.stated_length`), None: none
+
+    @property
+    def cut_short(self) -> bool:
+        """Whether the frames end clearly before the header's length: by more than max(1 s, 5 %) of it (a file
+        cut off, as an interrupted download or copy leaves it)."""
+        if self.stated is None:
+            return False
+        return self.duration < self.stated - max(CUT_SHORT_S, CUT_SHORT_SHARE * self.stated)
+
+
+CUT_SHORT_S, CUT_SHORT_SHARE = 1.0, 0.05  # `Timeline.cut_short`'s margin: max(1 s, 5 % of the stated length)
 
 
 
@@ -68,6 +80,17 @@ class Video:
     def sampled_fps(self) -> float:
         """Frames per second of the sample over the video's duration."""
         return len(self.indices) / self.duration if self.duration > 0 else float(len(self.indices))
+
+    @property
+    def stated_duration(self) -> float | None:
+        """The whole file's length as its header states it (s), None where it states none."""
+        return None if self.timeline is None else self.timeline.stated
+
+    @property
+    def truncated(self) -> bool:
+        """Whether the file's frames end clearly before its header's length (`Timeline.cut_short`): a file cut
+        off; the sample covers the frames there are."""
+        return self.timeline is not None and self.timeline.cut_short
 
 
 
