@@ -45,7 +45,6 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "tests"))
 CLIPS = ("cockatoo.mp4", "bikes.mp4", "yoga.mp4")
 SHARED = ("decode", "preprocess", "vision", "saliency")
 STAGES = (*SHARED, "compression", "prefill", "generate")
@@ -75,7 +74,7 @@ def long_video(src: Path, dst: Path, minutes: float) -> Path:
 
 
 def build_model(folder: Path, llm_layers: int, vision_blocks: int) -> None:
-    from tiny_models import build_tiny_qwen2_5_vl, seven_b_shape
+    from ottvid_cli.tiny import build_tiny_qwen2_5_vl, seven_b_shape
 
     build_tiny_qwen2_5_vl(folder, **seven_b_shape(llm_layers, vision_blocks))
 
@@ -121,7 +120,7 @@ def per_setting(records: list[dict]) -> list[dict[str, Any]]:
 
 def seven_b_config(llm_layers: int = 28, vision_blocks: int = 32):
     """Qwen2.5-VL-7B's config (full depth by default; its four full-attention vision blocks)."""
-    from tiny_models import seven_b_shape
+    from ottvid_cli.tiny import seven_b_shape
     from transformers import Qwen2_5_VLConfig
 
     shape = seven_b_shape(llm_layers, vision_blocks)

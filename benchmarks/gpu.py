@@ -44,7 +44,6 @@ from typing import Any, Callable
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "benchmarks"))
-sys.path.insert(0, str(ROOT / "tests"))
 
 import torch  # noqa: E402
 
@@ -414,8 +413,8 @@ def ttft(s: Settings) -> Table:
 
     from ottvid_cli.backbones import load_backbone
     from ottvid_cli.profile import profile
+    from ottvid_cli.tiny import build_tiny_qwen2_5_vl, seven_b_shape
     from ottvid_cli.video import sample_frames
-    from tiny_models import build_tiny_qwen2_5_vl, seven_b_shape
 
     hf_logging.disable_progress_bar()
     video = str(ROOT / "tests" / "data" / "cockatoo.mp4")

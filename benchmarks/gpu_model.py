@@ -34,9 +34,8 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
-for _path in (ROOT, ROOT / "tests"):
-    if str(_path) not in sys.path:
-        sys.path.insert(0, str(_path))
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
 
 QUESTIONS = ["What is the bird doing?", "What colour is the bird?", "Where is the bird?", "Is anyone else there?",
              "What happens at the end?", "How many birds are there?", "Is it day or night?", "What is in the back?"]
@@ -102,7 +101,7 @@ def build(args: argparse.Namespace):
     from ottvid_cli.backbones.attention import choose_cuda_backends, use_packed_vision
     from ottvid_cli.backbones.base import resolve_device, resolve_dtype
     from ottvid_cli.backbones.qwen2_5_vl import Qwen25VL
-    from tiny_models import build_tiny_qwen2_5_vl, seven_b_shape
+    from ottvid_cli.tiny import build_tiny_qwen2_5_vl, seven_b_shape
 
     hf_logging.disable_progress_bar()
     hf_logging.set_verbosity_error()

@@ -27,7 +27,7 @@ Clips are testsrc2 encoded by FFmpeg's command-line tool (Debian's `ffmpeg` pack
 (13 s for the 10 minutes on 2 cores here, so a minute and a half for the hour: x264's fastest settings,
 no B-frames, a key frame every 250 frames; the frame rate stays the real one, since decoding every frame
 is part of what is measured).
-The model is a tiny random Qwen2.5-VL of the real architecture (tests/tiny_models.py's
+The model is a tiny random Qwen2.5-VL of the real architecture (ottvid_cli/tiny's
 `build_tiny_qwen2_5_vl`, the tests' `tiny_qwen` widths) with a 32,768-token context
 (max_position_embeddings) and a processor whose pixel range reaches --max-pixels' 50176, built once into
 the clips folder (or --model DIR). Its layers are tiny, so its vision and prefill times are not a real
@@ -66,7 +66,6 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "tests"))  # tiny_models
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # decode, provenance
 
 from decode import DEFAULT_CLIPS, code_hash
@@ -161,7 +160,7 @@ def tiny_model(folder: Path) -> tuple[Path, float | None]:
     path = folder / MODEL_NAME
     if (path / "config.json").exists() and (path / "model.safetensors").exists():
         return path, None
-    from tiny_models import build_tiny_qwen2_5_vl
+    from ottvid_cli.tiny import build_tiny_qwen2_5_vl
     from transformers.utils import logging as hf_logging
 
     print(f"building {MODEL_NAME} ...", file=sys.stderr, flush=True)

@@ -20,13 +20,11 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import sys
 import tempfile
 import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "tests"))
 
 QUESTIONS = ["What is the bird doing?", "What colour is the bird?", "Where is the bird?", "Is anyone else there?",
              "What happens at the end?", "How many birds are there?", "Is it day or night?", "What is in the back?"]
@@ -64,7 +62,7 @@ def main() -> None:
     from ottvid_cli.report import to_json
     from ottvid_cli.sampling import Sampling
     from ottvid_cli.session import Engine
-    from tiny_models import build_tiny_qwen2_5_vl, seven_b_shape
+    from ottvid_cli.tiny import build_tiny_qwen2_5_vl, seven_b_shape
 
     hf_logging.disable_progress_bar()
     err = Console(stderr=True)

@@ -29,7 +29,6 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "tests"))
 
 
 def rss_mb(pid: int) -> float | None:
@@ -168,7 +167,7 @@ def main() -> None:
         if args.server is None:
             model = args.model
             if model is None:
-                from tiny_models import build_tiny_qwen2_5_vl
+                from ottvid_cli.tiny import build_tiny_qwen2_5_vl
 
                 model = str(build_tiny_qwen2_5_vl(Path(tmp) / "tiny-qwen2.5-vl"))
                 what = "tiny random Qwen2.5-VL (measures the server, not a real model)"

@@ -13,12 +13,10 @@ figure is TTFT 2.0x faster at 10% on the full 7B on a GPU. The measurements are 
 from __future__ import annotations
 
 import argparse
-import sys
 import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "tests"))
 
 
 def main() -> None:
@@ -43,7 +41,7 @@ def main() -> None:
     from ottvid_cli.profile import profile
     from ottvid_cli.report import render_profile, to_json
     from ottvid_cli.video import sample_frames
-    from tiny_models import build_tiny_qwen2_5_vl, seven_b_shape
+    from ottvid_cli.tiny import build_tiny_qwen2_5_vl, seven_b_shape
 
     hf_logging.disable_progress_bar()
     err = Console(stderr=True)

@@ -21,7 +21,7 @@ from the request's arrival, before vLLM renders the prompt and runs its processo
 first token); "engine" is the scheduled -> first token part of it (encoder, pruning, prefill: the
 nearest to ottvid's TTFT); "generate" is the wall time of the whole `LLM.generate` call.
 
-The model is Qwen2.5-VL-7B's widths with few layers and random weights (tests/tiny_models.py
+The model is Qwen2.5-VL-7B's widths with few layers and random weights (ottvid_cli/tiny
 `seven_b_shape`, the CPU TTFT proxy of benchmarks/ttft.py), written once into a temporary folder.
 The clip is decoded once by ottvid's decoder (`ottvid_cli.video.sample_frames`) and resized once as
 `ottvid ask` resizes it (Qwen25VL.frame_size), and every vLLM run gets those frames as an array, with
@@ -48,11 +48,10 @@ from typing import Any
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 # This file is named vllm.py: run as a script, its folder comes first on sys.path, where `import vllm`
-# would find this file instead of vLLM. Take it off (`provenance` is loaded by its path); the tests'
-# folder goes last (tiny_models). Only when run: imported (by its tests), it leaves the importer's path alone.
+# would find this file instead of vLLM. Take it off (`provenance` is loaded by its path). Only when run:
+# imported (by its tests), it leaves the importer's path alone.
 if __name__ == "__main__":
     sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != HERE]
-    sys.path.append(str(ROOT / "tests"))
 
 RUNS = ("stock", "evs", "ottvid")
 PROMPT = "Describe what happens in the video."
@@ -150,7 +149,7 @@ def prepare(args: argparse.Namespace, folder: Path) -> dict[str, Any]:
     from ottvid_cli.backbones.base import chat_text
     from ottvid_cli.backbones.qwen2_5_vl import Qwen25VL
     from ottvid_cli.video import VideoError, sample_frames
-    from tiny_models import build_tiny_qwen2_5_vl, seven_b_shape
+    from ottvid_cli.tiny import build_tiny_qwen2_5_vl, seven_b_shape
 
     hf_logging.disable_progress_bar()
     hf_logging.set_verbosity_error()

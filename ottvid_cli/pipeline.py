@@ -218,6 +218,7 @@ class RunResult:
             "timings_ms": {"load": getattr(p.backbone, "load_ms", None), **_warmup_ms(p.backbone),
                            **{k: self.timings_ms.get(k) for k in STAGES}},
             "cache_hit": self.cache_hit, "cache_source": self.cache_source if self.cache_hit else None,
+            "random_model": bool(getattr(p.backbone, "random_model", False)),  # a tiny random model's answer
             **({"span_note": self.span_note} if self.task == "ground" else {}),
         }
 

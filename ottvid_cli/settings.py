@@ -115,6 +115,13 @@ def check_model(model: str) -> str:
     spelled as a Hugging Face id (whether the hub has it is checked when loading)."""
     if not model.strip():
         raise SettingsError("--model is empty")
+    if model.startswith("tiny:"):  # a tiny random model, built on first use (ottvid_cli.tiny)
+        from .tiny import TinyModelError, check_name
+
+        try:
+            return check_name(model)
+        except TinyModelError as exc:
+            raise SettingsError(str(exc)) from None
     if looks_local(model) or os.path.exists(model):
         path = os.path.expanduser(model)
         if not os.path.exists(path):
@@ -175,7 +182,17 @@ def hub_reachable(timeout: float = 3.0) -> bool:
 def model_source(model: str) -> str:
     """What to load `model` from: a local folder (~ expanded); a hub id as is when the hub answers;
     else, without network attempts (so without retries), the id's folder in the local Hugging Face
-    cache. HF_HUB_OFFLINE, or one failed connection, means offline. Raises ModelError."""
+    cache. HF_HUB_OFFLINE, or one failed connection, means offline. `tiny:<arch>`: its folder in the user
+    cache, built first if needed (`ottvid_cli.tiny`). Raises ModelError."""
+    if model.startswith("tiny:"):
+        from .tiny import TinyModelError, ensure
+
+        try:
+            return str(ensure(model))
+        except TinyModelError as exc:
+            raise ModelError(str(exc)) from None
+        except OSError as exc:
+            raise ModelError(f"cannot build {model} in the cache folder: {first_sentence(exc)}") from None
     path = os.path.expanduser(model)
     if os.path.isdir(path):
         return path

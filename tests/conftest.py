@@ -22,7 +22,7 @@ if not __import__("torch").cuda.is_available():
 @pytest.fixture(scope="session")
 def tiny_qwen(tmp_path_factory: pytest.TempPathFactory) -> pathlib.Path:
     """Folder holding a tiny random Qwen2.5-VL checkpoint (model, tokenizer, processor), built once per session."""
-    from tiny_models import build_tiny_qwen2_5_vl
+    from ottvid_cli.tiny import build_tiny_qwen2_5_vl
 
     return build_tiny_qwen2_5_vl(tmp_path_factory.mktemp("tiny-qwen2.5-vl"))
 
@@ -30,7 +30,7 @@ def tiny_qwen(tmp_path_factory: pytest.TempPathFactory) -> pathlib.Path:
 @pytest.fixture(scope="session")
 def tiny_llava_ov(tmp_path_factory: pytest.TempPathFactory) -> pathlib.Path:
     """Folder holding a tiny random LLaVA-OneVision checkpoint (model, tokenizer, processor), built once per session."""
-    from tiny_models import build_tiny_llava_onevision
+    from ottvid_cli.tiny import build_tiny_llava_onevision
 
     return build_tiny_llava_onevision(tmp_path_factory.mktemp("tiny-llava-onevision"))
 
@@ -53,7 +53,7 @@ def tiny_llava_video(tiny_llava_ov, tmp_path_factory: pytest.TempPathFactory) ->
 @pytest.fixture(scope="session")
 def tiny_qwen3_vl(tmp_path_factory: pytest.TempPathFactory) -> pathlib.Path:
     """Folder holding a tiny random Qwen3-VL checkpoint (model, tokenizer, Qwen3VLProcessor), built once per session."""
-    from tiny_models import build_tiny_qwen3_vl
+    from ottvid_cli.tiny import build_tiny_qwen3_vl
 
     return build_tiny_qwen3_vl(tmp_path_factory.mktemp("tiny-qwen3-vl"))
 
@@ -61,7 +61,7 @@ def tiny_qwen3_vl(tmp_path_factory: pytest.TempPathFactory) -> pathlib.Path:
 @pytest.fixture(scope="session")
 def tiny_qwen3_vl_moe(tmp_path_factory: pytest.TempPathFactory) -> pathlib.Path:
     """Folder holding a tiny random Qwen3-VL-MoE checkpoint, built once per session."""
-    from tiny_models import build_tiny_qwen3_vl
+    from ottvid_cli.tiny import build_tiny_qwen3_vl
 
     return build_tiny_qwen3_vl(tmp_path_factory.mktemp("tiny-qwen3-vl-moe"), moe=True)
 
@@ -96,13 +96,15 @@ TINY_QWEN_VLLM = {"vision": {"out_hidden_size": 128},
 def tiny_qwen_vllm(tmp_path_factory: pytest.TempPathFactory) -> pathlib.Path:
     """A tiny Qwen2.5-VL that vLLM's CPU attention takes: LLM head_dim 64 (hidden 128, 2 heads, M-RoPE
     sections [8, 12, 12]); vision as `tiny_qwen` (12544 pixels a frame at most: 112 x 112 is 4 x 4 tokens)."""
-    from tiny_models import build_tiny_qwen2_5_vl
+    from ottvid_cli.tiny import build_tiny_qwen2_5_vl
 
     return build_tiny_qwen2_5_vl(tmp_path_factory.mktemp("tiny_qwen_vllm"), **TINY_QWEN_VLLM)
 
 
 def _tiny_qwen3_for_vllm(path: pathlib.Path, moe: bool) -> pathlib.Path:
-    from tiny_models import build_tiny_qwen3_vl, published_moe_layout
+    from tiny_models import published_moe_layout
+
+    from ottvid_cli.tiny import build_tiny_qwen3_vl
 
     text = {"hidden_size": 128, "num_attention_heads": 2, "num_key_value_heads": 2, "head_dim": 64,
             "rope_parameters": {"rope_type": "default", "rope_theta": 5000000.0, "mrope_section": [8, 12, 12],
@@ -151,8 +153,10 @@ def vllm_server(vllm_env, tmp_path_factory):
     (`tiny_models.letters_only`)."""
     import shutil
 
-    from tiny_models import build_tiny_qwen2_5_vl, letters_only
+    from tiny_models import letters_only
     from vllm_env import VllmEnvError, serving
+
+    from ottvid_cli.tiny import build_tiny_qwen2_5_vl
 
     root = tmp_path_factory.mktemp("vllm_server")
     model = letters_only(build_tiny_qwen2_5_vl(root / "qwen", **TINY_QWEN_VLLM))

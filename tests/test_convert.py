@@ -12,8 +12,9 @@ from ottvid_cli.backbones import load_backbone
 from ottvid_cli.cli import app
 from ottvid_cli.compression import OTTVidConfig, compress
 from ottvid_cli.convert import rename
+from ottvid_cli.tiny import build_tiny_llava_onevision
 from ottvid_cli.video import sample_frames
-from tiny_models import build_tiny_llava_next, build_tiny_llava_onevision
+from tiny_models import build_tiny_llava_next
 
 DATA = Path(__file__).parent / "data"
 runner = CliRunner()

@@ -10,7 +10,7 @@ if not torch.cuda.is_available():  # the kernels run in Triton's interpreter, se
     os.environ.setdefault("TRITON_INTERPRET", "1")
 
 import pytest
-from tiny_models import build_tiny_qwen2_5_vl, build_tiny_qwen3_vl
+from ottvid_cli.tiny import build_tiny_qwen2_5_vl, build_tiny_qwen3_vl
 from torch import nn
 
 from ottvid_cli.backbones import fast_vision

@@ -181,7 +181,7 @@ def test_method_none_keeps_every_token(backbone):
 @pytest.fixture(scope="module")
 def real_range(tmp_path_factory):
     """A tiny Qwen2.5-VL whose processor has the 7B's pixel range (128 to 768 merged tokens a frame)."""
-    from tiny_models import build_tiny_qwen2_5_vl
+    from ottvid_cli.tiny import build_tiny_qwen2_5_vl
 
     path = build_tiny_qwen2_5_vl(tmp_path_factory.mktemp("qwen-range"), min_pixels=128 * 28 * 28,
                                  max_pixels=768 * 28 * 28)
