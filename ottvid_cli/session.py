@@ -196,7 +196,7 @@ __all__ = ["Chat", "Engine"]
 CHAT_HELP = """commands:
   /ratio R         share of visual tokens kept, in (0, 1] (recompresses the cached encoder output)
   /method M        ottvid, none (the uncompressed model) or another method (`ottvid methods` lists them)
-  /preset P        paper or official (OTT-Vid's)
+  /preset P        paper or official (OTT-Vid's; other methods have none)
   /method-arg K=V  an option of the method (`ottvid methods` lists them; /method clears them)
   /frames N        frames sampled uniformly (a new sampling: decodes and encodes again)
   /fps F           frames a second instead (at most /max-frames, 768 by default; decodes and encodes again)
@@ -238,7 +238,8 @@ class Chat:
         s = self.sampling
         frames = f"{s.fps:g} fps (at most {s.max_frames})" if s.fps is not None else f"{s.frames or 'default'} frames"
         options = "".join(f" {k}={_text(v)}" for k, v in self.options.items())
-        return (f"ratio {self.ratio:g}, method {self.method}{options}, preset {self.preset}, {frames}, "
+        preset = f", preset {self.preset}" if self.method == "ottvid" else ""  # presets are OTT-Vid's alone
+        return (f"ratio {self.ratio:g}, method {self.method}{options}{preset}, {frames}, "
                 f"replies of at most {self.max_new_tokens} tokens, {self.history_state()}")
 
     def history_state(self) -> str:
@@ -325,7 +326,8 @@ class Chat:
         """`/name` without a value: that setting now, and how to change it."""
         s = self.sampling
         now = {"/ratio": f"ratio {self.ratio:g}", "/method": f"method {self.method}",
-               "/preset": f"preset {self.preset}",
+               "/preset": f"preset {self.preset}" if self.method == "ottvid"
+               else f"method {self.method} has no preset (presets are OTT-Vid's: /method ottvid)",
                "/method-arg": (f"{self.method} options: " + ", ".join(f"{k}={_text(v)}"
                                                                       for k, v in self.options.items())
                                if self.options else f"{self.method} at its defaults"),

@@ -85,9 +85,9 @@ def test_chat_takes_method_args_on_the_command_line_and_as_a_command(tiny_qwen):
     result = chat(tiny_qwen, "What?\n/method-arg nope=1\n/method-arg exact=true\nWhat?\n/method topk\n/method-arg\n",
                   "--method", "evs", "--ratio", "0.25", "--method-arg", "exact=false", "--frames", "4")
     assert result.exit_code == 0, result.output
-    assert "\nratio 0.25, method evs exact=false, preset paper" in result.stderr
+    assert "\nratio 0.25, method evs exact=false, 4 frames" in result.stderr  # no preset: presets are OTT-Vid's
     assert "error: /method-arg nope=1: unknown option 'nope' (evs options: exact" in result.stderr
-    assert "method evs exact=true, preset paper" in result.stderr and "topk at its defaults" in result.stderr
+    assert "method evs exact=true, 4 frames" in result.stderr and "topk at its defaults" in result.stderr
     loose, exact = (int(n.replace(",", "")) for n in re.findall(r"([\d,]+) tokens into the LLM", result.stderr))
     assert loose > exact
     bad = chat(tiny_qwen, "", "--method", "evs", "--method-arg", "nope=1")

@@ -159,7 +159,7 @@ def serve_app(app, sock: socket.socket, quiet: bool, timeout: float) -> bool:
     from ..serve.connections import HeadTimeoutProtocol
 
     config = uvicorn.Config(app, log_level="warning" if quiet else "info", lifespan="on", http=HeadTimeoutProtocol,
-                            timeout_graceful_shutdown=timeout)
+                            timeout_graceful_shutdown=timeout, log_config=log_config(quiet))
     server = uvicorn.Server(config)
     # uvicorn re-raises the signal that stopped it once it has shut down gracefully; a handler that
     # does nothing makes that an ordinary return, and so exit code 0
@@ -167,6 +167,21 @@ def serve_app(app, sock: socket.socket, quiet: bool, timeout: float) -> bool:
         signal.signal(sig, lambda *_: None)
     server.run(sockets=[sock])
     return server.started
+
+
+def log_config(quiet: bool) -> dict:
+    """uvicorn's logging, with every line on stderr: its access lines too (uvicorn writes those to
+    stdout), and ottvid's own (the logger `ottvid`: the warm-up, cancelled requests, cache warnings)
+    in the same format. stdout stays empty, as it is for every command that prints no result."""
+    import copy
+
+    from uvicorn.config import LOGGING_CONFIG
+
+    config = copy.deepcopy(LOGGING_CONFIG)
+    config["handlers"]["access"]["stream"] = "ext://sys.stderr"
+    config["loggers"]["ottvid"] = {"handlers": ["default"], "level": "WARNING" if quiet else "INFO",
+                                   "propagate": False}
+    return config
 
 
 def _bind(host: str, port: int) -> socket.socket:

@@ -3,7 +3,8 @@
     POST /v1/chat/completions   messages with a `video_url` part and text; `stream: true` for
                                 server-sent events; our settings in the `ottvid` body field
     GET  /v1/models             the one model served
-    GET  /health                readiness (503 until the warm-up request ran), queue length (no API key needed)
+    GET  /health                readiness (503 until the warm-up request ran), queue length, the start-up's
+                                load and warm-up times (no API key needed)
     GET  /                      the page for people, and its /v1/ottvid/* endpoints (page.py)
 
 Every error is OpenAI's `{"error": {"message", "type", "param", "code"}}` with a 4xx/5xx status;
@@ -107,7 +108,7 @@ def create_app(engine: Any, settings: ServeSettings) -> FastAPI:
             response.status_code = 503
         return {"status": "ok" if worker.ready else "warming up", "ready": worker.ready, "model": settings.model_id,
                 "queued": worker.queued, "busy": worker.busy, "served": worker.served,
-                "warmup_ms": worker.warmup_ms}
+                "load_ms": getattr(getattr(engine, "backbone", None), "load_ms", None), "warmup_ms": worker.warmup_ms}
 
     @app.get("/v1/models", dependencies=[Depends(require_key)], responses=ERRORS)
     async def models(request: Request) -> ModelList:

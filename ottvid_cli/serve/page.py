@@ -6,7 +6,7 @@
     GET /page/{page.css,page.js}    its style and script; HEAD too
     GET /v1/ottvid/info             what the page offers: model, tasks, methods, upload cap, whether
                                     local videos are served, whether the start-up warm-up has
-                                    run (ready) and its time
+                                    run (ready) and its time, the model's load time
     GET /v1/ottvid/media            the videos under --allowed-media-dir (403 without the flag)
     GET /v1/ottvid/media/{name}     one of them, for the page's player (Range requests work; a
                                     malformed Range is ignored); HEAD too
@@ -83,7 +83,8 @@ def add_page(app: FastAPI) -> None:
                 "presets": list(PRESETS), "ratio": 0.1, "frames": getattr(backbone, "default_frames", None),
                 "max_tokens": DEFAULT_TOKENS, "max_upload_bytes": settings.max_upload_bytes,
                 "media_folder": settings.allowed_media_dir is not None,
-                "ready": getattr(worker, "ready", True), "warmup_ms": getattr(worker, "warmup_ms", None)}
+                "ready": getattr(worker, "ready", True), "load_ms": getattr(backbone, "load_ms", None),
+                "warmup_ms": getattr(worker, "warmup_ms", None)}
 
     @app.get("/v1/ottvid/media", dependencies=[Depends(require_key)])
     async def media_list(request: Request) -> dict[str, Any]:

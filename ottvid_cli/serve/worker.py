@@ -212,6 +212,8 @@ class ModelWorker:
             result = call(job.media.path, job.text, on_token=token, on_step=step, cancel=job.cancelled,
                           video_name=job.media.real, **job.run)
             data = result.to_dict()
+            for once in ("load", "warmup"):  # the server's start-up, not this request's: /health gives them
+                data.get("timings_ms", {}).pop(once, None)
             data["cache_hit"] = bool(data.get("cache_hit", getattr(result, "cache_hit", False)))
             # what this request named: never the file the decoder read (an upload's temporary file,
             # /proc/self/fd/N) nor, on a cache hit, the name of whoever prepared the video first
