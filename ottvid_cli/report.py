@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import json
 from typing import Any
 
@@ -11,22 +12,28 @@ from rich.table import Table
 from rich.text import Text
 
 
-# Tables: every column folds a value too long for it onto the next line (overflow="fold"), never
-# cutting it with an ellipsis. `table_console` gives a pipe or a file the terminal's width without
-# breaking a word: prose wraps, a table shares out the width its columns can give up, and whatever
-# cannot fit without breaking a word (a long path, a table of many numbers) is printed whole.
+# Tables: a report's tables keep to the terminal's width (FILE_WIDTH when none is known: a script's
+# pipe, a file) without breaking a word or a number (`split_table`): the columns share out the width
+# they can give up, and a table whose words cannot fit side by side goes on in a further table, its
+# row labels repeated. Only a single word wider than the whole width (a long path) is folded onto the
+# next line (overflow="fold"), never cut with an ellipsis. Prose in a pipe or a file keeps to the
+# terminal's width too, and is as long as it needs when none is known (`table_console`).
 PIPED_WIDTH = 1 << 12
+FILE_WIDTH = 80  # a table's width in a pipe or a file when no terminal says one (rich's own default)
 
 
 def table_console(console: Console) -> Console:
     """`console` on a terminal; for a pipe or a file, a console on the same output (of `console`'s
     class, so that a closed pipe is handled as `console` handles it) that never breaks a word, so that
     no number or heading is cut or folded there (`| grep` sees it whole), and otherwise keeps to the
-    terminal's width (`terminal_width`): with none known, every line is as long as it needs."""
+    terminal's width (`terminal_width`): with none known, tables keep to FILE_WIDTH and every other
+    line is as long as it needs."""
     if console.is_terminal:
         return console
-    return _unbroken(type(console))(file=console.file, width=terminal_width() or PIPED_WIDTH,
-                                    no_color=console.no_color)
+    known = terminal_width()
+    piped = _unbroken(type(console))(file=console.file, width=known or PIPED_WIDTH, no_color=console.no_color)
+    piped.table_width = known or FILE_WIDTH
+    return piped
 
 
 def terminal_width() -> int | None:
@@ -47,14 +54,103 @@ def terminal_width() -> int | None:
     return None
 
 
+def print_table(console: Console, table: Table, keys: int | None = None) -> None:
+    """`table` within the console's width (`split_table`), each part laid out without breaking a word."""
+    for part in split_table(console, table, keys):
+        console.print(part)
+
+
+def split_table(console: Console, table: Table, keys: int | None = None) -> list[Table]:
+    """`table` as one table or more, each within the console's width (a `table_console`'s table
+    width) with every word and number whole: the columns share out the width they can give up, and
+    columns whose longest words cannot fit side by side go on in a further table, every part as wide
+    as the width (the title on the first, the caption on the last). keys: the leading columns every
+    part repeats (row labels); by default the first column of a table of more than one row."""
+    width = getattr(console, "table_width", None) or console.width
+    keys = (1 if table.row_count > 1 else 0) if keys is None else min(keys, len(table.columns))
+    if _least(console, table) <= width or len(table.columns) <= keys + 1:
+        return [_fit_table(console, table, width)[0]]
+    rest, labels = list(range(keys, len(table.columns))), list(range(keys))
+
+    def grouped(natural: bool) -> list[list[int]]:
+        """The columns in parts of as many as fit side by side (at their longest words, or `natural`:
+        unwrapped), evened out where as many parts still fit."""
+        def fits(group: list[int]) -> bool:
+            return _least(console, _part(table, labels + group), natural) <= width
+
+        groups: list[list[int]] = [[]]
+        for index in rest:
+            if groups[-1] and not fits(groups[-1] + [index]):
+                groups.append([])
+            groups[-1].append(index)
+        size = -(-len(rest) // len(groups))
+        even = [rest[i:i + size] for i in range(0, len(rest), size)]
+        return even if len(even) == len(groups) and all(fits(g) for g in even) else groups
+
+    groups = grouped(False)
+    natural = grouped(True)  # as many parts with nothing wrapped: headings read whole
+    if len(natural) == len(groups) and all(_least(console, _part(table, labels + g), True) <= width for g in natural):
+        groups = natural
+    wide = console.options.update_width(PIPED_WIDTH)
+    label_widths = [table._measure_column(console, wide, table.columns[i]).maximum for i in labels]
+    return [_spread(console, _part(table, labels + group, first=n == 0, last=n == len(groups) - 1), width,
+                    label_widths) for n, group in enumerate(groups)]
+
+
+def _spread(console: Console, part: Table, width: int, label_widths: list[int]) -> Table:
+    """A part of a split table across the whole `width`, so that the parts read as one table: the row
+    labels as wide in every part (`label_widths`, with padding), the other columns unwrapped and given an
+    even share of the rest; where they do not fit so, as `_fit_table` lays it out."""
+    import dataclasses
+
+    from rich._ratio import ratio_distribute
+
+    wide = console.options.update_width(PIPED_WIDTH)
+    keys = len(label_widths)
+    natural = label_widths + [part._measure_column(console, wide, c).maximum for c in part.columns[keys:]]
+    spare = width - sum(natural) - part._extra_width
+    if spare < 0:
+        return _fit_table(console, part, width)[0]
+    shares = [0] * keys + ratio_distribute(spare, [1] * (len(natural) - keys))
+    spread = copy.copy(part)
+    spread.columns = [dataclasses.replace(c, width=w + share - part._get_padding_width(c._index))
+                      for c, w, share in zip(part.columns, natural, shares)]
+    return spread
+
+
+def _least(console: Console, table: Table, natural: bool = False) -> int:
+    """The narrowest `table` can be without breaking a word (its columns' longest words and its borders),
+    or, `natural`, without wrapping a cell."""
+    wide = console.options.update_width(PIPED_WIDTH)
+    ranges = [table._measure_column(console, wide, c) for c in table.columns]
+    return sum(r.maximum if natural else r.minimum for r in ranges) + table._extra_width
+
+
+def _part(table: Table, columns: list[int], first: bool = True, last: bool = True) -> Table:
+    """`table` with only `columns` (their cells and the rows' styles kept); its title if first, caption if last."""
+    part = copy.copy(table)
+    part.columns = []
+    for index, number in enumerate(columns):
+        column = copy.copy(table.columns[number])
+        column._index = index
+        part.columns.append(column)
+    part.title = table.title if first else None
+    part.caption = table.caption if last else None
+    return part
+
+
 class _Unbroken:
     """A console mixin: each print is laid out at the console's width where it fits without breaking
-    a word (tables: `_fit_table`), else printed as wide as its longest word, or a table at its full
-    width."""
+    a word, else printed as wide as its longest word; a table is laid out by `split_table` at
+    `table_width`."""
+
+    table_width: int = FILE_WIDTH
 
     def print(self, *objects: Any, **kwargs: Any) -> None:
         if kwargs.get("width") is not None or kwargs.get("soft_wrap"):
             return super().print(*objects, **kwargs)
+        objects = tuple(part for item in objects
+                        for part in (split_table(self, item) if isinstance(item, Table) else [item]))
         width, laid = self.width, []
         for item in objects:
             item, need = _fit(self, item, width, kwargs.get("markup"))
@@ -82,8 +178,8 @@ def _fit(console: Console, item: Any, width: int, markup: bool | None) -> tuple[
     from rich.measure import Measurement
     from rich.protocol import is_renderable
 
-    if isinstance(item, Table):
-        return _fit_table(console, item, width)
+    if isinstance(item, Table):  # laid out by `split_table` already: as wide as it needs
+        return item, max(width, Measurement.get(console, console.options.update_width(PIPED_WIDTH), item).maximum)
     if isinstance(item, str):
         item = console.render_str(item, markup=markup, highlight=False)
     if not is_renderable(item):
@@ -94,7 +190,6 @@ def _fit(console: Console, item: Any, width: int, markup: bool | None) -> tuple[
 def _fit_table(console: Console, table: Table, width: int) -> tuple[Table, int]:
     """`table` in `width` columns if its longest words fit side by side there (each column given its
     longest word and a share of the rest by how much more it would take); else as wide as it needs."""
-    import copy
     import dataclasses
 
     from rich._ratio import ratio_distribute
@@ -151,7 +246,7 @@ def render_run(result: dict[str, Any], console: Console, streamed: bool = False,
         sampled.add_row("", Text(note, style="yellow"))
     sampled.add_row("times (s)", _times(frames["timestamps"]))
     sampled.add_row("cache", _cache_words(result, cache_dir, server))
-    console.print(sampled)
+    print_table(console, sampled)
 
     tokens = result["tokens"]
     before = tokens["visual_before"]
@@ -174,10 +269,11 @@ def render_run(result: dict[str, Any], console: Console, streamed: bool = False,
     newline = f" + {tokens['newline']:,} newline" if tokens.get("newline") else ""
     table.add_row("into the LLM", f"{tokens['llm_input']:,}", "",
                   f"{tokens['visual_after']:,} visual + {tokens['text']:,} text{newline}")
-    console.print(table)
+    print_table(console, table)
 
     timings = Table(title=f"time (ms) on {result['device']}" + (f" at {server}" if server else ""))
-    names = ["load"] * (load and server is None) + ["decode", "preprocess", "vision", "saliency", "compression",
+    first = load and server is None and result["timings_ms"].get("startup") is not None
+    names = ["startup"] * first + ["load"] * (load and server is None) + ["decode", "preprocess", "vision", "saliency", "compression",
                                                     "prefill", "generate"]
     for name in names:
         timings.add_column(name, justify="right", overflow="fold")
@@ -187,16 +283,32 @@ def render_run(result: dict[str, Any], console: Console, streamed: bool = False,
     if result["timings_ms"].get("warmup") is not None and server is None:  # first-call overheads, before the question
         captions.append(f"warm-up before the first question (first-call overheads): "
                         f"{_ms(result['timings_ms']['warmup'])} ms")
-    if result["timings_ms"].get("wall") is not None:  # the question's whole time, from the start of work
-        overlap = ", less than the sum: decoding overlapped loading" if result.get("decoded_while_loading") else ""
-        captions.append(f"wall {_ms(result['timings_ms']['wall'])} ms from the start of work to the last token{overlap}")
+    if result["timings_ms"].get("wall") is not None:
+        captions.append(_wall_words(result, first))
     if captions:
         timings.caption = "; ".join(captions)
-    console.print(timings)
+    print_table(console, timings)
     if result.get("picture"):
         p = result["picture"]
         console.print(f"picture: {p['path']} ({p['width']}x{p['height']}, {p['tiles']} tiles)", highlight=False,
                       markup=False)
+
+
+def _wall_words(result: dict[str, Any], first: bool) -> str:
+    """The wall time and how it relates to the stages' sum (`cli.steps._account`): decoding that ran beside
+    the load (the sum exceeds wall by it; the decode figure is slower than alone, sharing the CPU), and
+    time in no stage when it is more than a little."""
+    timings = result["timings_ms"]
+    since = "the command's start" if first else "the question"
+    words = f"wall {_ms(timings['wall'])} ms from {since} to the last token"
+    overlap = result.get("decode_overlap_ms")
+    if overlap and overlap >= 1.0:
+        words += (f"; decoding ran {_ms(overlap)} ms of its {_ms(timings.get('decode'))} beside the loading, so "
+                  f"wall is that much below the stages' sum (sharing the CPU, it decodes slower than alone)")
+    other = timings.get("other") or 0.0
+    if other >= max(50.0, 0.05 * timings["wall"]):
+        words += f"; {_ms(other)} ms in no stage"
+    return words
 
 
 CACHED_STAGES = ("decode", "preprocess", "vision", "saliency")  # what a cache hit skips
@@ -257,29 +369,22 @@ _PROFILE_MEASURES = (
 def render_profile(data: dict[str, Any], console: Console) -> None:
     """One column per run (vanilla, then each ratio), one row per measure: tokens, median and min-max
     ms of each step, speed-up, memory, FLOPs. Runs that do not fit the console's width side by side
-    continue in a further table, so no number is cut."""
+    continue in a further table (`split_table`), so no number or word is cut."""
     rows = data["rows"]
-    title = f"{data['model']} on {data['device']}: {data['frames']['count']} frames, {data['frames']['duration']:.1f} s"
+    keyed = " (key frames only)" if data["frames"].get("keyframes") else ""
+    title = (f"{data['model']} on {data['device']}: {data['frames']['count']} frames{keyed}, "
+             f"{data['frames']['duration']:.1f} s")
+    for note in data["frames"].get("notes", []):  # what was sampled, as ask's report says it
+        console.print(f"frames: {note}", style="yellow", highlight=False, markup=False)
     runs = [(run_label(row), [cell(row) for _, cell in _PROFILE_MEASURES]) for row in rows]
 
-    def table_of(chunk: list, titled: bool) -> Table:
-        table = Table(title=title if titled else None)
-        table.add_column("", overflow="fold")
-        for label, _ in chunk:
-            table.add_column(label, justify="right", overflow="fold")
-        for m, (name, _) in enumerate(_PROFILE_MEASURES):
-            table.add_row(name, *(cells[m] for _, cells in chunk))
-        return table
-
-    wide = console.options.update_width(1 << 16)  # to measure a table's natural width
-    chunk: list = []
-    printed = 0
-    for run in runs:
-        if chunk and console.measure(table_of(chunk + [run], not printed), options=wide).maximum > console.width:
-            console.print(table_of(chunk, not printed))
-            chunk, printed = [], printed + 1
-        chunk.append(run)
-    console.print(table_of(chunk, not printed))
+    table = Table(title=title)
+    table.add_column("", overflow="fold")
+    for label, _ in runs:
+        table.add_column(label, justify="right", overflow="fold")
+    for m, (name, _) in enumerate(_PROFILE_MEASURES):
+        table.add_row(name, *(cells[m] for _, cells in runs))
+    print_table(console, table, keys=1)  # runs that do not fit side by side go on in a further table
     for method in dict.fromkeys(r["method"] for r in rows):  # each method's own stages, if it times them
         timed = [r for r in rows if r["method"] == method
                  and any(k.startswith("compression.") for k in r["timings_ms"])]
@@ -293,7 +398,7 @@ def render_profile(data: dict[str, Any], console: Console) -> None:
         for row in timed:
             stages.add_row(f"{row['ratio']:g}", *(_ms_short(row["timings_ms"][f"compression.{n}"]["median"])
                                                  if f"compression.{n}" in row["timings_ms"] else "-" for n in names))
-        console.print(stages)
+        print_table(console, stages, keys=1)
     first = data.get("first_call_ms") or {}
     if first:  # the first calls of this process, against the warm medians
         warm = {"preprocess": rows[0]["timings_ms"].get("preprocess"), "vision": rows[0]["timings_ms"].get("vision"),
@@ -307,7 +412,7 @@ def render_profile(data: dict[str, Any], console: Console) -> None:
         calls.add_column("warm (median)", justify="right", overflow="fold")
         for k, v in first.items():  # the difference is what the first-call overheads cost
             calls.add_row(k, _ms_short(v), _ms_short(warm[k]["median"]) if warm.get(k) else "-")
-        console.print(calls)
+        print_table(console, calls, keys=1)
     console.print(f"[dim]times in ms: median, then min-max of {data['repeats']} runs after {data['warmup']} "
                   f"warm-up; preprocess, vision and saliency: one encoding shared by every run; TTFT = vision + "
                   f"saliency + compression + prefill; memory: {rows[0]['memory_kind']}; "
@@ -330,7 +435,7 @@ def render_methods(data: list[dict[str, Any]], console: Console) -> None:
     for method in data:
         options = ", ".join(f"{k}={v}" for k, v in method["defaults"].items() if k != "ratio") or "-"
         table.add_row(method["name"], method["summary"], options)
-    console.print(table)
+    print_table(console, table)
     console.print("[dim]--ratio sets every method's share kept (none keeps all); --preset official is ottvid's "
                   "(the authors' code); see docs/methods.md[/]")
 
@@ -346,7 +451,7 @@ def render_counts(data: dict[str, Any], ratio: float, gamma: float, console: Con
     table.add_row("temporal merge/prune", f"-{data['B_tot']}",
                   f"B_tot over {max(data['T'] - 1, 0)} pairs (r_t={data['r_t']:.3f})")
     table.add_row("output", str(data["output"]), f"{data['output'] / data['input']:.1%} of the input")
-    console.print(table)
+    print_table(console, table)
 
 
 def _render_answer(result: dict[str, Any], console: Console, streamed: bool, choices: bool) -> None:
@@ -368,8 +473,14 @@ def _render_answer(result: dict[str, Any], console: Console, streamed: bool, cho
             lines.insert(0, Text(f"choice: {result['letter']}", style="bold green"))
         elif choices:
             lines.insert(0, Text("choice: no option letter could be read from the reply", style="bold yellow"))
+    if result.get("random_model"):
+        lines.append(Text(f"random model: {result.get('model')} has random weights, its answer means nothing "
+                          f"(--model picks a real one)", style="yellow"))
     if lines:
-        console.print(Panel(Group(*lines), title="answer" if result["task"] == "ask" else "when", expand=False))
+        width = getattr(console, "table_width", None)  # in a pipe: within the tables' width, words whole
+        console.print(Panel(Group(*lines), title="answer" if result["task"] == "ask" else "when", expand=False,
+                            width=None if width is None else min(width, console.width,
+                                                                 4 + max(line.cell_len for line in lines))))
 
 
 UNKNOWN = "unknown"
@@ -400,4 +511,4 @@ def render_plain_run(result: dict[str, Any], console: Console, streamed: bool = 
     timed = ", ".join(f"{k.removesuffix('_ms')} {_ms(v)} ms" for k, v in metrics.items() if k.endswith("_ms"))
     table.add_row("time", f"the server's metrics: {timed}" if timed
                   else f"{UNKNOWN}: the server reports no stage times")
-    console.print(table)
+    print_table(console, table)

@@ -18,8 +18,8 @@ DATA = Path(__file__).parent / "data"
 runner = CliRunner()
 JSON_KEYS = {"answer", "letter", "span", "frames", "tokens", "compression", "timings_ms", "model", "ratio", "method"}
 # no "warmup": ask warms up on accelerators, or with --warm-up (test_ask_human_output)
-# wall: the question's time from the start of work (decoding overlaps loading: less than the sum)
-TIMING_KEYS = {"load", "decode", "preprocess", "vision", "saliency", "compression", "prefill", "generate", "wall"}
+# wall: from the command's start (startup) to the last token; other: the time in no stage
+TIMING_KEYS = {"startup", "load", "other", "decode", "preprocess", "vision", "saliency", "compression", "prefill", "generate", "wall"}
 
 
 def invoke(*args):

@@ -117,7 +117,7 @@ def test_a_mixed_custom_set_gives_a_vqa_and_a_grounding_column(tmp_path):
     ottvid = table["rows"][1]
     assert ottvid["average"]["vqa"] == pytest.approx(50.0)  # 1 of 2 right against vanilla's 2 of 2
     assert ottvid["average"]["grounding"] == pytest.approx(100 * 3.9 / 7.9)  # IoU 3.9/8 against 7.9/8
-    text = invoke("--table", mixed)
+    text = cli.invoke(app, ["eval", "--table", str(mixed)], env={"COLUMNS": "200"})  # headings unwrapped
     assert "VQA Avg. (%)" in text.stdout and "VTG Avg. (%)" in text.stdout
 
 

@@ -7,6 +7,7 @@ from typing import Any
 from safetensors import SafetensorError
 
 from ..settings import DEFAULT_MODEL, ModelError, first_sentence, missing_weights_message, model_config, model_source
+from ..tiny import built, is_random_model, is_tiny
 from .base import (Backbone, Generated, VisualTokens, attention_implementation, is_local, load_processor,
                    resolve_device, resolve_dtype)
 
@@ -19,7 +20,9 @@ def load_backbone(model_id: str, device: str = "auto", dtype: str = "auto", atte
     (checked first, before anything is read), the folder is missing or is not a checkpoint, the
     weights are not available (offline and not in the Hugging Face cache), or the architecture is
     not supported. When the hub cannot be reached (or HF_HUB_OFFLINE is set), a hub id is loaded from
-    the local cache without network attempts. The backbone's `load_ms` is the time this took.
+    the local cache without network attempts. The backbone's `load_ms` is the time the weights took
+    to load, from after the config is read and torch, transformers and the adapter are imported (a
+    command counts those imports in its `startup`, whichever imported them first).
 
     siglip_head: LLaVA-OneVision only: a SigLIP vision checkpoint with its attention-pooling head (hub id
     or folder, e.g. google/siglip-so400m-patch14-384), found by the same rules as the model; `encode`
@@ -30,7 +33,6 @@ def load_backbone(model_id: str, device: str = "auto", dtype: str = "auto", atte
 
     from .attention import choose_cuda_backends
 
-    start = time.perf_counter()
     resolve_dtype(dtype, resolve_device(device))
     attention_implementation(attention)
     name = model_id
@@ -46,6 +48,9 @@ def load_backbone(model_id: str, device: str = "auto", dtype: str = "auto", atte
     else:
         raise ModelError(f"unsupported model type {config.model_type!r} in {name} "
                          f"(supported: qwen2_5_vl, qwen3_vl, qwen3_vl_moe, llava_onevision)")
+    if hasattr(adapter, "model_class"):  # its transformers classes imported before the clock: an import is no load
+        adapter.model_class(model_id)
+    start = time.perf_counter()
     if is_local(model_id):
         _check_weights(model_id, name)  # a truncated download is refused before the slow load
     head = {}
@@ -70,7 +75,9 @@ def load_backbone(model_id: str, device: str = "auto", dtype: str = "auto", atte
                          f"and config.json from different models?)") from None
     choose_cuda_backends(backbone.device)
     backbone.name = name if not is_local(name) else model_id
+    backbone.random_model = is_local(model_id) and is_random_model(model_id)  # a tiny random model (ottvid_cli.tiny)
     backbone.load_ms = (time.perf_counter() - start) * 1e3
+    backbone.load_began = start  # perf_counter at the start: where a command's `startup` ends
     return backbone
 
 
@@ -84,6 +91,8 @@ def frame_plan(model_id: str) -> tuple[int, Any] | None:
 
     from transformers import AutoConfig, AutoVideoProcessor
 
+    if is_tiny(model_id) and not built(model_id):
+        return None  # built by the load, under its progress line
     try:
         source = model_source(model_id)
         config = AutoConfig.from_pretrained(source)

@@ -10,6 +10,7 @@ one-line errors), options.py (shared options), progress.py, steps.py (what every
 shares), and one module per command group (ask, profile, methods, eval, serve, convert, cache).
 """
 
+from . import clock  # noqa: F401  (first: the run's clock starts at this import)
 from .app import app, main
 
 __all__ = ["app", "main"]

@@ -14,6 +14,7 @@ import typer
 
 from .errors import _error, _fail, err
 from .options import (
+    AcceptFewFrames,
     ApiKey,
     Attention,
     CacheDir,
@@ -132,6 +133,7 @@ def ground(
     siglip_head: SiglipHead = None,
     decoder: Decoder = "auto",
     keyframes: Keyframes = False,
+    accept_few_frames: AcceptFewFrames = False,
     chunk_frames: ChunkFrames = None,
     max_visual_tokens: MaxVisualTokens = None,
     max_new_tokens: MaxNewTokens = 48,
@@ -157,7 +159,8 @@ def ground(
     _answer("ground", video, query, None, ratio, frames, fps, max_frames, model, method, preset, as_json, device,
             dtype, attention, max_pixels, max_new_tokens, output, decoder, quiet, _cache_path(cache_dir, cache_max_gb),
             method_args, siglip_head=siglip_head, cache_max_gb=cache_max_gb, warm_up=warm_up, point=point,
-            keyframes=keyframes, chunk_frames=chunk_frames, max_visual_tokens=max_visual_tokens)
+            keyframes=keyframes, chunk_frames=chunk_frames, max_visual_tokens=max_visual_tokens,
+            accept_few_frames=accept_few_frames)
 
 
 def _no_key_without_server(api_key: str | None) -> None:
@@ -311,7 +314,7 @@ def _chat_turn(session, line: str, quiet: bool) -> None:
     waited (Enter to the first token) with its stages. Ctrl-C stops it and goes back to the prompt
     (the loaded model, the caches and the earlier turns are kept; this turn is not)."""
     asked = time.perf_counter()
-    step = _Progress(quiet)
+    step = _Progress(quiet, since=asked)
     stream = _Stream(step, "")
     try:
         result = _run(lambda: session.ask(line, on_token=stream, on_step=step.step), step)

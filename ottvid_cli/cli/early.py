@@ -15,7 +15,8 @@ from typing import Any, Callable
 class EarlyDecode:
     """The video decoded in a daemon thread; `join()` returns the `video.Video` (its `decode_ms` is the
     decoding's own time) or raises what decoding raised. `failed` says whether it raised (checked by the
-    main thread after an interrupt)."""
+    main thread after an interrupt). `overlap_ms`: how much of the decoding ran while the main thread did
+    other work (imports, loading, warming up), before it began to wait in `join()`."""
 
     def __init__(self, path: str, sampling: Any, default_frames: int, resize: Any):
         self.path, self.sampling, self.default_frames, self.resize = path, sampling, default_frames, resize
@@ -23,10 +24,12 @@ class EarlyDecode:
         self.error: BaseException | None = None
         self.done = threading.Event()
         self.interrupted = False  # the main thread was interrupted because decoding failed
+        self.began = self.ended = self.waited = time.perf_counter()  # decoding's start and end; join's start
         self.thread = threading.Thread(target=self._run, name="ottvid-decode", daemon=True)
         self.thread.start()
 
     def _run(self) -> None:
+        self.began = time.perf_counter()
         from ..video import VideoError
 
         try:
@@ -37,7 +40,12 @@ class EarlyDecode:
                 self.interrupted = True
                 _thread.interrupt_main()
         finally:
+            self.ended = time.perf_counter()
             self.done.set()
+
+    @property
+    def overlap_ms(self) -> float:
+        return max(0.0, min(self.ended, self.waited) - self.began) * 1e3
 
     @property
     def failed(self) -> bool:
@@ -46,6 +54,7 @@ class EarlyDecode:
     def join(self):
         """The decoded video, once decoding is done; what decoding raised, raised here (also when its
         interrupt of the main thread lands here rather than during the load)."""
+        self.waited = time.perf_counter()
         try:
             while not self.done.wait(0.1):  # in slices, so that Ctrl-C reaches the main thread meanwhile
                 pass
@@ -102,7 +111,3 @@ def overlapped(decoding: EarlyDecode | None, work: Callable[[], Any]) -> Any:
         if decoding is None or not decoding.interrupted:
             raise
         return None
-
-
-def elapsed_ms(since: float) -> float:
-    return (time.perf_counter() - since) * 1e3

@@ -16,6 +16,8 @@ except ImportError:
 
     _Abort = click.Abort
 
+from ..compat import LibraryMismatch, check_libraries
+from . import clock
 from .console import PipeConsole
 from .help import HelpGroup
 
@@ -37,12 +39,15 @@ class _OneLineErrors(HelpGroup):
             raise typer.Exit(0) from None
 
     def main(self, args=None, prog_name=None, complete_var=None, standalone_mode=True, **extra):
+        clock.begin()
         _closed_streams_to_devnull()
         try:
             code = super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
-        except _NO_ARGS as exc:  # `ottvid` or `ottvid convert` alone: the help
-            exc.show()
-            code = EXIT_USAGE
+        except _NO_ARGS as exc:  # `ottvid` or `ottvid cache` alone: the help on stdout, exit 0, as --help
+            text = exc.format_message()  # our groups print their help themselves; click's come as text
+            if text.strip():
+                typer.echo(text)
+            code = 0
         except click.UsageError as exc:
             if not standalone_mode:
                 raise
@@ -59,10 +64,15 @@ class _OneLineErrors(HelpGroup):
                 raise
             _error("aborted")
             code = 130
+        except LibraryMismatch as exc:  # torch, torchvision, transformers that do not go together (compat.py)
+            if not standalone_mode:
+                raise
+            _error(_escaped(str(exc)))
+            code = EXIT_RUN
         except Exception as exc:  # not the user's input: our bug, or a library that changed under us
             if not standalone_mode:
                 raise
-            _error(_internal(exc))
+            _error(_libraries_at_fault() or _internal(exc))
             code = EXIT_RUN
         if not standalone_mode:
             return code
@@ -92,6 +102,25 @@ def _reader_gone() -> None:
         pass
     finally:
         os.close(devnull)
+
+
+def _libraries_at_fault() -> str:
+    """After an unexpected error: the libraries' own fault when they do not go together (their versions;
+    where the run had imported torch, also torchvision imported beside it), as one line; "" when they
+    do, or when the check itself fails (then the error is reported as it came)."""
+    try:
+        check_libraries(imports="torch" in sys.modules)
+    except LibraryMismatch as exc:
+        return _escaped(str(exc))
+    except Exception:  # noqa: BLE001 - the check of a broken installation failing too: the first error is said
+        return ""
+    return ""
+
+
+def _escaped(text: str) -> str:
+    from rich.markup import escape
+
+    return escape(text)
 
 
 def _internal(exc: BaseException) -> str:

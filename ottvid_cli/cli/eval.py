@@ -240,6 +240,13 @@ def _console():
     return table_console(out)
 
 
+def _print_table(table) -> None:
+    """`table` within the terminal's width, every score whole (`report.split_table`)."""
+    from ..report import print_table
+
+    print_table(_console(), table, keys=2)  # method and ratio name each row
+
+
 def _show_table(table: dict, as_json: bool) -> None:
     from rich.table import Table
 
@@ -263,7 +270,7 @@ def _show_table(table: dict, as_json: bool) -> None:
         values = [_number(row["scores"][label] if label is not None else row["average"][family])
                   for _, family, label in cells]
         view.add_row(row["method"], _ratio(row["method"], row["ratio"]), *values)
-    _console().print(view)
+    _print_table(view)
 
 
 def _number(value: float | None) -> str:
@@ -300,7 +307,7 @@ def _show(summary: dict, as_json: bool, failed_run: bool = False) -> None:
             row.append(_number(result["relative"]))
         table.add_row(*row)
     console = _console()
-    console.print(table)
+    _print_table(table)
     if summary.get("out"):
         console.print(f"records and summary in {summary['out']}", highlight=False, soft_wrap=True)
     errors = sum(r["errors"] for r in results)

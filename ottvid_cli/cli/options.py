@@ -91,6 +91,9 @@ Keyframes = Annotated[bool, typer.Option("--keyframes", rich_help_panel="Frames"
                                               "any other frame: far faster on long videos; each frame may sit up to "
                                               "half a key-frame interval from its planned time (the report says how "
                                               "far).")]
+AcceptFewFrames = Annotated[bool, typer.Option("--accept-few-frames", rich_help_panel="Frames",
+                                               help="With --keyframes: ground even on fewer than 8 distinct "
+                                                    "pictures (refused otherwise).")]
 Decoder = Annotated[str, typer.Option("--decoder", metavar="NAME", rich_help_panel="Frames",
                                       callback=_checked(check_choice, "--decoder", DECODERS),
                                       help="Video decoder: auto, decord or pyav.")]

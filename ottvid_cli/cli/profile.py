@@ -6,7 +6,8 @@ import typer
 
 from ..settings import check_count, check_positive
 from . import early
-from .errors import EXIT_WRITE, _fail, _tables
+from .errors import EXIT_WRITE, _fail, _tables, check_libraries
+from .keyframes import check as keyframes_check
 from .options import (
     Attention,
     Decoder,
@@ -108,6 +109,7 @@ def show(
     sampling = _sampling(frames, fps, max_frames, max_pixels, decoder, keyframes=keyframes, chunk_frames=chunk_frames)
     _check_output(output, video, method)
     _check_video(video, decoder)
+    keyframes_check("show", video, sampling, model, False, quiet)  # few key frames: said before the load
     options = _method_options([method], [ratio], preset, method_args)[method]
     progress = _Progress(quiet)
     backbone = _load(model, device, dtype, attention, max_pixels, progress, siglip_head)
@@ -179,6 +181,7 @@ def profile(
     width = height = 0
     if video is not None:
         _check_video(video, decoder)
+        keyframes_check("profile", video, sampling, model, False, quiet)  # few key frames: said before the load
     else:
         try:
             width, height = (int(v) for v in size.lower().split("x"))
@@ -187,6 +190,7 @@ def profile(
         if width < 28 or height < 28:
             _fail("the synthetic clip needs a --size of at least 28x28")
     options = _method_options(methods, ratios, preset, method_args)
+    check_libraries(imports=False)  # mismatched torch / torchvision versions: one line, before any slow import
     progress = _Progress(quiet)
     # decode while the model loads (a short sample: a long one is prepared from the file, chunk by chunk)
     decoding = early.start(model, video, sampling) if video is not None and early.short(sampling, video) else None

@@ -5,6 +5,7 @@ from __future__ import annotations
 import sys
 import time
 
+from . import clock
 from .errors import err
 
 
@@ -14,9 +15,11 @@ class _Progress:
     LABELS = {"decode": "decoding video", "preprocess": "preprocessing", "vision": "running the vision encoder",
               "compression": "compressing visual tokens", "generate": "generating"}
 
-    def __init__(self, quiet: bool):
+    def __init__(self, quiet: bool, since: float | None = None):
+        """`since`: what the lines' times count from (a perf_counter value; by default the command's start,
+        as the report's wall, and a first line says the command started)."""
         self.quiet = quiet
-        self.start = time.perf_counter()
+        self.start = clock.started() if since is None else since
         self.spinner = None  # a rich Live showing `self.dots`
         if not quiet and err.is_terminal:
             from rich.live import Live
@@ -25,6 +28,8 @@ class _Progress:
             self.dots = Spinner("dots", text="starting ...")
             self.spinner = Live(self.dots, console=err, transient=True, refresh_per_second=12.5)
             self.spinner.start()
+        elif not quiet and since is None:  # at once: the imports (torch, transformers) that come next take seconds
+            self._line("starting")
 
     def step(self, name: str) -> None:
         """Say the step now starting. The new words are drawn at once, in this thread: the step that
@@ -35,7 +40,7 @@ class _Progress:
             self.dots.update(text=label + " ...")
             self.spinner.refresh()
         elif not self.quiet:
-            err.print(f"[{time.perf_counter() - self.start:6.1f} s] {label}", highlight=False, markup=False)
+            self._line(label)
 
     def advance(self, stage: str, done: int, total: int) -> None:
         """How far a long step has come (`progress.reporting`'s callback): done / total frames and the time
@@ -53,7 +58,12 @@ class _Progress:
             self.spinner.refresh()
         elif not self.quiet and total and done * 10 // total > self._tenth:
             self._tenth = done * 10 // total
-            err.print(f"[{now - self.start:6.1f} s] {text}", highlight=False, markup=False)
+            self._line(text)
+
+    def _line(self, text: str) -> None:
+        """A timestamped line, whole however long (a path is never broken across lines)."""
+        err.print(f"[{time.perf_counter() - self.start:6.1f} s] {text}", highlight=False, markup=False,
+                  soft_wrap=True)
 
     def stop(self) -> None:
         if self.spinner is not None:
@@ -102,10 +112,19 @@ class _Stream:
             self.progress.stop()
             sys.stdout.write(self.label)
             self.started = True
-        sys.stdout.write(piece)
+        sys.stdout.write(printable(piece))
         sys.stdout.flush()
 
     def close(self) -> None:
         if self.started:
             sys.stdout.write("\n")
             sys.stdout.flush()
+
+
+_CONTROLS = {c: "\ufffd" for c in [*range(0x00, 0x09), *range(0x0B, 0x20), 0x7F, *range(0x80, 0xA0)]}
+
+
+def printable(text: str) -> str:
+    """`text` with the control characters a model may generate (an escape sequence would move the cursor,
+    recolour or retitle the terminal) shown as U+FFFD; tabs and line breaks kept."""
+    return text.translate(_CONTROLS)

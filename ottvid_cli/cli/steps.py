@@ -9,7 +9,7 @@ from typing import Any
 import typer
 
 from ..settings import DEFAULT_MAX_FRAMES, SettingsError
-from .errors import EXIT_NO_SPAN, EXIT_RUN, EXIT_WRITE, _fail, _tables, err, out
+from .errors import EXIT_NO_SPAN, EXIT_RUN, EXIT_WRITE, _fail, _tables, check_libraries, err, out
 from .progress import _Progress, _quiet_libraries, _Stream
 
 
@@ -136,6 +136,7 @@ def _load(model: str, device: str, dtype: str, attention: str, max_pixels: int |
         model_source(model)  # an unavailable hub model fails here, before torch is imported
         if siglip_head is not None:
             model_source(siglip_head)
+        check_libraries()  # torch / torchvision / transformers that do not go together: one line, before the load
         _quiet_libraries(progress.quiet)
         from ..backbones import load_backbone
 
@@ -213,7 +214,7 @@ def _answer(task: str, video: str, texts, options, ratio, frames, fps, max_frame
             as_json, device, dtype, attention, max_pixels, max_new_tokens, output, decoder, quiet,
             cache_dir=None, method_args=None, siglip_head=None, cache_max_gb=None, point: bool = False,
             warm_up: bool | None = None, keyframes: bool = False, chunk_frames=None,
-            max_visual_tokens: int | None = None) -> None:
+            max_visual_tokens: int | None = None, accept_few_frames: bool = False) -> None:
     """ask and ground: check everything, load, run each question (one preparation and one prefix for
     all, session.Engine), print each result, then report a failed picture. With --json, one question
     prints an object, several a list of them in order."""
@@ -221,7 +222,8 @@ def _answer(task: str, video: str, texts, options, ratio, frames, fps, max_frame
 
     from ..progress import reporting
     from ..report import render_run
-    from . import early
+    from . import clock, early
+    from .keyframes import check as keyframes_check
 
     texts = [texts] if isinstance(texts, str) else list(texts)
     model, device, dtype, ratio, frames = _settle(model, device, dtype, ratio, frames, fps, task == "ask")
@@ -233,10 +235,12 @@ def _answer(task: str, video: str, texts, options, ratio, frames, fps, max_frame
         _fail("--max-visual-tokens lowers the ratio of a compressing method: --method none keeps every token")
     _check_output(output, video, method)
     _check_video(video, decoder)
+    keyframes_check(task, video, sampling, model, accept_few_frames, quiet)  # few key frames: before any load
     ratio = 1.0 if method == "none" else ratio
-    method_options = _method_options([method], [ratio], preset, method_args)[method]
+    check_libraries(imports=False)  # mismatched torch / torchvision versions: one line, before any slow import
+    method_options = _method_options([method], [ratio], preset, method_args)[method]  # imports torch
     progress = _Progress(quiet)
-    began = time.perf_counter()  # the start of work: the wall clock of the first question counts from here
+    began = clock.started()  # the first question's wall counts from the command's start (`startup` first)
     # decode while the model loads (not with --cache-dir, whose entry may spare the decoding altogether, nor
     # for a sample that may be long: that one is prepared chunk by chunk, its frames never all held)
     decoding = early.start(model, video, sampling) if cache_dir is None and early.short(sampling, video) else None
@@ -280,10 +284,10 @@ def _answer(task: str, video: str, texts, options, ratio, frames, fps, max_frame
         stream.close()
         _cache_warnings(engine, quiet)
         data = result.to_dict()
-        if decoding is not None and i == 0 and not data.get("cache_hit"):  # decoded while the model loaded
+        overlap = decoding.overlap_ms if decoding is not None and i == 0 else None
+        if overlap is not None and not data.get("cache_hit"):  # decoded while the model loaded
             data["timings_ms"]["decode"] = source.decode_ms
-        data["timings_ms"]["wall"] = early.elapsed_ms(started)  # from the start of work to the last token
-        data["decoded_while_loading"] = decoding is not None and i == 0
+        clock.account(data, clock.since_ms(started), engine.backbone, began if i == 0 else None, overlap)
         if i == 0 and output is not None:
             picture, failure = _write_picture(result.prepared, output)
             if picture is not None:
