@@ -6,6 +6,8 @@ from dataclasses import dataclass
 
 import torch
 
+from .threads import serial
+
 
 @dataclass
 class Matching:
@@ -29,14 +31,15 @@ def match_pairs(
     budgets: (P,) integers <= K. Ties go to the lowest index (first maximum, stable sort).
     inclusive: merge if C <= tau_c (the authors' code) instead.
     """
-    best, target = plan.max(dim=1)  # each source column's largest entry and its destination row
-    order = torch.sort(best, dim=-1, descending=True, stable=True).indices
-    k = plan.shape[-1]
-    in_budget = torch.arange(k, device=plan.device) < budgets.to(plan.device).unsqueeze(-1)
-    taken = torch.zeros_like(in_budget).scatter_(1, order, in_budget)
-    match_cost = cost.gather(1, target.unsqueeze(1)).squeeze(1)  # C_t[target(j), j]
-    merged = taken & (match_cost <= tau_c if inclusive else match_cost < tau_c)
-    return Matching(target=target, merged=merged, pruned=taken & ~merged)
+    with serial(plan.device, plan.numel()):  # small ops, on one CPU thread (threads.py)
+        best, target = plan.max(dim=1)  # each source column's largest entry and its destination row
+        order = torch.sort(best, dim=-1, descending=True, stable=True).indices
+        k = plan.shape[-1]
+        in_budget = torch.arange(k, device=plan.device) < budgets.to(plan.device).unsqueeze(-1)
+        taken = torch.zeros_like(in_budget).scatter_(1, order, in_budget)
+        match_cost = cost.gather(1, target.unsqueeze(1)).squeeze(1)  # C_t[target(j), j]
+        merged = taken & (match_cost <= tau_c if inclusive else match_cost < tau_c)
+        return Matching(target=target, merged=merged, pruned=taken & ~merged)
 
 
 @dataclass
@@ -90,12 +93,13 @@ def average_components(features: torch.Tensor, collapse_: Collapse) -> torch.Ten
     """
     m = collapse_.roots.numel()
     out = torch.empty(m + 1, features.shape[-1], device=features.device, dtype=torch.float32)
-    out[:m] = features[collapse_.roots]
-    out[m] = 0.0
-    root_node = torch.zeros_like(collapse_.row, dtype=torch.bool)
-    root_node.index_fill_(0, collapse_.roots, True)  # not `[roots] = True`: a scalar put waits for the device
-    # Every node is added once, members to their row, the rest (roots, dropped) to the spare row m:
-    # the same additions, in the same order, as adding the members alone, with no host round trip.
-    target = torch.where((collapse_.row >= 0) & ~root_node, collapse_.row, m)
-    out.index_add_(0, target, features.float())
-    return out[:m].div_(collapse_.count.unsqueeze(-1).to(out.dtype))  # x / 1 == x: singletons stay exact
+    with serial(features.device, out.numel()):  # a few row copies and sums, on one CPU thread (threads.py)
+        out[:m] = features[collapse_.roots]
+        out[m] = 0.0
+        root_node = torch.zeros_like(collapse_.row, dtype=torch.bool)
+        root_node.index_fill_(0, collapse_.roots, True)  # not `[roots] = True`: a scalar put waits for the device
+        # Every node is added once, members to their row, the rest (roots, dropped) to the spare row m:
+        # the same additions, in the same order, as adding the members alone, with no host round trip.
+        target = torch.where((collapse_.row >= 0) & ~root_node, collapse_.row, m)
+        out.index_add_(0, target, features.float())
+        return out[:m].div_(collapse_.count.unsqueeze(-1).to(out.dtype))  # x / 1 == x: singletons stay exact

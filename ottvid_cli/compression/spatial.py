@@ -11,6 +11,7 @@ import torch
 
 from .backend import choose
 from .config import SPATIALS
+from .threads import serial
 
 _NORM_EPS = 1e-8
 _BLOCK_ELEMENTS = 1 << 21
@@ -54,11 +55,16 @@ def gram_cosine(features: torch.Tensor, inv_norm: torch.Tensor | None = None) ->
     sim = torch.empty(t, n, n, device=x.device, dtype=torch.float32)
     edges = [n * i // _GRAM_BLOCKS for i in range(_GRAM_BLOCKS + 1)] if n >= 64 else [0, n]
     for lo, hi in zip(edges[:-1], edges[1:]):
-        sim[:, lo:hi, :hi] = torch.bmm(x[:, lo:hi], x[:, :hi].transpose(1, 2))
-        sim[:, :lo, lo:hi] = sim[:, lo:hi, :lo].transpose(1, 2)
-    if inv_norm is None:  # ||x_i||^2 = G_ii
-        inv_norm = sim.diagonal(dim1=1, dim2=2).clamp_min(0.0).sqrt().clamp_min_(_NORM_EPS).reciprocal_()
-    return sim.mul_(inv_norm.unsqueeze(-1)).mul_(inv_norm.unsqueeze(-2)).clamp_(-1.0, 1.0), inv_norm
+        block = torch.bmm(x[:, lo:hi], x[:, :hi].transpose(1, 2))  # on every thread; the rest, element-wise,
+        with serial(x.device, sim.numel()):  # on one CPU thread (threads.py)
+            sim[:, lo:hi, :hi] = block
+        del block
+    with serial(x.device, sim.numel()):
+        for lo, hi in zip(edges[:-1], edges[1:]):
+            sim[:, :lo, lo:hi] = sim[:, lo:hi, :lo].transpose(1, 2)
+        if inv_norm is None:  # ||x_i||^2 = G_ii
+            inv_norm = sim.diagonal(dim1=1, dim2=2).clamp_min(0.0).sqrt().clamp_min_(_NORM_EPS).reciprocal_()
+        return sim.mul_(inv_norm.unsqueeze(-1)).mul_(inv_norm.unsqueeze(-2)).clamp_(-1.0, 1.0), inv_norm
 
 
 def select_tokens(
@@ -97,14 +103,16 @@ def select_from_similarity(
         order = kernels.greedy_coverage(sim, w, k, candidate_weighted=method == "scope")
     elif method in ("coverage", "scope"):
         # Groups are independent: run them in blocks of about 8 MB of similarities, so that the
-        # k passes of the greedy loop stay in cache.
+        # k passes of the greedy loop stay in cache; on the CPU, on one thread (threads.py).
         block = max(1, _BLOCK_ELEMENTS // (n * n))
-        order = torch.cat([
-            _greedy_coverage(sim[i : i + block], w[i : i + block], k, candidate_weighted=method == "scope")
-            for i in range(0, sim.shape[0], block)
-        ])
+        with serial(sim.device, min(block, sim.shape[0]) * n * n):
+            order = torch.cat([
+                _greedy_coverage(sim[i : i + block], w[i : i + block], k, candidate_weighted=method == "scope")
+                for i in range(0, sim.shape[0], block)
+            ])
     else:
-        order = _greedy_max_min(sim, w, k, saliency_scaled=method == "adts")
+        with serial(sim.device, sim.shape[0] * n):  # k steps over (T, N)
+            order = _greedy_max_min(sim, w, k, saliency_scaled=method == "adts")
     return torch.sort(order, dim=-1).values
 
 
@@ -201,6 +209,11 @@ def mass_from_similarity(
     sim: torch.Tensor, w: torch.Tensor, selected: torch.Tensor, tau_m: float, method: str = "coverage"
 ) -> torch.Tensor:
     """Mass on a precomputed similarity (T, N, N), weights w (T, N) and selection (T, k)."""
+    with serial(sim.device, selected.numel() * sim.shape[1]):  # small ops, on one CPU thread (threads.py)
+        return _mass(sim, w, selected, tau_m, method)
+
+
+def _mass(sim: torch.Tensor, w: torch.Tensor, selected: torch.Tensor, tau_m: float, method: str) -> torch.Tensor:
     t, k = selected.shape
     if k == 1:
         return torch.ones(t, 1, device=sim.device)

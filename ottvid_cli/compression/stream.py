@@ -133,7 +133,8 @@ class OTTVidStream:
             selected = select_from_similarity(sim, w, counts.K, config.spatial, backend=path)  # S_t, (t, K)
         local = (selected + torch.arange(t, device=x.device).unsqueeze(-1) * self.tokens).reshape(-1)
         self._parts["selected"].append(selected)
-        self._parts["kept"].append(features.reshape(t * self.tokens, -1)[local].view(t, counts.K, -1))
+        kept = features.reshape(t * self.tokens, -1)[local].view(t, counts.K, -1)
+        self._parts["kept"].append(kept)
         self._keep_extra([e.reshape(t * self.tokens, -1)[local].view(t, counts.K, -1) for e in extra])
         self.added += t
         if self.groups == 1:  # the spatial stage only
@@ -146,7 +147,7 @@ class OTTVidStream:
             del sim
         self._parts["mass"].append(mass)
         with stage("cost"):
-            chosen = x.reshape(t * self.tokens, -1)[local].view(t, counts.K, -1)
+            chosen = kept.float()  # = x's rows (the same rounding); no second gather for float32 input
             chosen_inv = inv_norm.reshape(-1)[local].view(t, counts.K)
             positions = grid_positions(selected, self.grid)
             now = (x, inv_norm, chosen, chosen_inv, positions)

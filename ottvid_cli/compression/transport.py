@@ -13,6 +13,7 @@ import torch.nn.functional as F
 
 from ..interrupt import checkpoint
 from .spatial import inverse_norms
+from .threads import serial
 
 # exp() of float32 arguments below this is < 1e-34 of the largest term of a log-sum-exp and
 # cannot change the sum; clamping there avoids the very slow denormal path of CPU exp.
@@ -65,10 +66,11 @@ def colocated_dots(x: torch.Tensor, blocked: bool | None = None) -> torch.Tensor
     flat = x.reshape(-1, dim)
     rows = max(1, (1 << 20) // max(dim, 1))
     buffer = torch.empty(min(rows, max(out.numel(), 1)), dim, device=x.device, dtype=x.dtype)
-    for start in range(0, out.numel(), rows):
-        stop = min(start + rows, out.numel())
-        torch.mul(flat[start:stop], flat[start + tokens : stop + tokens], out=buffer[: stop - start])
-        torch.sum(buffer[: stop - start], -1, out=out[start:stop])
+    with serial(x.device, buffer.numel()):  # a loop of small ops, on one CPU thread (threads.py)
+        for start in range(0, out.numel(), rows):
+            stop = min(start + rows, out.numel())
+            torch.mul(flat[start:stop], flat[start + tokens : stop + tokens], out=buffer[: stop - start])
+            torch.sum(buffer[: stop - start], -1, out=out[start:stop])
     return out.view(max(pairs, 0), tokens)
 
 
@@ -99,17 +101,19 @@ def transport_cost(
     """
     x = selected_features.float()
     inv = inverse_norms(x) if inv_norm is None else inv_norm
-    cos = torch.bmm(x[:-1], x[1:].transpose(1, 2)).mul_(inv[:-1].unsqueeze(-1)).mul_(inv[1:].unsqueeze(-2))
-    c_sem = 1.0 - cos.clamp_(0.0 if semantic == "clamped" else -1.0, 1.0)
-    if location == "per_axis":
-        p = torch.stack((positions[..., 0] / max(grid[0] - 1, 1), positions[..., 1] / max(grid[1] - 1, 1)), -1)
-        c_loc = torch.cdist(p[:-1], p[1:]) / math.sqrt(2.0)
-    elif (d_max := math.hypot(grid[0] - 1, grid[1] - 1)) > 0:
-        c_loc = torch.cdist(positions[:-1], positions[1:]) / d_max
-    else:
-        c_loc = torch.zeros_like(c_sem)
-    a = alpha.view(-1, 1, 1)
-    return a * c_sem + (1.0 - a) * c_loc
+    cos = torch.bmm(x[:-1], x[1:].transpose(1, 2))  # on every thread; the rest on one CPU thread (threads.py)
+    with serial(cos.device, cos.numel()):
+        cos.mul_(inv[:-1].unsqueeze(-1)).mul_(inv[1:].unsqueeze(-2))
+        c_sem = 1.0 - cos.clamp_(0.0 if semantic == "clamped" else -1.0, 1.0)
+        if location == "per_axis":
+            p = torch.stack((positions[..., 0] / max(grid[0] - 1, 1), positions[..., 1] / max(grid[1] - 1, 1)), -1)
+            c_loc = torch.cdist(p[:-1], p[1:]) / math.sqrt(2.0)
+        elif (d_max := math.hypot(grid[0] - 1, grid[1] - 1)) > 0:
+            c_loc = torch.cdist(positions[:-1], positions[1:]) / d_max
+        else:
+            c_loc = torch.zeros_like(c_sem)
+        a = alpha.view(-1, 1, 1)
+        return a * c_sem + (1.0 - a) * c_loc
 
 
 def sinkhorn(
@@ -153,8 +157,9 @@ def solve_transport(
 
         if kernels.fits(a.shape[-1]):
             return kernels.sinkhorn(a, b, cost, eps, max_iter, tol, early_stop=early_stop)
-    plan, iterations, error = _sinkhorn_log(a, b, cost, eps, max_iter, tol, early_stop=early_stop)
-    return plan, iterations, error, transport_difficulty(plan, cost)
+    with serial(a.device, cost.numel()):  # many small ops, on one CPU thread (threads.py)
+        plan, iterations, error = _sinkhorn_log(a, b, cost, eps, max_iter, tol, early_stop=early_stop)
+        return plan, iterations, error, transport_difficulty(plan, cost)
 
 
 def sinkhorn_log(
@@ -217,6 +222,12 @@ def _sinkhorn_log(
         )
     if eps <= 0 or max_iter < 1 or tol <= 0:
         raise ValueError("sinkhorn needs eps > 0, max_iter >= 1 and tol > 0")
+    with serial(a.device, cost.numel()):  # many small ops, on one CPU thread (threads.py)
+        return _iterate(a, b, cost, eps, max_iter, tol, absorb, check_every, early_stop)
+
+
+def _iterate(a, b, cost, eps, max_iter, tol, absorb, check_every, early_stop):
+    """`_sinkhorn_log` on checked inputs."""
     if absorb is None:
         absorb = a.device.type == "cpu"
     a, b = a.float(), b.float()
