@@ -94,7 +94,10 @@ def average_components(features: torch.Tensor, collapse_: Collapse) -> torch.Ten
     m = collapse_.roots.numel()
     out = torch.empty(m + 1, features.shape[-1], device=features.device, dtype=torch.float32)
     with serial(features.device, out.numel()):  # a few row copies and sums, on one CPU thread (threads.py)
-        out[:m] = features[collapse_.roots]
+        if features.dtype == out.dtype:  # the roots' rows straight into place
+            torch.index_select(features, 0, collapse_.roots, out=out[:m])
+        else:
+            out[:m] = features.index_select(0, collapse_.roots)
         out[m] = 0.0
         root_node = torch.zeros_like(collapse_.row, dtype=torch.bool)
         root_node.index_fill_(0, collapse_.roots, True)  # not `[roots] = True`: a scalar put waits for the device

@@ -31,6 +31,7 @@ from .merge import average_components, collapse, match_pairs
 from .ottvid import (Compressed, CompressionReport, _clean, _raise_unless, _total, _validate, pair_cap, to_device,
                      token_counts)
 from .spatial import gram_cosine, inverse_norms, mass_from_similarity, normalize_saliency, select_from_similarity
+from .threads import serial
 from .transport import grid_positions, mixing_weight, solve_transport, transport_cost
 
 
@@ -133,9 +134,11 @@ class OTTVidStream:
             selected = select_from_similarity(sim, w, counts.K, config.spatial, backend=path)  # S_t, (t, K)
         local = (selected + torch.arange(t, device=x.device).unsqueeze(-1) * self.tokens).reshape(-1)
         self._parts["selected"].append(selected)
-        kept = features.reshape(t * self.tokens, -1)[local].view(t, counts.K, -1)
+        with serial(x.device, t * counts.K * x.shape[-1]):  # row gathers, on one CPU thread (threads.py)
+            kept = features.reshape(t * self.tokens, -1).index_select(0, local).view(t, counts.K, -1)
+            self._keep_extra([e.reshape(t * self.tokens, -1).index_select(0, local).view(t, counts.K, -1)
+                              for e in extra])
         self._parts["kept"].append(kept)
-        self._keep_extra([e.reshape(t * self.tokens, -1)[local].view(t, counts.K, -1) for e in extra])
         self.added += t
         if self.groups == 1:  # the spatial stage only
             return
@@ -147,7 +150,8 @@ class OTTVidStream:
             del sim
         self._parts["mass"].append(mass)
         with stage("cost"):
-            chosen = kept.float()  # = x's rows (the same rounding); no second gather for float32 input
+            with serial(x.device, kept.numel()):  # = x's rows (the same rounding); float32: no copy at all
+                chosen = kept.float()
             chosen_inv = inv_norm.reshape(-1)[local].view(t, counts.K)
             positions = grid_positions(selected, self.grid)
             now = (x, inv_norm, chosen, chosen_inv, positions)
@@ -210,7 +214,7 @@ class OTTVidStream:
                                                          config.budget_rounding)  # B_t
             kept = groups * counts.K - int(budgets.sum())  # each operation removes one token
             budgets = to_device(budgets, device)
-        with stage("merge"):
+        with stage("merge"), serial(device, chosen.numel()):  # gathers and sums, on one CPU thread (threads.py)
             matching = match_pairs(plan, cost, budgets, config.tau_c, inclusive=config.merge_rule == "inclusive")
             components = collapse(matching, groups, kept)
             out = average_components(chosen.float(), components).to(self._dtype)

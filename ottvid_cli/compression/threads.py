@@ -33,11 +33,11 @@ from typing import ContextManager, Iterator
 
 import torch
 
-# Blocks whose ops hold up to this many elements run on one thread (8 MB of float32: at most a few
-# hundred microseconds of work an op, less than one wait for a descheduled thread). It covers the
-# greedy selection's blocks (spatial.py keeps them at 2^21 similarities) and the Sinkhorn batch up
-# to T = 240 groups at K = 81; above it, an op's work pays for the threads on a quiet machine.
-SERIAL_ELEMENTS = 1 << 21
+# Blocks whose ops hold up to this many elements run on one thread (32 MB of float32: about a
+# millisecond of work an op at most, what one wait for a descheduled thread can cost). At the
+# shapes benchmarks/compression.py measures up to 64 groups, that is every stage but the two
+# matrix products; longer calls keep every thread for their largest ops.
+SERIAL_ELEMENTS = 1 << 23
 
 
 def serial(device: torch.device, elements: int) -> ContextManager[None]:
