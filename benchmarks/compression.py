@@ -5,6 +5,7 @@
     python benchmarks/compression.py --method all     # every registered method next to its official code
     python benchmarks/compression.py --method fastvid unicomp --shapes qwen --ratios 0.1
     python benchmarks/compression.py --shapes qwen --ratios 0.1 --neighbour vllm   # quiet, then beside a busy vLLM
+    python benchmarks/compression.py --shapes qwen --ratios 0.1 --inside vllm      # quiet, then in vLLM's worker
 
 Each shape/ratio runs in a fresh subprocess so that peak memory is its own: on CPU the growth of
 the process's peak RSS over its RSS before the call, on CUDA torch.cuda.max_memory_allocated
@@ -13,13 +14,15 @@ three warm-up runs. Inputs are video-like tokens (benchmarks/synthetic.py): with
 features Sinkhorn would converge in a few iterations, which real video tokens do not.
 
 --neighbour measures every row twice: quiet, then beside another process that keeps the same cores
-busy, started once for all rows. "vllm": vLLM's CPU server (the environment tests/vllm_env.py builds;
+busy, started once for all rows. "vllm": vLLM's CPU server (the environment tests/support/vllm_env.py builds;
 docs/vllm.md, "Testing on the CPU") serving the tiny test Qwen2.5-VL, with requests of 128 generated
 tokens sent back to back; its worker's OpenMP threads are bound to these cores, as vLLM binds them.
 "spin": the stand-in where that environment is missing: a process whose OpenMP threads are bound the
 same way (GOMP_CPU_AFFINITY, one a core) running small PyTorch ops in a loop, as a decoding server
 does. --threads N sets torch's thread count in the measured process (e.g. 1, to compare);
---all-threads runs the stages that ottvid_cli/compression/threads.py keeps on one CPU thread (the
+--inside vllm measures every row again inside vLLM's CPU worker (a separate process, its OpenMP
+threads bound to these cores, `torch.set_num_threads` fixed by vLLM), through `LLM.collective_rpc`, as
+the plugin's compression runs there. --all-threads runs the stages that ottvid_cli/compression/threads.py keeps on one CPU thread (the
 Sinkhorn and greedy loops, the element-wise rest of each stage) on every thread instead.
 """
 
@@ -124,6 +127,23 @@ def cores() -> list[int]:
     return sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else list(range(os.cpu_count() or 1))
 
 
+def vllm_env():
+    """The vLLM CPU environment the plugin's tests use (tests/support/vllm_env.py, its one builder: built
+    on first use, about 4 minutes and 6 GB, then cached); an exit with the reason when it cannot be."""
+    sys.path.insert(0, str(ROOT))
+    from tests.support.vllm_env import VllmEnvError, serving, vllm_env as build
+
+    try:
+        return build(), serving
+    except VllmEnvError as exc:
+        raise SystemExit(f"no vLLM environment: {exc} (or use --neighbour spin)") from None
+
+
+def vllm_python() -> Path:
+    """The python of the vLLM CPU environment (`vllm_env`)."""
+    return vllm_env()[0].python
+
+
 @contextlib.contextmanager
 def neighbour(kind: str) -> Iterator[str]:
     """Another process keeping this process's cores busy while the block runs; yields what it is."""
@@ -137,19 +157,14 @@ def neighbour(kind: str) -> Iterator[str]:
             spin.kill()
             spin.wait()
         return
-    sys.path.insert(0, str(ROOT / "tests"))
     import httpx
-    import vllm_env
 
     from ottvid_cli.tiny import build_tiny_qwen2_5_vl
 
-    env = vllm_env.cache_root() / vllm_env.env_name()
-    if not (env / vllm_env.MARKER).is_file():
-        raise SystemExit(f"no vLLM environment at {env}: `python tests/vllm_env.py` builds it (about 4 minutes, "
-                         f"6 GB), or use --neighbour spin")
+    env, serving = vllm_env()
     with tempfile.TemporaryDirectory(prefix="ottvid-neighbour-") as tmp:
         model = build_tiny_qwen2_5_vl(Path(tmp) / "model", **TINY_VLLM)
-        with vllm_env.serving(env / "bin" / "python", model, [], Path(tmp) / "server.log", timeout=600) as url:
+        with serving(env.python, model, [], Path(tmp) / "server.log", timeout=600) as url:
             stop, served = threading.Event(), threading.Event()
 
             def load() -> None:  # requests back to back: the worker decodes all the time
@@ -164,11 +179,64 @@ def neighbour(kind: str) -> Iterator[str]:
             sender.start()
             served.wait(timeout=300)
             try:
-                yield (f"vLLM {vllm_env.VERSION} CPU server (tiny Qwen2.5-VL, OpenMP threads bound to cores "
+                yield (f"vLLM {env.versions.get('vllm', '?')} CPU server (tiny Qwen2.5-VL, OpenMP threads bound to cores "
                        f"{' '.join(map(str, cores()))}) generating 128 tokens a request, back to back")
             finally:
                 stop.set()
                 sender.join(timeout=120)
+
+
+def in_worker(worker, benchmarks: str, rows: list, repeats: int, all_threads: bool) -> list[dict]:
+    """Run in vLLM's worker (`LLM.collective_rpc`): each (shape, ratio) measured there, with the thread
+    settings vLLM gave the worker."""
+    sys.path.insert(0, benchmarks)
+    from compression import run_one
+
+    from ottvid_cli.compression import threads as scoping
+
+    found = [run_one(shape, ratio, repeats, "cpu", all_threads=all_threads) for shape, ratio in rows]
+    for row in found:  # whether threads.serial can act here (vLLM replaces torch.set_num_threads once bound)
+        row["scoped"] = scoping._scoped_threads()
+    return found
+
+
+def worker_rows(args: argparse.Namespace) -> None:
+    """--worker: (in the vLLM environment) start vLLM on the tiny model, measure inside its worker, print JSON."""
+    here = Path(__file__).resolve().parent  # not on the path: benchmarks/vllm.py would shadow vllm
+    sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != here]
+    from vllm import LLM
+
+    from ottvid_cli.tiny import build_tiny_qwen2_5_vl
+
+    with tempfile.TemporaryDirectory(prefix="ottvid-worker-") as tmp:
+        model = build_tiny_qwen2_5_vl(Path(tmp) / "model", **TINY_VLLM)
+        llm = LLM(model=str(model), dtype="float32", enforce_eager=True, max_model_len=4096,
+                  kv_cache_memory_bytes=64 * 2**20, limit_mm_per_prompt={"video": 1}, seed=0)
+        rows = [(shape, ratio) for shape in args.shapes for ratio in args.ratios]
+        found = llm.collective_rpc(in_worker, args=(str(Path(__file__).parent), rows, args.repeats,
+                                                    args.all_threads))[0]
+    for row in found:
+        print(json.dumps(row), flush=True)
+
+
+def inside_vllm(args: argparse.Namespace) -> list[dict]:
+    """Every row measured inside vLLM's CPU worker (a separate process, as `vllm serve` runs it; its
+    OpenMP threads bound to these cores), through the vLLM environment's python."""
+    env_python = vllm_python()
+    environ = {**os.environ, "PYTHONPATH": str(ROOT), "VLLM_TARGET_DEVICE": "cpu", "VLLM_CPU_NUM_OF_RESERVED_CPU": "0",
+               "HF_HUB_OFFLINE": "1", "VLLM_ALLOW_INSECURE_SERIALIZATION": "1",  # collective_rpc with a function
+               "VLLM_CPU_OMP_THREADS_BIND": ",".join(map(str, cores())), "TOKENIZERS_PARALLELISM": "false"}
+    cmd = [str(env_python), __file__, "--worker", "--shapes", *args.shapes, "--ratios", *map(str, args.ratios),
+           "--repeats", str(args.repeats), *(["--all-threads"] if args.all_threads else [])]
+    done = subprocess.run(cmd, capture_output=True, text=True, env=environ)
+    if done.returncode:
+        raise SystemExit(f"measuring inside vLLM's worker failed:\n{done.stderr[-3000:]}")
+    rows = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
+    for row in rows:
+        row["beside"] = "inside vLLM's worker" + ("" if row["scoped"] else " (set_num_threads fixed by vLLM)")
+        if args.json:
+            print(json.dumps(row), flush=True)
+    return rows
 
 
 def main() -> None:
@@ -183,6 +251,9 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=None, help="torch's thread count in the measured process")
     parser.add_argument("--all-threads", action="store_true",
                         help="run the stages that compression.threads keeps on one CPU thread on every thread instead")
+    parser.add_argument("--inside", choices=("vllm",), default=None,
+                        help="also measure every row inside vLLM's CPU worker (LLM.collective_rpc), as the plugin runs")
+    parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--one", nargs=2, metavar=("SHAPE", "RATIO"), help=argparse.SUPPRESS)
     parser.add_argument("--method", nargs="+", default=None, metavar="NAME",
                         help="time registered methods (or 'all') instead of OTT-Vid's stages: benchmarks/methods.py, "
@@ -200,7 +271,12 @@ def main() -> None:
         print(json.dumps(run_one(args.one[0], float(args.one[1]), args.repeats, args.device, args.threads,
                                  args.all_threads)))
         return
+    if args.worker:
+        worker_rows(args)
+        return
     rows = measure(args, "quiet")
+    if args.inside:
+        rows += inside_vllm(args)
     if args.neighbour != "none":
         with neighbour(args.neighbour) as what:
             rows += measure(args, what)
@@ -241,7 +317,8 @@ def print_table(rows: list[dict]) -> None:
         if neighbours:
             beside = r.get("beside", "quiet")
             base = quiet.get((r["shape"], r["ratio"]))
-            lines[-1] += ["quiet" if beside == "quiet" else f"neighbour {neighbours.index(beside) + 1}",
+            label = "quiet" if beside == "quiet" else f"neighbour {neighbours.index(beside) + 1}"
+            lines[-1] += [label.replace("neighbour", "setting") if beside.startswith("inside") else label,
                           f"{r['total_ms'] / base:.1f}x" if base else "-", f"{r['load']:.1f}"]
     widths = [max(len(line[i]) for line in lines) for i in range(len(header))]
     for i, line in enumerate(lines):
@@ -253,7 +330,7 @@ def print_table(rows: list[dict]) -> None:
 
         print(f"\n{line(rows[0]['environment'])}; memory: {rows[0]['memory_kind']}")
     for i, what in enumerate(neighbours, 1):
-        print(f"neighbour {i}: {what}")
+        print(f"{'setting' if what.startswith('inside') else 'neighbour'} {i}: {what}")
     if neighbours:
         print("load: the machine's 1-minute load average as the row ended")
 

@@ -1,4 +1,4 @@
-"""Decoding long videos (issue 39): ottvid's two sampling plans next to torchcodec's exact decoder and
+"""Decoding long videos: ottvid's two sampling plans next to torchcodec's exact decoder and
 the floor (every frame decoded once), time and peak memory, on clips this script makes itself.
 
     python benchmarks/decode.py                          # 5 min 1080p (B-frames, none), 1 min 4K, 90 s one key frame
@@ -243,17 +243,17 @@ def _index_row(spec: dict) -> dict:
     """The index every plan starts with, timed with the container's opening: every packet demuxed, or
     (mode "table") the MP4 sample table where it is used (`table` says whether it was)."""
     from ottvid_cli.video import mp4, pyav
-    from ottvid_cli.video.probe import _pyav_stream
+    from ottvid_cli.video.probe import pyav_stream
 
     gc.collect()
     reset = _reset_peak()
     before = _status("VmRSS")
     start = time.perf_counter()
-    with _pyav_stream(spec["path"]) as (container, stream):
+    with pyav_stream(spec["path"]) as (container, stream):
         packets = mp4.table_packets(spec["path"], stream) if spec["mode"] == "table" else None
         table = packets is not None
         if packets is None:
-            packets = pyav._demux(container, stream)
+            packets = pyav.demux(container, stream)
     seconds = time.perf_counter() - start
     return {"frames": len(packets.pts), "decoder": "pyav", "table": table, "seconds": seconds,
             **_memory(reset, before)}
@@ -340,7 +340,7 @@ def benchmark(args: argparse.Namespace, scratch: Path) -> dict:
 
 
 def clip_ratios(done: dict[str, dict]) -> dict[str, float | None]:
-    """The issue's ratios for one clip's rows (None where a side is missing or failed)."""
+    """The target ratios for one clip's rows (None where a side is missing or failed)."""
     def ratio(a: str, b: str) -> float | None:
         x, y = done.get(a, {}), done.get(b, {})
         return x["seconds"] / y["seconds"] if "seconds" in x and "seconds" in y and y["seconds"] > 0 else None

@@ -1,10 +1,11 @@
-"""Prepare `.device/`, what a lent GPU machine needs to run benchmarks/gpu.py in one call.
+"""Prepare `.device/`, what a GPU machine without network access needs to run benchmarks/gpu.py in one
+command.
 
-    python benchmarks/device_kit.py            # here, where pip reaches the package index
-    # then, with the device tool: run(command="bash benchmarks/device_run.sh", carry=[".device"])
+    python benchmarks/device_kit.py            # on a machine where pip reaches the package index
+    # then copy the checkout with .device/ to the GPU machine and run there: bash benchmarks/device_run.sh
 
-The GPU machines have Python 3.12, PyTorch and Triton but reach no network, and their transformers is
-older than ottvid needs (5.17 when last listed; ottvid needs 5.18). This writes into `.device/`
+The kit is sized for GPU machines that have Python 3.12, PyTorch and Triton but reach no network, and
+whose transformers is older than ottvid needs (5.17 there; ottvid needs 5.18). This writes into `.device/`
 (ignored through .git/info/exclude):
 - `whl/`: wheels for CPython 3.12 on manylinux x86-64 of the packages the benchmark imports that the
   machine lacks or has too old, at the versions installed in this environment (the ones the tests
@@ -14,9 +15,10 @@ older than ottvid needs (5.17 when last listed; ottvid needs 5.18). This writes 
 - `mirror/`: plain files of the peers' official code at the commits benchmarks/methods.py names (the
   whole folder of each file, which holds the siblings some of them import) and the authors' `ottvid`
   package (benchmarks/gpu.py's `authors_code`), read from the git checkouts under $OTTVID_MIRROR
-  (/work/.mirror), so that the machine needs neither git nor the checkouts (tens of MB).
+  (benchmarks/methods.py's `MIRROR`), so that the GPU machine needs neither git nor the checkouts (tens of MB).
 
-The device tool carries at most 64 MiB with the working tree; the kit's size is printed and checked.
+The kit and the working tree together must stay within LIMIT_MB (64 MiB, what the copy to the GPU machine
+was sized for); the total is printed and checked.
 """
 
 from __future__ import annotations
@@ -35,9 +37,9 @@ from gpu import AUTHORS  # noqa: E402
 from methods import MIRROR, OFFICIAL_SOURCES  # noqa: E402
 
 # name: version (None: the one installed here). POT only for the tests' references (test_fused.py imports
-# test_compress, which imports it); 0.9.6, since 0.9.7's wheel is 33 MB, half of what the tool carries
+# test_compress, which imports it); 0.9.6, since 0.9.7's wheel is 33 MB, half of LIMIT_MB
 WHEELS = {"transformers": None, "av": None, "qwen-vl-utils": None, "pot": "0.9.6"}
-# pip's platform tags for the machine (the device tool's README): manylinux x86-64, CPython 3.12
+# pip's platform tags for the GPU machine: manylinux x86-64, CPython 3.12
 PLATFORMS = ("manylinux_2_28_x86_64", "manylinux_2_27_x86_64", "manylinux_2_24_x86_64", "manylinux_2_17_x86_64",
              "manylinux2014_x86_64", "manylinux1_x86_64")
 LIMIT_MB = 64
@@ -113,7 +115,8 @@ def export_mirror(source: pathlib.Path, target: pathlib.Path) -> list[str]:
 
 
 def exclude(root: pathlib.Path, entry: str = "/.device/") -> None:
-    """Make git ignore `entry` in this checkout only (.git/info/exclude), so it travels only when carried."""
+    """Make git ignore `entry` in this checkout only (.git/info/exclude), so it is never committed; it is
+    copied to the GPU machine with the checkout."""
     git_dir = pathlib.Path(subprocess.run(["git", "-C", str(root), "rev-parse", "--git-dir"], capture_output=True,
                                           text=True, check=True).stdout.strip())
     path = (root / git_dir if not git_dir.is_absolute() else git_dir) / "info" / "exclude"
@@ -145,7 +148,7 @@ def main(argv: list[str] | None = None) -> int:
     tree_mb = sum((ROOT / name.decode()).stat().st_size for name in tree if name and (ROOT / name.decode()).is_file())
     total = size_mb(into) + tree_mb / 2**20
     print(f"kit {size_mb(into):.1f} MiB + working tree {tree_mb / 2**20:.1f} MiB = {total:.1f} MiB "
-          f"(the device tool carries at most {LIMIT_MB} MiB)")
+          f"(keep the kit and the working tree under {LIMIT_MB} MiB)")
     if total > LIMIT_MB:
         print("too large to carry", file=sys.stderr)
         return 1

@@ -1,16 +1,19 @@
 #!/usr/bin/env bash
-# benchmarks/gpu.py on a lent GPU machine (the device tool), in one call. Prepare the kit here first:
+# benchmarks/gpu.py on a GPU machine without network access, in one command. Prepare the kit first, on a
+# machine with network access (docs/gpu.md, "On a GPU machine without network access"):
 #     python benchmarks/device_kit.py
-# then run, with the device tool:  command="bash benchmarks/device_run.sh"  carry=[".device"]  timeout_s=540
-# Arguments go to benchmarks/gpu.py (default: every section, the issues' targets first, the peers last).
+# then copy the checkout with its .device/ folder to the GPU machine and run there:
+#     bash benchmarks/device_run.sh
+# Arguments go to benchmarks/gpu.py (default: every section, the targets first, the peers last).
 # Output: the tables on stdout and in $OUT/gpu.txt; the GPU tests in $OUT/tests.txt; versions and nvidia-smi
-# in $OUT/machine.txt.
-# Each section prints when done, so a run stopped at its limit still returns what finished.
+# in $OUT/machine.txt ($OUT: /tmp/ottvid-device unless set).
+# Each section prints when done, so a run stopped by a time limit still keeps what finished.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 out=${OUT:-/tmp/ottvid-device}
 mkdir -p "$out"
-[ -d .device/whl ] || { echo "no .device/whl: run python benchmarks/device_kit.py here and carry .device" >&2; exit 2; }
+[ -d .device/whl ] || { echo "no .device/whl: run python benchmarks/device_kit.py on a machine with network access" \
+    "and copy .device/ with the checkout" >&2; exit 2; }
 # the machine's own torch, triton, numpy, tokenizers...; transformers, av, qwen-vl-utils from the kit
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/ottvid-site \
     .device/whl/*.whl || exit 1
@@ -20,7 +23,7 @@ export PYTHONPATH=/tmp/ottvid-site:$PWD OTTVID_MIRROR=$PWD/.device/mirror HF_HUB
     python3 -c 'import sys, torch, triton, transformers, av, numpy; print(sys.version.split()[0], "torch", torch.__version__,
 "triton", triton.__version__, "transformers", transformers.__version__, "av", av.__version__, "numpy", numpy.__version__)'
 } 2>&1 | tee "$out/machine.txt"
-# Decoding on the machine's many cores (issue 39: one container with FFmpeg's frame threads against several,
+# Decoding on the machine's many cores (one container with FFmpeg's frame threads against several,
 # each with a share of the threads), off unless asked: OTTVID_DEVICE_DECODE=1 runs it before the GPU
 # sections, =only runs nothing else. ~3 minutes: 1-minute clips made with PyAV, no torchcodec or decord there.
 if [ "${OTTVID_DEVICE_DECODE:-0}" != 0 ]; then

@@ -8,7 +8,7 @@
 
 The default sweep is the paper's Table 1: OTT-Vid at 25%, 20%, 15% and 10%, against one setting
 (OTT-Vid 10%). The model is `benchmarks/ttft.py`'s random Qwen2.5-VL of the 7B's widths with few
-layers (float32 on the CPU; no checkpoint can be downloaded here): the 7B has 28 LLM layers and 32
+layers (float32 on the CPU; no checkpoint is downloaded): the 7B has 28 LLM layers and 32
 vision blocks, so equal small counts keep the vision / LLM cost ratio roughly right. Each run is a
 fresh run of the eval runner over the same questions (each on its own clip), greedy; `--max-new-tokens 2`
 is what a trained model spends on a multiple-choice letter (the protocol's 16 on a random model,
@@ -21,7 +21,7 @@ and the FLOP model of the full-depth 7B at 32 frames of 448 x 448 (ottvid_cli/fl
 part of one setting's cost that a sweep shares, hence the lowest relative cost a sweep can reach
 where the vision encoder and the LLM run at equal efficiency.
 
-**Engines side by side** (`--engine`, repeat it; issue 41): the same questions through `ottvid eval`'s two
+**Engines side by side** (`--engine`, repeat it): the same questions through `ottvid eval`'s two
 engines, in one run, each on its own fresh run folder: samples per second of `--samples` questions (default
 16: the three clips in turn, each question its own sample) on the same proxy model, frames and setting
 (`--one`, and vanilla with `--vanilla`). The ottvid engine answers after a warm-up question (its model

@@ -1,6 +1,6 @@
-"""Compression and TTFT on a GPU, in one command (issue 21's tables; runs anywhere with --smoke).
+"""Compression and TTFT on a GPU, in one command (docs/gpu.md's tables; runs anywhere with --smoke).
 
-    python benchmarks/gpu.py                  # the issue's shapes, bf16 on CUDA (float32 on CPU)
+    python benchmarks/gpu.py                  # the paper's shapes, bf16 on CUDA (float32 on CPU)
     python benchmarks/gpu.py --smoke          # the same code at toy sizes, on any device, in seconds
     python benchmarks/gpu.py --sections stages launches --repeats 5 --shapes 16x256x3584
 
@@ -9,13 +9,13 @@ theirs, e.g. benchmarks/gpu_model.py's model-side sections):
 - environment: device, dtype, torch / transformers / triton versions, the compression backend.
 - stages: OTT-Vid's `compress` per stage (timer=True) at 16x256x3584, 120x256x3584, 240x256x3584,
   ratio 0.1, on every backend that runs here (Triton and PyTorch on CUDA), then the untimed call
-  (median), next to the authors' code (github.com/minseokii/OTT-Vid, where its checkout is under
-  $OTTVID_MIRROR / /work/.mirror, e.g. fetched there; "-" otherwise, with the reason).
+  (median), next to the authors' code (github.com/minseokii/OTT-Vid, where it is cloned to
+  MIRROR/minseokii+OTT-Vid/repo; "-" otherwise, with the reason).
 - methods: every registered method (the registry is iterated, so methods added later appear) at
   every shape, next to its official code where benchmarks/methods.py can run it.
 - launches: kernel launches and host synchronisations per call (torch.profiler; on CUDA the
   cudaLaunchKernel / cuLaunchKernel calls and the *Synchronize calls, on CPU the aten operations).
-- model (benchmarks/gpu_model.py, issue 22): the vision encoder warm (stock attention against ours,
+- model (benchmarks/gpu_model.py): the vision encoder warm (stock attention against ours,
   calls per block), the next question with and without the prefix, the first request after the
   warm-up against a warm one; at the 7B's shape in bf16 (--smoke: the tiny model on the CPU).
 - ttft: Qwen2.5-VL-7B's widths at full depth (28 LLM layers, 32 vision blocks), random weights built
@@ -24,6 +24,11 @@ theirs, e.g. benchmarks/gpu_model.py's model-side sections):
 
 Times: median of --repeats calls after --warmup calls, the device synchronised around each call.
 Inputs are video-like tokens (benchmarks/synthetic.py).
+
+MIRROR, where the official repositories are cloned (`git clone https://github.com/minseokii/OTT-Vid
+~/.cache/ottvid/mirror/minseokii+OTT-Vid/repo`; the other methods' repositories as benchmarks/methods.py
+lists them): $OTTVID_MIRROR, by default the user's cache folder ~/.cache/ottvid/mirror
+($XDG_CACHE_HOME/ottvid/mirror where XDG_CACHE_HOME is set).
 """
 
 from __future__ import annotations
@@ -51,7 +56,8 @@ FULL_SHAPES = [(16, 256, 3584), (120, 256, 3584), (240, 256, 3584)]
 SMOKE_SHAPES = [(3, 16, 32)]  # one: the Triton rows run in its interpreter on the CPU (seconds a call)
 RATIO = 0.1
 STAGES = ("similarity", "selection", "mass", "cost", "sinkhorn", "budget", "merge")
-MIRROR = pathlib.Path(os.environ.get("OTTVID_MIRROR", "/work/.mirror"))
+MIRROR = pathlib.Path(os.environ.get("OTTVID_MIRROR") or os.path.join(
+    os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "ottvid", "mirror"))
 AUTHORS = ("minseokii+OTT-Vid", "ottvid")  # checkout folder under MIRROR, package inside it
 
 
@@ -402,7 +408,7 @@ def launches(s: Settings) -> Table:
             table.rows.append([name, counted[0], "-" if counted[1] is None else counted[1], counted[2]])
         except Exception as error:
             table.rows.append([name, f"error: {type(error).__name__}", "-", "-"])
-    table.note = ("targets (issue 21, H100): <= 300 kernel launches and <= 2 host synchronisations per ottvid call; "
+    table.note = ("targets (H100): <= 300 kernel launches and <= 2 host synchronisations per ottvid call; "
                   "host syncs: the profiler's *Synchronize calls (CUDA only)")
     return table
 
@@ -467,7 +473,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--device", help="cuda, cpu or mps (default: cuda when available)")
     names = [*SECTIONS][:-1] + ["model", "ttft"]  # the model side before the TTFT it explains
     parser.add_argument("--sections", nargs="+", choices=names, default=names)
-    parser.add_argument("--shapes", nargs="+", metavar="TxNxD", help="e.g. 16x256x3584 (default: the issue's three)")
+    parser.add_argument("--shapes", nargs="+", metavar="TxNxD",
+                        help="e.g. 16x256x3584 (default: 16x256x3584 120x256x3584 240x256x3584; --smoke: 3x16x32)")
     parser.add_argument("--repeats", type=int, default=10)
     parser.add_argument("--warmup", type=int, default=3)
     args = parser.parse_args(argv)

@@ -1,4 +1,4 @@
-"""The model side on a GPU (issue 22): the vision encoder's attention calls, prefix reuse, the warm start
+"""The model side on a GPU: the vision encoder's attention calls, prefix reuse, the warm start
 and TTFT, on a random Qwen2.5-VL of the 7B's shape built on the device.
 
     python benchmarks/gpu_model.py                    # CUDA, bf16, 28 LLM layers, 32 vision blocks, 448 x 448
@@ -142,7 +142,7 @@ def describe(args: argparse.Namespace, dtype: Any = None) -> str:
 
 
 def clip_of(args: argparse.Namespace):
-    """The sampled clip; with --size S every frame resized to S x S first (issue 22's setting: 448 x 448,
+    """The sampled clip; with --size S every frame resized to S x S first (docs/gpu.md's setting: 448 x 448,
     where every window of a block has the same size)."""
     from dataclasses import replace
 

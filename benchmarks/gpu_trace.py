@@ -1,4 +1,4 @@
-"""Where the time of one request goes, kernel by kernel (issue 42): torch.profiler over the vision encoder
+"""Where the time of one request goes, kernel by kernel: torch.profiler over the vision encoder
 and over the prefill (vanilla and OTT-Vid at --ratio), on the 7B-shaped random Qwen2.5-VL that
 benchmarks/gpu_model.py builds.
 

@@ -8,8 +8,12 @@
 
 Times are the median of --repeats runs after one warm-up, float32 on the CPU, video-like tokens
 (benchmarks/synthetic.py). "official" runs the authors' own function on the same tensors: its
-source is read at run time from a checkout fetched under /work/.mirror (or $OTTVID_MIRROR) at the
-commits named in OFFICIAL_SOURCES and executed with stand-ins for the model objects it reads
+source is read at run time, at the commits named in OFFICIAL_SOURCES, from the git clone of the
+official repository at MIRROR/<owner>+<name>/repo (e.g. `git clone https://github.com/LunarShen/FastVID
+~/.cache/ottvid/mirror/LunarShen+FastVID/repo`). MIRROR is $OTTVID_MIRROR, by default the user's cache
+folder ~/.cache/ottvid/mirror ($XDG_CACHE_HOME/ottvid/mirror where XDG_CACHE_HOME is set); a plain
+export of a file at MIRROR/<owner>+<name>/files/<commit>/<path> is read first (benchmarks/device_kit.py
+writes those). The source is executed with stand-ins for the model objects it reads
 (nothing of it is copied into ottvid). Where the official code only exists inline in a model's
 forward (FastVID: the Qwen2.5-VL block, the LLaVA-OneVision block as "fastvid-ov" and the LLaVA-Video
 block as "fastvid-llava-video", which hard-codes 64 frames of 13 x 13 and runs on that shape only;
@@ -52,7 +56,8 @@ SHAPES = {
     "t120": (120, 256, "Qwen2.5-VL, 240 frames"),
 }
 
-MIRROR = pathlib.Path(os.environ.get("OTTVID_MIRROR", "/work/.mirror"))
+MIRROR = pathlib.Path(os.environ.get("OTTVID_MIRROR") or os.path.join(
+    os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "ottvid", "mirror"))
 # name: (checkout folder, commit, file, first line marker, last line marker; None: the whole file) -- see
 # docs/methods.md
 OFFICIAL_SOURCES = {
@@ -167,8 +172,9 @@ def _holitom(source: str):
     h = space["LlavaMetaForCausalLM_holitom"]()
 
     def run(features, saliency, ratio, **options):
-        """llava_arch.py:375-407 (the outer-LLM stage on the pooled features), keeping the positions of
-        what each merge returns."""
+        """The outer-LLM stage of holitom/llava_arch.py's `prepare_inputs_labels_for_multimodal`
+        (`LlavaMetaForCausalLM_holitom`) on the pooled features, keeping the positions of what each
+        merge returns."""
         cfg = HoliTomConfig(ratio=ratio, exact=False, **options)
         tau = cfg.tau if cfg.tau is not None else official_tau(ratio)  # the official scripts' T
         frames, tokens, _ = features.shape
@@ -229,7 +235,8 @@ def _unicomp(source: str):
     u = space["LlavaMetaForCausalLM_ours"]()
 
     def run(features, saliency, ratio, frame_features=None, **options):
-        """llava_arch.py:260-285, the keys replaced as ours does (the group's first frame's features), the
+        """The compression part of unicomp/llava_arch.py's `prepare_inputs_labels_for_multimodal`
+        (`LlavaMetaForCausalLM_ours`), the keys replaced as ours does (the group's first frame's features), the
         global features `frame_features` (T, D') where given, else the per-frame mean token, as ours takes
         them; the official code keeps no positions: the features (newline tokens dropped) alone."""
         cfg = UniCompConfig(ratio=ratio, exact=False, **options)
@@ -370,7 +377,7 @@ def _fastvid_llava_video(source: str):
     code = compile(source, "official:fastvid-llava-video", "exec")
 
     def run(features, saliency, ratio, frame_features=None, noise=False, **options):
-        """The LLaVA-Video forward's FastVID block (fastvid_llavavideo modeling_qwen2.py, lines 894-1085) on a
+        """The LLaVA-Video forward's FastVID block (fastvid_llavavideo modeling_qwen2.py, in `Qwen2Model.forward`) on a
         sequence that is the video alone, laid out as the model does (a newline token after each row of 13:
         14 slots a row; NaN rows here), on the shape it hard-codes (64 frames of 13 x 13; ValueError on
         another); frame_features default to the per-frame mean token; noise=False zeroes its torch.rand.

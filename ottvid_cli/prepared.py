@@ -1,7 +1,8 @@
 """A prepared video (`Prepared`) and the pieces every preparation shares: the compression settings of a
-method (`make_config`), the compression of encoder output (`_compress`), the frame size a backbone's
-frames leave the decoder at, and the preprocessing lock. `pipeline.prepare` (every frame at once) and
-`chunked.prepare_chunked` (a long video chunk by chunk) both build a `Prepared`."""
+method (`make_config`, `default_config`, `check_method`), the compression of encoder output
+(`compress_visual`), the frame size a backbone's frames leave the decoder at (`frame_resize`), and the
+preprocessing lock with the pixel range it guards (`PREPROCESS_LOCK`, `pixel_range`). `pipeline.prepare`
+(every frame at once) and `chunked.prepare_chunked` (a long video chunk by chunk) both build a `Prepared`."""
 
 from __future__ import annotations
 
@@ -95,8 +96,8 @@ class Prepared:
             raise ValueError("this video was prepared in chunks with OTT-Vid and its encoder output was not kept: "
                              "prepare it again (or with keep=True, or chunk_frames='all') to compress it another way")
         timings = {k: v for k, v in self.timings_ms.items() if k != "compression"}
-        config = config or _default_config(method, self.backbone)
-        compressed, ms = _compress(self.backbone, self.visual, method, config, timer)
+        config = config or default_config(method, self.backbone)
+        compressed, ms = compress_visual(self.backbone, self.visual, method, config, timer)
         timings["compression"] = ms
         return replace(self, method=method, config=config if method != "none" else None,
                        compressed=compressed, timings_ms=timings)
@@ -137,7 +138,8 @@ class Prepared:
         }
 
 
-_PREPROCESS = threading.Lock()  # one preprocess at a time: `_pixels` sets the backbone's range for its duration
+# One preprocess at a time: `pixel_range` sets the backbone's range for its duration.
+PREPROCESS_LOCK = threading.Lock()
 
 
 def frame_resize(backbone, sampling: Sampling):
@@ -147,15 +149,18 @@ def frame_resize(backbone, sampling: Sampling):
     return make(sampling.max_pixels, sampling.min_pixels) if make is not None else None
 
 
-def _default_config(method: str, backbone: Any) -> Any:
+def default_config(method: str, backbone: Any) -> Any:
+    """The compression settings `method` runs with when none are given (`make_config`'s; None for "none")."""
     if method == "none":
         return None
     return make_config(backbone=backbone, method=method)
 
 
-def _compress(backbone, visual, method: str, config: OTTVidConfig | None,
-              timer: bool | None) -> tuple[Compressed | None, float | None]:
-    _check_method(method)
+def compress_visual(backbone, visual, method: str, config: OTTVidConfig | None,
+                    timer: bool | None) -> tuple[Compressed | None, float | None]:
+    """(the compression of the encoder's `visual` tokens by `method` under `config`, its time in ms); (None, None)
+    for method "none". ValueError for an unknown method, a config of another kind, or tokens without saliency."""
+    check_method(method)
     if method == "none":
         return None, None
     if visual.saliency is None:
@@ -174,7 +179,7 @@ def _compress(backbone, visual, method: str, config: OTTVidConfig | None,
 
 
 @contextmanager
-def _pixels(backbone, sampling: Sampling):
+def pixel_range(backbone, sampling: Sampling):
     """Preprocess with the sampling's pixel range where it gives one (backbones that have one: Qwen)."""
     changes = {name: value for name in ("max_pixels", "min_pixels")
                if (value := getattr(sampling, name)) is not None and hasattr(backbone, name)}
@@ -188,5 +193,6 @@ def _pixels(backbone, sampling: Sampling):
             setattr(backbone, name, value)
 
 
-def _check_method(method: str) -> None:
+def check_method(method: str) -> None:
+    """ValueError (naming the registered methods) unless `method` is registered in `compression.methods`."""
     methods.get(method)  # ValueError naming the registered methods

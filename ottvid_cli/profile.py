@@ -29,7 +29,7 @@ from .compression import OTTVidConfig
 from .pipeline import Prepared, Sampling, frame_resize, make_config, prepare
 from .timing import Stopwatch, synchronize
 from .video import Timeline, Video
-from .video.timeline import _even, _frames_at
+from .video.timeline import even, frames_at
 
 ROW_STAGES = ("decode", "preprocess", "vision", "saliency", "compression", "prefill", "ttft")
 COMPRESSION_STAGES = ("similarity", "selection", "mass", "cost", "sinkhorn", "budget", "merge")
@@ -257,8 +257,8 @@ def synthetic_video(seconds: float = 10.0, fps: float = 30.0, width: int = 640, 
     total = max(2, int(round(seconds * fps)))
     starts = np.arange(total) / fps
     count = min(frames, total) if frames is not None else int(seconds * (sample_fps or 2.0))
-    count = _even(min(count, max_frames) if max_frames is not None and frames is None else count)
-    indices = _frames_at(Timeline(starts=starts, duration=float(seconds), average_fps=float(fps)), count)
+    count = even(min(count, max_frames) if max_frames is not None and frames is None else count)
+    indices = frames_at(Timeline(starts=starts, duration=float(seconds), average_fps=float(fps)), count)
     yy, xx = np.mgrid[0:height, 0:width].astype(np.float32)
     boxes = rng.uniform(0, 1, size=(6, 5))  # x, y, vx, vy, hue
     out = np.empty((count, height, width, 3), dtype=np.uint8)

@@ -373,7 +373,7 @@ def save(image, path) -> None:
 
 @dataclass
 class ShowResult:
-    """What `show_video` wrote."""
+    """What `write_picture` wrote (`draw_run` returns its `to_dict()`)."""
 
     path: str
     width: int
@@ -428,13 +428,3 @@ def picture_png(drawing, name: str | None = None, max_tiles: int | None = None) 
     data = draw_run(drawing, buffer, max_tiles, name)
     data.pop("path", None)
     return buffer.getvalue(), data
-
-
-def show_video(backbone, video, output, ratio: float = 0.1, frames: int | None = None, fps: float | None = None,
-               max_frames: int | None = None, max_tiles: int = MAX_TILES, on_step=None) -> ShowResult:
-    """Decode, encode and compress a video (no generation) and write the picture to `output`."""
-    from .pipeline import inspect
-
-    clip, visual, compressed = inspect(backbone, video, frames=frames, fps=fps, max_frames=max_frames, ratio=ratio,
-                                       on_step=on_step)
-    return write_picture(clip, compressed, visual.grid, backbone.frames_per_group, output, max_tiles=max_tiles)

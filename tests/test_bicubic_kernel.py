@@ -1,4 +1,4 @@
-"""The resize's compiled kernels (ottvid_cli/video/bicubic_kernel.py, issue 39) give torch's pixels bit for
+"""The resize's compiled kernels (ottvid_cli/video/bicubic_kernel.py) give torch's pixels bit for
 bit: down and up, one dimension or both, any input layout, from several threads; where a rounding form
 does not match torch the probe rejects it; without numba, or told not to, torch resizes."""
 

@@ -8,7 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from ottvid_cli.compression import allocate_budget, allocate_budget_rounds, uniform_budget
-from reference import budget as ref_budget
+from tests.support.reference import budget as ref_budget
 
 
 def test_softmax_of_negative_difficulty():

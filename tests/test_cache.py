@@ -11,7 +11,6 @@ from pathlib import Path
 import pytest
 import torch
 
-from ottvid_cli import pipeline
 from ottvid_cli.backbones import load_backbone
 from ottvid_cli.cache import Entry, PreparedCache, content_hash, default_cache_dir
 from ottvid_cli.sampling import Sampling
@@ -19,11 +18,6 @@ from ottvid_cli.session import Engine
 
 DATA = Path(__file__).parent / "data"
 EIGHT = Sampling(frames=8)
-
-
-@pytest.fixture(scope="module")
-def backbone(tiny_qwen):
-    return load_backbone(str(tiny_qwen))
 
 
 class EncoderCalls:
@@ -73,10 +67,10 @@ def test_second_question_is_a_hit_with_the_answer_of_a_fresh_run(backbone, tmp_p
     assert (first.cache_hit, second.cache_hit, third.cache_hit) == (False, True, True)
     assert second.to_dict()["cache_hit"] is True and first.to_dict()["cache_hit"] is False
     assert second.timings_ms["vision"] == 0.0 and second.timings_ms["decode"] == 0.0
-    fresh = pipeline.ask(backbone, copy, "Who rides?", sampling=EIGHT, max_new_tokens=6)
+    fresh = Engine(backbone).ask(copy, "Who rides?", sampling=EIGHT, max_new_tokens=6)  # a new engine: no cache
     assert second.answer == fresh.answer and second.tokens == fresh.tokens
     assert second.prepared.prompt == fresh.prepared.prompt
-    fresh = pipeline.ask(backbone, copy, "Who rides?", sampling=EIGHT, ratio=0.25, max_new_tokens=6)
+    fresh = Engine(backbone).ask(copy, "Who rides?", sampling=EIGHT, ratio=0.25, max_new_tokens=6)
     assert third.answer == fresh.answer and third.tokens == fresh.tokens
     other = engine.ask(DATA / "bikes.mp4", "What happens?", sampling=Sampling(frames=4), max_new_tokens=2)
     assert not other.cache_hit  # another sampling is another entry
@@ -148,7 +142,7 @@ def test_compression_bytes_count_the_sparse_merge_map_as_stored():
     assert _tensor_bytes(out.mixing) == stored < out.mixing.numel() * 4
 
 
-# ----------------------------------------------------------------------------- integrity (issue 28)
+# ----------------------------------------------------------------------------- integrity
 
 
 def _overwrite_tensor(path: Path, name: str, seed: int = 0) -> None:
@@ -201,7 +195,7 @@ def test_an_entry_records_a_relative_name_as_an_absolute_path(backbone, tmp_path
 
 
 def test_a_corrupted_entry_is_a_miss_rewritten_with_one_warning(backbone, tmp_path):
-    """Issue 28.1: feature bytes overwritten with random float32 of the same size were used as good
+    """Feature bytes overwritten with random float32 of the same size were used as good
     (cache_hit true, another answer, no warning, every run)."""
     video = DATA / "yoga.mp4"
     first = Engine(backbone, cache_dir=tmp_path).ask(video, "What happens?", sampling=EIGHT, max_new_tokens=6)
@@ -226,8 +220,8 @@ def test_a_corrupted_entry_is_a_miss_rewritten_with_one_warning(backbone, tmp_pa
 @pytest.mark.parametrize("damage", ["truncated", "garbage json", "no tensor file", "fifo tensor file", "fifo json",
                                     "huge sparse tensor file"])
 def test_a_damaged_entry_is_rewritten_not_left_to_miss_forever(backbone, tmp_path, damage):
-    """Issue 28.2: `_save` returned early when both files existed, so every later run missed. Issue
-    33.2: a fifo in place of a file blocked the reader forever; a huge sparse file was read whole."""
+    """`_save` returned early when both files existed, so every later run missed; a fifo in place of a
+    file blocked the reader forever; a huge sparse file was read whole."""
     video = DATA / "bikes.mp4"
     Engine(backbone, cache_dir=tmp_path).ask(video, "What happens?", sampling=Sampling(frames=4), max_new_tokens=1)
     meta, data = next(tmp_path.glob("*.json")), next(tmp_path.glob("*.safetensors"))
@@ -262,7 +256,7 @@ def test_a_damaged_entry_is_rewritten_not_left_to_miss_forever(backbone, tmp_pat
 
 
 def test_a_folder_that_cannot_be_written_warns_once(backbone, tmp_path):
-    """Issue 28.2: a cache folder that cannot be written was silent. (Tests run as root, where a
+    """A cache folder that cannot be written was silent. (Tests run as root, where a
     read-only mode is not enforced: a folder under a file fails the same write.)"""
     blocker = tmp_path / "afile"
     blocker.write_text("mine")
@@ -293,7 +287,7 @@ def _bounded(hash_of, path):
 
 
 def test_a_huge_file_is_keyed_by_a_bounded_read_and_the_hash_can_be_cancelled(tmp_path):
-    """Issue 28.8: a 20 GB file was hashed whole (90 s of a busy worker after its request timed out)."""
+    """A 20 GB file was hashed whole (90 s of a busy worker after its request timed out)."""
     import threading
 
     from ottvid_cli import cache
@@ -337,7 +331,7 @@ def test_a_huge_file_is_keyed_by_a_bounded_read_and_the_hash_can_be_cancelled(tm
 
 
 def test_a_large_folder_of_frames_is_keyed_by_a_bounded_read(tmp_path):
-    """Issue 28.8 for a folder of frame images: its total, not each image, bounds what is read."""
+    """The same bounded read for a folder of frame images: its total, not each image, bounds what is read."""
     from ottvid_cli import cache
 
     frames = tmp_path / "frames"
@@ -355,7 +349,7 @@ def test_a_large_folder_of_frames_is_keyed_by_a_bounded_read(tmp_path):
 
 
 def test_the_folder_is_bounded_least_recently_used_first(backbone, tmp_path):
-    """Issue 23.6: the disk cache grew without bound."""
+    """The disk cache is bounded (it grew without bound)."""
     from ottvid_cli.cache import clear_disk, disk_entries
 
     four = Sampling(frames=4)
@@ -390,19 +384,12 @@ def test_the_folder_is_bounded_least_recently_used_first(backbone, tmp_path):
 
 
 def test_the_cache_commands_the_bound_and_the_warning_through_the_cli(tiny_qwen, tmp_path):
-    """Issue 23.6 (`ottvid cache ls|clear`, --cache-max-gb) and 28.1 (the warning reaches the user)."""
-    from typer.testing import CliRunner
-
-    from ottvid_cli.cli import app
-
-    cli = CliRunner()
-
-    def invoke(*args):
-        return cli.invoke(app, [str(a) for a in args])
+    """`ottvid cache ls|clear`, --cache-max-gb, and a corrupted entry's warning reaching the user."""
+    from tests.support.cli import invoke
 
     folder = tmp_path / "c"
     ask = ["--model", tiny_qwen, "--frames", "4", "--max-new-tokens", "1", "--cache-dir", folder, "--json"]
-    missing = invoke("cache", "ls", "--cache-dir", folder)  # issue 34: a typo is no empty cache
+    missing = invoke("cache", "ls", "--cache-dir", folder)  # a typo is no empty cache
     assert missing.exit_code == 2 and missing.stderr == f"error: --cache-dir: no such folder: {folder}\n"
     assert invoke("cache", "clear", "--cache-dir", folder).exit_code == 2
     folder.mkdir()

@@ -8,13 +8,12 @@ from pathlib import Path
 
 import pytest
 import torch
-from typer.testing import CliRunner
 
+from ottvid_cli.chat import Chat
 from ottvid_cli.cli import app
-from ottvid_cli.session import Chat
+from tests.support.cli import runner
 
 DATA = Path(__file__).parent / "data"
-runner = CliRunner()
 TOWER = "Qwen2_5_VisionTransformerPretrainedModel"  # Qwen2.5-VL's vision encoder module
 
 
@@ -61,7 +60,7 @@ def test_end_of_input_exits_0_and_bad_commands_do_not_end_the_chat(tiny_qwen):
 
 
 def test_a_command_without_a_value_shows_the_setting_and_the_wait_is_reported_with_its_stages(tiny_qwen):
-    """Issue 27: /history alone shows the state (it was an error); each answer reports the time from
+    """/history alone shows the state (it was an error); each answer reports the time from
     Enter to its first token, with the stages that time holds."""
     result = chat(tiny_qwen, "/history\n/frames\nWhat happens?\n/history\nWho rides?\n")
     assert result.exit_code == 0, result.output
@@ -80,7 +79,7 @@ def test_a_command_without_a_value_shows_the_setting_and_the_wait_is_reported_wi
 
 
 def test_chat_takes_method_args_on_the_command_line_and_as_a_command(tiny_qwen):
-    """Issue 34: chat had no --method-arg (ask, ground, show and profile have it). EVS with
+    """Chat had no --method-arg (ask, ground, show and profile have it). EVS with
     exact=false keeps half the tokens at any ratio; /method-arg changes it, /method clears it."""
     result = chat(tiny_qwen, "What?\n/method-arg nope=1\n/method-arg exact=true\nWhat?\n/method topk\n/method-arg\n",
                   "--method", "evs", "--ratio", "0.25", "--method-arg", "exact=false", "--frames", "4")
@@ -128,7 +127,7 @@ def test_ask_with_several_questions_prints_one_object_each(tiny_qwen):
 
 
 def test_the_text_report_says_cache_hit_and_from_which_cache_and_loading_once(tiny_qwen, tmp_path):
-    """Issue 34: a second question, or a --cache-dir reuse, showed decode ... saliency as 0.0 and the
+    """A second question, or a --cache-dir reuse, showed decode ... saliency as 0.0 and the
     model's load time again under each question, as if it loaded again."""
     args = ["--model", str(tiny_qwen), "--frames", "4", "--max-new-tokens", "2", "--cache-dir", str(tmp_path)]
     env = {"COLUMNS": "300"}

@@ -33,7 +33,7 @@ SIGNAL_TOLERANCE = {"frame_features": 4e-6, "attention": 2e-9}
 
 @pytest.fixture(scope="module")
 def siglip_head(tmp_path_factory):
-    from tiny_models import build_tiny_siglip_head
+    from tests.support.tiny_models import build_tiny_siglip_head
 
     return build_tiny_siglip_head(tmp_path_factory.mktemp("chunked-siglip-head") / "head")
 

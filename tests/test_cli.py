@@ -6,11 +6,9 @@ import subprocess
 import sys
 
 import pytest
-from typer.testing import CliRunner
 
 from ottvid_cli.cli import app
-
-runner = CliRunner()
+from tests.support.cli import runner
 
 
 def test_counts_json_matches_the_library():
@@ -39,8 +37,8 @@ def test_version():
 
 
 def test_each_help_speaks_of_its_own_command():
-    """Issue 27: option texts copied from other commands ("to profile" in eval, ground's --fps default in
-    chat) misled a newcomer."""
+    """No option text copied from another command ("to profile" in eval, ground's --fps default in chat),
+    which misled a newcomer."""
     import re
 
     helps = {c: " ".join(runner.invoke(app, [c, "--help"], env={"COLUMNS": "300"}).stdout.split())
@@ -87,7 +85,7 @@ def _help(*command, columns=80):
 
 
 def test_ask_help_reads_cleanly_at_80_columns():
-    """Issue 34: `COLUMNS=80 ottvid ask --help` was 155 lines with a ~23-character description column,
+    """`COLUMNS=80 ottvid ask --help` was 155 lines with a ~23-character description column,
     every flag showed `<bool>` as if it took a value, and --attention did not name sdpa."""
     text = _help("ask")
     lines = text.splitlines()
@@ -103,7 +101,7 @@ def test_ask_help_reads_cleanly_at_80_columns():
 
 
 def test_no_help_shows_a_python_type_or_jargon():
-    """Issue 34: `<bool>`, `<list[str]>`, `{video}` and "prefilled", "temporal group", "vanilla"."""
+    """None of `<bool>`, `<list[str]>`, `{video}`, "prefilled", "temporal group" or "vanilla" in a help."""
     import re
 
     for command in COMMANDS:
@@ -123,7 +121,7 @@ def test_commands_are_listed_ask_first_under_headings():
 
 
 # ------------------------------------------------------------------------------------------------
-# issue 43: a report piped or redirected keeps to the terminal's width without breaking a word
+# a report piped or redirected keeps to the terminal's width without breaking a word
 
 
 def fits(text: str, columns: int) -> None:
@@ -158,7 +156,7 @@ def test_the_terminal_width_comes_from_columns_or_a_terminal_on_stdin(monkeypatc
     import struct
     import termios
 
-    from ottvid_cli.report import terminal_width
+    from ottvid_cli.cli.layout import terminal_width
 
     monkeypatch.delenv("COLUMNS", raising=False)
     assert terminal_width() is None  # the tests' own streams: no terminal
@@ -184,7 +182,7 @@ def _flags(command: list[str]) -> list[str]:
 
 @pytest.mark.parametrize("command", COMMANDS, ids=" ".join)
 def test_a_value_after_a_flag_is_refused_by_the_flags_name(command):
-    """Issue 43: `ottvid counts --json true` said "unexpected extra argument" with no hint, and
+    """`ottvid counts --json true` said "unexpected extra argument" with no hint, and
     `ask VIDEO Q --json true` would have asked "true" too; every command's flags now say they take no value."""
     flags = _flags(command)
     for n, flag in enumerate(flags):

@@ -9,21 +9,14 @@ from pathlib import Path
 import av
 import pytest
 import torch
-from typer.testing import CliRunner
 
-from ottvid_cli import pipeline
-from ottvid_cli.cli import app
+from tests.support.cli import invoke
 
 DATA = Path(__file__).parent / "data"
-runner = CliRunner()
 JSON_KEYS = {"answer", "letter", "span", "frames", "tokens", "compression", "timings_ms", "model", "ratio", "method"}
 # no "warmup": ask warms up on accelerators, or with --warm-up (test_ask_human_output)
 # wall: from the command's start (startup) to the last token; other: the time in no stage
 TIMING_KEYS = {"startup", "load", "other", "decode", "preprocess", "vision", "saliency", "compression", "prefill", "generate", "wall"}
-
-
-def invoke(*args):
-    return runner.invoke(app, [str(a) for a in args])
 
 
 def as_json(result, codes=(0,)):
@@ -188,9 +181,10 @@ def test_json_stdout_holds_only_the_result(tiny_qwen):
 
 def test_library_rejects_unknown_method(tiny_qwen):
     from ottvid_cli.backbones import load_backbone
+    from ottvid_cli.session import Engine
 
     with pytest.raises(ValueError):
-        pipeline.ask(load_backbone(str(tiny_qwen)), DATA / "bikes.mp4", "q", method="fast")
+        Engine(load_backbone(str(tiny_qwen))).ask(DATA / "bikes.mp4", "q", method="fast")
 
 
 def test_keyframes_take_the_files_key_frames_and_say_how_far(tiny_qwen):

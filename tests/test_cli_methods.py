@@ -5,19 +5,13 @@ import json
 from pathlib import Path
 
 import pytest
-from typer.testing import CliRunner
 
 from ottvid_cli import settings
-from ottvid_cli.cli import app
 from ottvid_cli.compression import methods
+from tests.support.cli import invoke
 
 DATA = Path(__file__).parent / "data"
-runner = CliRunner()
 RATIO = 0.25
-
-
-def invoke(*args):
-    return runner.invoke(app, [str(a) for a in args])
 
 
 def as_json(result):
@@ -128,7 +122,7 @@ def test_profile_two_methods_encode_once(tiny_qwen):
     """The JSON holds vanilla then each method at the ratio; the vision tower ran once (a hook counts it)."""
     from ottvid_cli.backbones import load_backbone
     from ottvid_cli.profile import profile, synthetic_video
-    from ottvid_cli.report import render_profile
+    from ottvid_cli.cli.report import render_profile
 
     backbone = load_backbone(str(tiny_qwen), device="cpu")
     calls = []
@@ -202,7 +196,7 @@ def test_profile_ottvid_beside_vllms_pruning(tiny_qwen):
 
 @pytest.fixture(scope="module")
 def siglip_head(tmp_path_factory):
-    from tiny_models import build_tiny_siglip_head
+    from tests.support.tiny_models import build_tiny_siglip_head
 
     return build_tiny_siglip_head(tmp_path_factory.mktemp("siglip") / "head")
 

@@ -17,7 +17,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from ottvid_cli.session import Chat
+from ottvid_cli.chat import Chat
 
 DATA = Path(__file__).parent / "data"
 

@@ -8,18 +8,13 @@ import sys
 from pathlib import Path
 
 import pytest
-from typer.testing import CliRunner
 
 from ottvid_cli import settings
 from ottvid_cli.cli import app
+from tests.support.cli import invoke, runner
 
 DATA = Path(__file__).parent / "data"
 VIDEO = str(DATA / "bikes.mp4")
-runner = CliRunner()
-
-
-def invoke(*args, **kwargs):
-    return runner.invoke(app, [str(a) for a in args], **kwargs)
 
 
 @pytest.fixture(autouse=True)
@@ -315,15 +310,16 @@ def test_progress_lines_without_a_terminal(tiny_qwen):
 
 
 def test_answer_is_streamed_and_the_library_returns_the_full_text(tiny_qwen):
-    from ottvid_cli import pipeline
     from ottvid_cli.backbones import load_backbone
+    from ottvid_cli.sampling import Sampling
+    from ottvid_cli.session import Engine
 
     backbone = load_backbone(str(tiny_qwen))
     pieces = []
-    result = pipeline.ask(backbone, VIDEO, "What happens?", sampling=pipeline.Sampling(frames=4),
-                          max_new_tokens=8, on_token=pieces.append)
+    result = Engine(backbone).ask(VIDEO, "What happens?", sampling=Sampling(frames=4), max_new_tokens=8,
+                                  on_token=pieces.append)
     assert len(pieces) >= 1 and "".join(pieces).strip() == result.answer
-    quiet = pipeline.ask(backbone, VIDEO, "What happens?", sampling=pipeline.Sampling(frames=4), max_new_tokens=8)
+    quiet = Engine(backbone).ask(VIDEO, "What happens?", sampling=Sampling(frames=4), max_new_tokens=8)
     assert quiet.answer == result.answer
     assert quiet.to_dict()["timings_ms"]["load"] == backbone.load_ms > 0 and "load" not in quiet.timings_ms
 
@@ -500,7 +496,7 @@ def test_a_reader_that_goes_away_is_no_traceback():
 
 
 def test_the_spinner_says_each_step_at_once(monkeypatch):
-    """Issue 34: the spinner said `loading <model>` while the video was decoded: decord holds the GIL
+    """The spinner said `loading <model>` while the video was decoded: decord holds the GIL
     for the whole decode, so the display's thread never drew "decoding video". A step is drawn by
     the thread that starts it, before the work."""
     import io
@@ -511,7 +507,7 @@ def test_the_spinner_says_each_step_at_once(monkeypatch):
 
     screen = io.StringIO()
     monkeypatch.setattr(progress, "err", Console(file=screen, force_terminal=True, width=80))
-    shown = progress._Progress(quiet=False)
+    shown = progress.Progress(quiet=False)
     try:
         shown.step("loading tiny")
         shown.step("decode")
@@ -521,7 +517,7 @@ def test_the_spinner_says_each_step_at_once(monkeypatch):
 
 
 def test_a_closed_pipe_is_no_failure(tiny_qwen):
-    """Issue 34: `ottvid ask ... | head -1` exited 1 (the run failed) under `set -o pipefail`. head
+    """`ottvid ask ... | head -1` exited 1 (the run failed) under `set -o pipefail`. head
     leaves after "question 1: ...", while the model still answers: exit 0, nothing on stderr."""
     command = (f"{sys.executable} -m ottvid_cli ask {VIDEO} 'what happens?' 'and then?' --model {tiny_qwen} "
                f"--frames 4 --max-new-tokens 4 --quiet | head -1")
@@ -531,13 +527,13 @@ def test_a_closed_pipe_is_no_failure(tiny_qwen):
 
 
 def test_tables_never_cut_a_number_piped_or_on_a_narrow_terminal(tiny_qwen):
-    """Issue 27: piped through grep, `2,525…` and `prepro…` were shown. A pipe gets tables at their
+    """Piped through grep, `2,525…` and `prepro…` were shown. A pipe gets tables at their
     full width; a narrow terminal folds a value onto the next line rather than cutting it."""
     import io
 
     from rich.console import Console
 
-    from ottvid_cli.report import render_run
+    from ottvid_cli.cli.report import render_run
 
     args = ["ground", VIDEO, "a bike", "--model", tiny_qwen, "--max-new-tokens", "2", "--fps", "1"]
     piped = runner.invoke(app, args, env={"COLUMNS": "40"})
@@ -557,7 +553,7 @@ def test_tables_never_cut_a_number_piped_or_on_a_narrow_terminal(tiny_qwen):
 
 
 # ------------------------------------------------------------------------------------------------
-# a picture path is tried before the model loads (issue 23): os.access says yes to root everywhere
+# a picture path is tried before the model loads: os.access says yes to root everywhere
 
 
 @pytest.mark.skipif(not os.path.isdir("/proc/self"), reason="needs Linux's /proc")

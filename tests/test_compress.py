@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from ottvid_cli.compression import OTTVidConfig, compress, token_counts
-import reference as ref
+from tests.support import reference as ref
 
 REPORT_KEYS = {"T", "N", "K", "M", "r_s", "r_t", "B_tot", "alpha", "W", "B", "merges", "prunes",
                "overflow_rounds", "sinkhorn_iterations", "sinkhorn_error", "timings_ms"}

@@ -6,7 +6,6 @@ from pathlib import Path
 import pytest
 import torch
 from safetensors import safe_open
-from typer.testing import CliRunner
 
 from ottvid_cli.backbones import load_backbone
 from ottvid_cli.cli import app
@@ -14,10 +13,10 @@ from ottvid_cli.compression import OTTVidConfig, compress
 from ottvid_cli.convert import rename
 from ottvid_cli.tiny import build_tiny_llava_onevision
 from ottvid_cli.video import sample_frames
-from tiny_models import build_tiny_llava_next
+from tests.support.cli import runner
+from tests.support.tiny_models import build_tiny_llava_next
 
 DATA = Path(__file__).parent / "data"
-runner = CliRunner()
 
 
 @pytest.fixture(scope="module")

@@ -8,8 +8,8 @@ import torch
 
 from ottvid_cli.compression import mixing_weight, transport_cost
 from ottvid_cli.compression.transport import colocated_dots, grid_positions
-from reference import alpha as ref_alpha
-from reference import cost as ref_cost
+from tests.support.reference import alpha as ref_alpha
+from tests.support.reference import cost as ref_cost
 
 
 def test_alpha_bounds_static_and_opposite():

@@ -172,3 +172,25 @@ def test_a_process_that_fixes_the_count_is_left_alone(monkeypatch):
     a, b, cost = transport_problem()
     solve_transport(a, b, cost, 0.01, 5, 1e-9, backend="torch")
     assert calls == []
+
+
+@pytest.mark.slow
+def test_inside_vllms_worker_the_count_is_vllms(vllm_env):
+    """benchmarks/compression.py --inside vllm measures compress() inside vLLM's CPU worker (a separate
+    process, through LLM.collective_rpc): there vLLM has fixed torch.set_num_threads, so `serial` leaves
+    the count alone, and the result is the same compression as in a plain process."""
+    import json
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parent.parent
+    run = subprocess.run([sys.executable, str(root / "benchmarks" / "compression.py"), "--shapes", "qwen", "--ratios",
+                          "0.1", "--repeats", "1", "--inside", "vllm", "--json"],
+                         capture_output=True, text=True, timeout=900, cwd=root)
+    assert run.returncode == 0, run.stderr[-3000:]
+    quiet, inside = [json.loads(line) for line in run.stdout.splitlines() if line.startswith("{")]
+    assert quiet["beside"] == "quiet"
+    assert inside["beside"] == "inside vLLM's worker (set_num_threads fixed by vLLM)" and inside["scoped"] is False
+    assert inside["kept"] == quiet["kept"] and inside["sinkhorn_iterations"] == quiet["sinkhorn_iterations"]
+    assert inside["total_ms"] > 0

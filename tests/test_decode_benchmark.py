@@ -1,4 +1,4 @@
-"""benchmarks/decode.py (issue 39), slow: the whole script on its tiny --quick clips, two clip kinds (each
+"""benchmarks/decode.py, slow: the whole script on its tiny --quick clips, two clip kinds (each
 measurement is a process of its own: all four kinds took over 3 minutes of the suite; `--kinds` picks them)
 with B-frames and with one key frame, every measurement with a time and a peak memory, ottvid's 32-frame plan
 giving 32 frames, one decoding thread (`--workers 1`, the default extra rows) giving auto's frames."""

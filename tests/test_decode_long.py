@@ -1,5 +1,5 @@
-"""Decoding (issue 39) checked against a plain in-order PyAV decode of every frame, on made files whose
-frames show their own number (tests/video_files.py): whatever work split the sampling plan makes
+"""Decoding checked against a plain in-order PyAV decode of every frame, on made files whose
+frames show their own number (tests/support/video_files.py): whatever work split the sampling plan makes
 (seeks, decoding forward, non-reference frames skipped, resizing in a worker thread, key frames read
 alone), each sampled frame has the pixels and the time the in-order decode gives the frame at that
 index.
@@ -21,12 +21,12 @@ from pathlib import Path
 import av
 import numpy as np
 import pytest
-from video_files import HEIGHT, WIDTH, frame_number, number_image, patch_mkv_duration, write_numbered
 
 from ottvid_cli.video import FrameResize, Timeline, VideoError, bicubic, check_video, sample_fps, sample_frames
 from ottvid_cli.video import probe
 from ottvid_cli.video import pyav as pyav_source
 from ottvid_cli.video.timeline import _nearest_keys
+from tests.support.video_files import HEIGHT, WIDTH, frame_number, number_image, patch_mkv_duration, write_numbered
 
 RATE = 25
 X264 = {"crf": "12"}
@@ -129,7 +129,7 @@ def counted(monkeypatch):
     """Counts of what the PyAV paths do: "decoded" (frames the decoder handed out and the seeker or the
     key-frame reader looked at) and "seeks" (`_Seeker._seek` calls)."""
     counts = {"decoded": 0, "seeks": 0}
-    frame_pts, seek = pyav_source._frame_pts, pyav_source._Seeker._seek
+    frame_pts, seek = pyav_source.frame_pts, pyav_source._Seeker._seek
 
     def counting_pts(frame):
         counts["decoded"] += 1
@@ -139,7 +139,7 @@ def counted(monkeypatch):
         counts["seeks"] += 1
         return seek(self, pts)
 
-    monkeypatch.setattr(pyav_source, "_frame_pts", counting_pts)
+    monkeypatch.setattr(pyav_source, "frame_pts", counting_pts)
     monkeypatch.setattr(pyav_source._Seeker, "_seek", counting_seek)
     return counts
 
@@ -291,10 +291,10 @@ def test_samples_one_frame_apart_around_key_frames(clips, kind):
 @pytest.mark.parametrize("kind", KINDS)
 def test_any_set_of_frames_reached_by_seeking_is_right(clips, kind):
     """Sets of frames no plan makes (runs of neighbours, lone frames, frames around key frames, in any
-    mix) through the seeking decoder itself (`_seek_decode`): each is the in-order decode's frame."""
+    mix) through the seeking decoder itself (`seek_decode`): each is the in-order decode's frame."""
     path, truth = clips(kind)
-    with probe._pyav_stream(str(path)) as (container, stream):
-        packets = pyav_source._demux(container, stream)
+    with probe.pyav_stream(str(path)) as (container, stream):
+        packets = pyav_source.demux(container, stream)
     assert len(packets.pts) == len(truth)
     keys = key_indices(truth)
     rng = np.random.default_rng(len(kind))
@@ -305,7 +305,7 @@ def test_any_set_of_frames_reached_by_seeking_is_right(clips, kind):
             chosen.update(range(at, at + int(rng.integers(1, 5))))
         indices = sorted(i for i in chosen if 0 <= i < len(truth))
         wanted = [int(packets.pts[i]) for i in indices]
-        got = pyav_source._seek_decode(str(path), packets, wanted)
+        got = pyav_source.seek_decode(str(path), packets, wanted)
         assert got is not None, indices
         for i, pts in zip(indices, wanted):
             assert np.array_equal(got[pts], truth[i].pixels), (i, indices)
@@ -684,7 +684,7 @@ def test_mpeg_ts_with_b_frames_is_sampled_by_seeking(ts_clips, name, keyframes, 
 
 def test_frames_leave_the_decoder_at_the_asked_size(tmp_path, monkeypatch):
     """A 640 x 480 file sampled with a small fixed `resize`: the sample holds small frames only, and at no
-    time are more than a few full-size RGB frames alive (tracked by weak references to what `_rgb`
+    time are more than a few full-size RGB frames alive (tracked by weak references to what `rgb`
     hands out), on the seeking, key-frame and in-order paths; without `resize` all of them are (which
     shows the tracking sees frames that are kept)."""
     scale = 10
@@ -694,7 +694,7 @@ def test_frames_leave_the_decoder_at_the_asked_size(tmp_path, monkeypatch):
     truth = sequential(path)
     alive: list[weakref.ref] = []
     peak = [0]
-    rgb = pyav_source._rgb
+    rgb = pyav_source.rgb
 
     def tracking(frame, *args):
         image = rgb(frame, *args)
@@ -702,7 +702,7 @@ def test_frames_leave_the_decoder_at_the_asked_size(tmp_path, monkeypatch):
         peak[0] = max(peak[0], sum(r() is not None for r in alive))
         return image
 
-    monkeypatch.setattr(pyav_source, "_rgb", tracking)
+    monkeypatch.setattr(pyav_source, "rgb", tracking)
     full = (HEIGHT * scale, WIDTH * scale)
     for call, source in ((lambda **kw: sample_frames(path, 16, decoder="pyav", **kw), "pyav index"),
                          (lambda **kw: sample_fps(path, float(RATE), decoder="pyav", **kw), "pyav index"),

@@ -9,12 +9,11 @@ import pathlib
 import threading
 
 import numpy as np
-from typer.testing import CliRunner
 
 from ottvid_cli.cli.app import app
+from tests.support.cli import runner
 
 DATA = pathlib.Path(__file__).parent / "data"
-runner = CliRunner()
 
 
 def _slow_load(monkeypatch, seen: dict, wait_for_decode: bool):

@@ -1,4 +1,4 @@
-"""Frames leave the decoder at the model's size (issue 39): the model's `pixel_values` are bit-identical to
+"""Frames leave the decoder at the model's size: the model's `pixel_values` are bit-identical to
 resizing full-resolution frames in preprocessing (the path before), on every clip in tests/data and
 every backbone, for both sampling plans and a pixel range of the user's."""
 

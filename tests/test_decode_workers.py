@@ -1,4 +1,4 @@
-"""Sampled frames decoded by several threads, each with its own container (issue 39, item 3): how the
+"""Sampled frames decoded by several threads, each with its own container: how the
 samples are split (key-frame intervals), how many threads, and how the threads stop each other and are
 stopped from outside. That the frames are the same however many threads decode them is checked against
 the in-order decode in tests/test_decode_long.py (`test_same_frames_however_many_workers`) and on the
@@ -27,7 +27,7 @@ def in_order(path: Path) -> list[np.ndarray]:
     """Every frame decoded in order from the start, turned as the container says to show it (fire2.mp4:
     half a turn)."""
     with av.open(str(path)) as container:
-        return [pyav_source._rgb(f) for f in container.decode(container.streams.video[0])]
+        return [pyav_source.rgb(f) for f in container.decode(container.streams.video[0])]
 
 
 def test_samples_are_grouped_by_the_key_frame_interval_they_lie_in():

@@ -1,4 +1,4 @@
-"""No deprecation warnings from our calls into transformers (issue 20): on the installed transformers
+"""No deprecation warnings from our calls into transformers: on the installed transformers
 (5.24 here, which renamed `past_key_values=` to `cache=`) a tiny `ask` and `eval` run with every
 FutureWarning / DeprecationWarning attributed to our code or to transformers turned into an error, and
 `ask` / `ground --json` print nothing on stderr that speaks of a deprecation."""
@@ -13,14 +13,13 @@ import warnings
 from pathlib import Path
 
 import pytest
-from typer.testing import CliRunner
 
 from ottvid_cli.backbones import base
 from ottvid_cli.cli import app
+from tests.support.cli import runner
 
 DATA = Path(__file__).parent / "data"
 EVAL = DATA / "eval"
-runner = CliRunner()
 WORDS = ("deprecated", "FutureWarning", "DeprecationWarning", "will be removed")
 
 

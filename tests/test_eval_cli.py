@@ -9,19 +9,13 @@ import sys
 from pathlib import Path
 
 import pytest
-from typer.testing import CliRunner
 
-from ottvid_cli.cli import app
 from ottvid_cli.eval import parse_shard
+from tests.support.cli import invoke_eval as invoke
 
 DATA = Path(__file__).parent / "data"
 EVAL = DATA / "eval"
 HUB_MODEL = "Qwen/Qwen2.5-VL-7B-Instruct"  # never loaded: every case below is refused first
-runner = CliRunner()
-
-
-def invoke(*args):
-    return runner.invoke(app, ["eval", *[str(a) for a in args]])
 
 
 def refused(result, *parts):
@@ -56,7 +50,6 @@ def test_parse_shard():
     assert parse_shard("1/4", {}) == (1, 4, False)
     assert parse_shard(None, {"RANK": "1", "WORLD_SIZE": "2", "LOCAL_RANK": "1"}) == (1, 2, True)
     assert parse_shard(None, {}) == (0, 1, False)
-
 
 
 def test_a_run_in_which_no_sample_could_be_evaluated_keeps_its_metrics_and_exits_1(tiny_qwen, tmp_path):
@@ -149,7 +142,7 @@ def test_vllms_pruning_methods_run_as_eval_methods(tiny_qwen, tmp_path):
 
 
 def test_a_resumed_run_says_it_resumed_and_how_much_was_done(tiny_qwen, tmp_path):
-    """Issue 34: a resume looked like a fresh run; now one line says what the folder held."""
+    """A resume looked like a fresh run; now one line says what the folder held."""
     out = tmp_path / "run"
     args = ["jsonl", "--data", EVAL / "custom.jsonl", "--videos", DATA, "--model", tiny_qwen, "--method", "none",
             "--max-frames", "4", "--out", out, "--json"]

@@ -6,9 +6,6 @@ import json
 import threading
 from pathlib import Path
 
-import pytest
-
-from ottvid_cli.backbones import load_backbone
 from ottvid_cli.eval import load_samples
 from ottvid_cli.eval.prefetch import ahead
 from ottvid_cli.eval.runner import FramePlan, run, settings
@@ -78,11 +75,6 @@ def test_closing_ahead_early_starts_no_more_loads():
 
 
 # ----------------------------------------------------------------------------- the runner
-
-
-@pytest.fixture(scope="module")
-def backbone(tiny_qwen):
-    return load_backbone(str(tiny_qwen))
 
 
 def _records(out: Path) -> list[dict]:

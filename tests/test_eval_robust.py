@@ -17,22 +17,20 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
-from typer.testing import CliRunner
 
-from ottvid_cli.cli import app
 from ottvid_cli.eval import EvalError, SampleStore, load_records, load_samples, make_record, merge_shards, rescore
+from ottvid_cli.eval import errors as errors_module
+from ottvid_cli.eval import locking as locking_module
+from ottvid_cli.eval import record_files as record_files_module
+from ottvid_cli.eval import run_config as run_config_module
 from ottvid_cli.eval import store as store_module
 from ottvid_cli.eval.runner import FramePlan, run, settings
+from tests.support.cli import invoke_eval as invoke
 
 DATA = Path(__file__).parent / "data"
 EVAL = DATA / "eval"
 HUB_MODEL = "Qwen/Qwen2.5-VL-7B-Instruct"  # never loaded: the cases using it are refused first
 PLAN = FramePlan(frames=4, max_frames=4)
-cli = CliRunner()
-
-
-def invoke(*args):
-    return cli.invoke(app, ["eval", *[str(a) for a in args]])
 
 
 def refused(result, *parts, code=2):
@@ -61,7 +59,7 @@ def samples():
 def holding(out, rank=0, shards=1, lock=None):
     """Another process holding the writer's lock of shard `rank` of `shards` of OUT (a run in
     progress), or the lock file `lock`."""
-    take = ("from pathlib import Path; from ottvid_cli.eval.store import acquire; acquire(Path(sys.argv[4]))"
+    take = ("from pathlib import Path; from ottvid_cli.eval.locking import acquire; acquire(Path(sys.argv[4]))"
             if lock else "from ottvid_cli.eval.store import RecordLock; "
                          "held = RecordLock(sys.argv[1], int(sys.argv[2]), int(sys.argv[3]))")
     code = f"import sys; {take}; print('held', flush=True); sys.stdin.read()"
@@ -87,7 +85,7 @@ def test_a_second_writer_of_the_same_record_file_is_refused(tmp_path, samples):
     """Two identical runs at once wrote every record twice; now the second is refused, naming the holder."""
     with holding(tmp_path) as pid:
         busy = rf"samples.jsonl is being written by another run \(pid {pid}\)"
-        with pytest.raises(store_module.RunInUse, match=busy):
+        with pytest.raises(errors_module.RunInUse, match=busy):
             SampleStore(tmp_path)
         with SampleStore(tmp_path, rank=1, shards=2) as other:  # another shard's file: fine
             assert other.add(make_record(samples[0], "none", 1.0, "B"))
@@ -101,13 +99,13 @@ def test_a_second_writer_of_the_same_record_file_is_refused(tmp_path, samples):
 def test_a_file_system_without_locks_runs_unguarded(tmp_path, samples, monkeypatch, code):
     """Some NFS mounts (a multi-node run's shared folder) answer flock with ENOLCK / EOPNOTSUPP: the
     run goes on without the lock instead of refusing to start."""
-    if store_module.fcntl is None:
+    if locking_module.fcntl is None:
         pytest.skip("no fcntl here")
 
     def flock(fd, operation):
         raise OSError(code, os.strerror(code))
 
-    monkeypatch.setattr(store_module.fcntl, "flock", flock)
+    monkeypatch.setattr(locking_module.fcntl, "flock", flock)
     with SampleStore(tmp_path) as store:
         assert store.add(make_record(samples[0], "none", 1.0, "B"))
     assert [r["id"] for r in load_records(tmp_path)] == [samples[0].id]
@@ -128,7 +126,7 @@ def test_a_failed_or_interrupted_write_leaves_no_torn_line(tmp_path, samples, mo
         store.add(make_record(samples[0], "none", 1.0, "B"))
         before = (tmp_path / "samples.jsonl").read_bytes()
         monkeypatch.setattr(store_module, "_append", half(OSError(errno.ENOSPC, "No space left on device")))
-        with pytest.raises(store_module.StoreError, match="cannot write .*samples.jsonl: .*No space left"):
+        with pytest.raises(errors_module.StoreError, match="cannot write .*samples.jsonl: .*No space left"):
             store.add(make_record(samples[1], "none", 1.0, "B"))
         assert (tmp_path / "samples.jsonl").read_bytes() == before
         monkeypatch.setattr(store_module, "_append", half(KeyboardInterrupt()))
@@ -150,7 +148,7 @@ def _sharded(out, samples, n=2, method="m"):
 
 def _race(monkeypatch, action):
     """Run `action` (another process's merge) right after the first read of shard 0's file."""
-    read = store_module._read
+    read = record_files_module._read
     state = {"raced": False}
 
     def racing(path, **kwargs):
@@ -160,7 +158,7 @@ def _race(monkeypatch, action):
             action()
         return got
 
-    monkeypatch.setattr(store_module, "_read", racing)
+    monkeypatch.setattr(record_files_module, "_read", racing)
     return state
 
 
@@ -204,7 +202,7 @@ def test_retry_errors_supersedes_error_records_of_other_files(tmp_path, samples)
 def test_no_merge_while_another_process_writes_a_shard(tmp_path, samples):
     total = _sharded(tmp_path, samples)
     with holding(tmp_path, rank=1, shards=2):
-        with pytest.raises(store_module.RunInUse, match="samples.1-of-2.jsonl is being written"):
+        with pytest.raises(errors_module.RunInUse, match="samples.1-of-2.jsonl is being written"):
             merge_shards(tmp_path)
         assert not (tmp_path / "samples.jsonl").exists() and len(load_records(tmp_path)) == total
         (tmp_path / "config.json").write_text('{"benchmark": "mlvu", "model": "m"}')
@@ -218,15 +216,15 @@ def test_a_resume_may_change_the_sample_count_and_reach_new_kinds(tmp_path):
     reaches grounding samples, its per-kind sampling) differed, and the resume was refused."""
     config = {"benchmark": "jsonl", "model": "m", "methods": ["none"], "ratios": [0.1], "limit": 1, "samples": 1,
               "sampling": {"mc": {"frames": 4, "fps": None, "max_frames": None}}}
-    store_module.save_config(tmp_path, config)
+    run_config_module.save_config(tmp_path, config)
     grounding = {"frames": None, "fps": 2.0, "max_frames": 4}
     more = dict(config, limit=3, samples=3, sampling={**config["sampling"], "grounding": grounding})
-    saved = store_module.save_config(tmp_path, more)
+    saved = run_config_module.save_config(tmp_path, more)
     assert saved["samples"] == 3 and saved["sampling"] == more["sampling"]
     fewer = dict(config, limit=1, samples=1)  # back to one kind: the stored kinds stay
-    assert store_module.save_config(tmp_path, fewer)["sampling"] == more["sampling"]
+    assert run_config_module.save_config(tmp_path, fewer)["sampling"] == more["sampling"]
     with pytest.raises(EvalError, match=r"sampling frames of mc samples 4 there, 8 now"):
-        store_module.save_config(tmp_path, dict(more, sampling={"mc": {"frames": 8, "fps": None, "max_frames": None}}))
+        run_config_module.save_config(tmp_path, dict(more, sampling={"mc": {"frames": 8, "fps": None, "max_frames": None}}))
 
 
 def test_config_updates_wait_for_each_other(tmp_path):
@@ -235,9 +233,9 @@ def test_config_updates_wait_for_each_other(tmp_path):
     import threading
 
     config = {"benchmark": "jsonl", "model": "m", "methods": ["none"], "ratios": [0.1]}
-    store_module.save_config(tmp_path, config)
+    run_config_module.save_config(tmp_path, config)
     with holding(tmp_path, lock=tmp_path / ".run.lock"):
-        other = threading.Thread(target=store_module.save_config, args=(tmp_path, dict(config, methods=["fastvid"])))
+        other = threading.Thread(target=run_config_module.save_config, args=(tmp_path, dict(config, methods=["fastvid"])))
         other.start()
         other.join(0.5)
         assert other.is_alive()  # waits for the other process's update
@@ -286,18 +284,11 @@ def test_a_file_where_the_run_folder_should_be(tmp_path, samples):
     with pytest.raises(EvalError, match="not a folder"):
         SampleStore(afile)
     with pytest.raises(EvalError, match="cannot make the run folder"):
-        store_module.save_config(afile / "sub", {"benchmark": "jsonl"})
+        run_config_module.save_config(afile / "sub", {"benchmark": "jsonl"})
     assert afile.read_text() == "mine"
 
 
 # ----------------------------------------------------------------------------- the runner
-
-
-@pytest.fixture(scope="module")
-def backbone(tiny_qwen):
-    from ottvid_cli.backbones import load_backbone
-
-    return load_backbone(str(tiny_qwen))
 
 
 def test_every_kind_of_bad_video_is_recorded_and_the_run_goes_on(backbone, tmp_path, monkeypatch):
@@ -351,7 +342,7 @@ def test_a_record_that_cannot_be_written_stops_the_run_and_is_no_sample_error(ba
 
     monkeypatch.setattr(store_module, "_append", filling)
     samples = load_samples("jsonl", EVAL / "custom.jsonl")
-    with pytest.raises(store_module.StoreError, match="No space left on device"):
+    with pytest.raises(errors_module.StoreError, match="No space left on device"):
         run(backbone, samples, tmp_path, settings(["none", "ottvid"], [0.25]), DATA, PLAN)
     records = lines_of(tmp_path / "samples.jsonl")
     assert len(records) == 2 and all(r["error"] is None for r in records)
@@ -400,7 +391,7 @@ def test_a_run_folder_that_cannot_be_written_is_refused_before_the_model_loads(t
     monkeypatch.setattr(os, "open", denied(open_))
     refused(invoke(*base_args(HUB_MODEL, read_only / "run")), "Permission denied")
     with pytest.raises(EvalError, match="Permission denied"):
-        store_module.save_config(read_only / "run", {"benchmark": "jsonl"})
+        run_config_module.save_config(read_only / "run", {"benchmark": "jsonl"})
 
 
 def test_a_second_run_of_the_same_folder_is_refused_before_the_model_loads(tmp_path):
@@ -602,7 +593,7 @@ def _edit(path, edits):
 
 
 def test_rescore_judges_every_stored_reply_again(tmp_path):
-    """Issue 23.2: --rescore re-aggregated the stored scores, so a parser fix never reached old runs.
+    """--rescore re-aggregated the stored scores, so a parser fix never reached old runs.
     Replies edited by hand, each with the verdict an old parser gave; the expected verdicts are what
     lmms-eval's extract_mcq_answer / TimeLens parser read from them, worked out by hand."""
     out = tmp_path / "run"
@@ -640,7 +631,7 @@ def test_rescore_judges_every_stored_reply_again(tmp_path):
 
 
 def test_a_record_of_a_sample_not_in_the_data_file_is_refused(tmp_path):
-    """Issue 28.4: a record with an id the data file does not hold was counted by resume and --rescore."""
+    """A record with an id the data file does not hold was counted by resume and --rescore."""
     out = tmp_path / "run"
     path = _custom_run(out)
     records = lines_of(path)
@@ -658,7 +649,7 @@ def test_a_record_of_a_sample_not_in_the_data_file_is_refused(tmp_path):
 
 @pytest.mark.parametrize("text", ["[1, 2]", "3", '"run"', "null"])
 def test_a_config_that_is_json_but_no_object_is_one_line(tmp_path, text):
-    """Issue 28.9: config.json `[1, 2]` crashed resume and --rescore with a traceback (rc 1)."""
+    """config.json `[1, 2]` crashed resume and --rescore with a traceback (rc 1)."""
     out = tmp_path / "run"
     _custom_run(out)
     (out / "config.json").write_text(text)

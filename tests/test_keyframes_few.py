@@ -11,11 +11,9 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from typer.testing import CliRunner
 
 from ottvid_cli.cli import app
-
-runner = CliRunner()
+from tests.support.cli import runner
 
 
 @pytest.fixture(scope="module")

@@ -7,16 +7,15 @@ import pytest
 import torch
 import torch.nn.functional as F
 from torch.utils.flop_counter import FlopCounterMode
-from typer.testing import CliRunner
 
 from ottvid_cli.backbones import load_backbone
 from ottvid_cli.backbones.llava_onevision import LlavaOneVision
 from ottvid_cli.cli import app
 from ottvid_cli.compression import OTTVidConfig, compress
 from ottvid_cli.video import sample_frames
+from tests.support.cli import runner
 
 DATA = Path(__file__).parent / "data"
-runner = CliRunner()
 
 
 @pytest.fixture(scope="module")

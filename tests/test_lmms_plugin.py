@@ -2,7 +2,7 @@
 two-question local task (tests/data/lmms/).
 
 lmms-eval 0.7.3 pins av<16, so it is not in the `test` extra (that would downgrade the PyAV 18 the
-decoder is tested on): it runs in an overlay environment over this one (tests/overlay_env.py), built
+decoder is tested on): it runs in an overlay environment over this one (tests/support/overlay_env.py), built
 once per machine and cached (about a minute and ~60 packages from the package index the first time).
 No index reachable means these tests fail; `OTTVID_SKIP_LMMS_ENV=1` skips them on purpose."""
 
@@ -12,8 +12,10 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from lmms_task import local_task
-from overlay_env import MARKER, OverlayError, fingerprint, installed, lmms_overlay, main_site_packages, prune, usable
+
+from tests.support.lmms_task import local_task
+from tests.support.overlay_env import (MARKER, OverlayError, fingerprint, installed, lmms_overlay, main_site_packages,
+                                       prune, usable)
 
 DATA = Path(__file__).parent / "data"
 SKIP = os.environ.get("OTTVID_SKIP_LMMS_ENV") == "1"
@@ -77,8 +79,8 @@ def test_prune_deletes_only_overlays_whose_environment_is_gone(tmp_path):
 
 def test_generation_only_methods_say_so(lmms_env, tmp_path):
     check = """
-from ottvid_cli.integrations.lmms import OTTVidLMM, manifest
-assert manifest().model_id == "ottvid" and manifest().simple_class_path == "ottvid_cli.integrations.lmms.OTTVidLMM"
+from ottvid_cli.eval.lmms import OTTVidLMM, manifest
+assert manifest().model_id == "ottvid" and manifest().simple_class_path == "ottvid_cli.eval.lmms.OTTVidLMM"
 model = OTTVidLMM.__new__(OTTVidLMM)
 for name in ("loglikelihood", "generate_until_multi_round"):
     try:
@@ -95,7 +97,7 @@ print("ok")
 
 def test_model_args_take_the_method_s_options_as_method_arg_does(tiny_qwen, lmms_env, tmp_path):
     check = f"""
-from ottvid_cli.integrations.lmms import OTTVidLMM
+from ottvid_cli.eval.lmms import OTTVidLMM
 from ottvid_cli.eval.runner import _config
 model = OTTVidLMM(pretrained={str(tiny_qwen)!r}, method="fastvid", ratio=0.25, frames=4, d=0.3, exact=False)
 assert model.options == {{"fastvid": {{"d": 0.3, "exact": False}}}}, model.options

@@ -1,6 +1,6 @@
-"""lmms-eval's own `vllm_generate` backend with ottvid's vLLM plugin (issue 41, item 4; docs/eval.md, "lmms-eval
+"""lmms-eval's own `vllm_generate` backend with ottvid's vLLM plugin (docs/eval.md, "lmms-eval
 through vLLM"), end to end on the CPU: lmms-eval 0.7.3's CLI in an overlay over vLLM's CPU environment
-(tests/vllm_lmms_env.py), the tiny local task of tests/data/lmms/ and a tiny Qwen3-VL. (Not Qwen2.5-VL: lmms-eval
+(tests/support/vllm_lmms_env.py), the tiny local task of tests/data/lmms/ and a tiny Qwen3-VL. (Not Qwen2.5-VL: lmms-eval
 0.7.3's vllm_generate hands vLLM a Qwen2.5-VL video without its metadata, which vLLM 0.32 refuses with "Video
 metadata is required but not found in mm input", and lmms-eval then exits 0 without results.)
 
@@ -19,8 +19,8 @@ import subprocess
 
 import pytest
 
-from lmms_task import local_task
-from overlay_env import OverlayError
+from tests.support.lmms_task import local_task
+from tests.support.overlay_env import OverlayError
 
 pytestmark = [pytest.mark.slow,
               pytest.mark.skipif(os.environ.get("OTTVID_SKIP_LMMS_ENV") == "1",
@@ -29,7 +29,7 @@ pytestmark = [pytest.mark.slow,
 
 @pytest.fixture(scope="module")
 def overlay(vllm_env):
-    from vllm_lmms_env import lmms_vllm_overlay
+    from tests.support.vllm_lmms_env import lmms_vllm_overlay
 
     try:
         return lmms_vllm_overlay(vllm_env)

@@ -18,9 +18,10 @@ import torch
 from ottvid_cli import chunked
 from ottvid_cli.backbones import load_backbone
 from ottvid_cli.interrupt import Interrupted, stop_when
-from ottvid_cli.pipeline import ask, ground, prepare
+from ottvid_cli.pipeline import prepare
 from ottvid_cli.progress import reporting
 from ottvid_cli.sampling import Sampling
+from ottvid_cli.session import Engine
 
 DATA = Path(__file__).parent / "data"
 CLIP = DATA / "bikes.mp4"  # 10 s
@@ -59,11 +60,12 @@ def same_run(a, b):
 
 @pytest.mark.parametrize("chunk", [2, 6, 14])
 def test_ground_in_chunks_is_ground_at_once(qwen, chunk):
-    every = ground(qwen, CLIP, "a bike", Sampling.grounding(fps=3, chunk_frames="all"), ratio=0.2, max_new_tokens=8)
+    every = Engine(qwen).ground(CLIP, "a bike", Sampling.grounding(fps=3, chunk_frames="all"), ratio=0.2,
+                                max_new_tokens=8)
     seen = []
     with reporting(lambda stage, done, total: seen.append((stage, done, total))):
-        chunks = ground(qwen, CLIP, "a bike", Sampling.grounding(fps=3, chunk_frames=chunk), ratio=0.2,
-                        max_new_tokens=8)
+        chunks = Engine(qwen).ground(CLIP, "a bike", Sampling.grounding(fps=3, chunk_frames=chunk), ratio=0.2,
+                                     max_new_tokens=8)
     same_run(chunks, every)
     total = len(every.frames["indices"])
     assert chunks.prepared.streamed and not every.prepared.streamed
@@ -77,10 +79,10 @@ def test_ground_in_chunks_is_ground_at_once(qwen, chunk):
 
 @pytest.mark.parametrize("method", ["none", "fastvid", "visionzip"])
 def test_other_methods_compress_the_joined_chunks(qwen, method):
-    every = ask(qwen, CLIP, "what?", sampling=Sampling(frames=12, chunk_frames="all"), method=method, ratio=0.25,
-                max_new_tokens=6)
-    chunks = ask(qwen, CLIP, "what?", sampling=Sampling(frames=12, chunk_frames=4), method=method, ratio=0.25,
-                 max_new_tokens=6)
+    every = Engine(qwen).ask(CLIP, "what?", sampling=Sampling(frames=12, chunk_frames="all"), method=method,
+                             ratio=0.25, max_new_tokens=6)
+    chunks = Engine(qwen).ask(CLIP, "what?", sampling=Sampling(frames=12, chunk_frames=4), method=method,
+                              ratio=0.25, max_new_tokens=6)
     same_run(chunks, every)
     assert not chunks.prepared.streamed and not chunks.prepared.visual.features.is_meta
 
@@ -100,16 +102,14 @@ def test_a_kept_encoder_output_recompresses(qwen):
 @pytest.mark.parametrize("method", ["ottvid", "none"])
 def test_every_backbone_answers_the_same_in_chunks(request, fixture, method):
     backbone = load_backbone(str(request.getfixturevalue(fixture)), device="cpu")
-    every = ask(backbone, CLIP, "what?", sampling=Sampling(frames=12, chunk_frames="all"), method=method,
-                ratio=0.25, max_new_tokens=6)
-    chunks = ask(backbone, CLIP, "what?", sampling=Sampling(frames=12, chunk_frames=4), method=method, ratio=0.25,
-                 max_new_tokens=6)
+    every = Engine(backbone).ask(CLIP, "what?", sampling=Sampling(frames=12, chunk_frames="all"), method=method,
+                                 ratio=0.25, max_new_tokens=6)
+    chunks = Engine(backbone).ask(CLIP, "what?", sampling=Sampling(frames=12, chunk_frames=4), method=method,
+                                  ratio=0.25, max_new_tokens=6)
     same_run(chunks, every)
 
 
 def test_the_engine_prepares_a_streamed_video_again_for_another_ratio(qwen):
-    from ottvid_cli.session import Engine
-
     engine = Engine(qwen)
     s = Sampling(frames=12, chunk_frames=4)
     first = engine.ask(CLIP, "what?", sampling=s, ratio=0.25, max_new_tokens=4)
@@ -118,13 +118,14 @@ def test_the_engine_prepares_a_streamed_video_again_for_another_ratio(qwen):
     assert first.prepared.streamed and not first.cache_hit
     assert second.cache_hit  # the same compression: served
     assert not third.cache_hit and third.tokens["visual_after"] > first.tokens["visual_after"]
-    alone = ask(qwen, CLIP, "what?", sampling=Sampling(frames=12, chunk_frames="all"), ratio=0.5, max_new_tokens=4)
+    alone = Engine(qwen).ask(CLIP, "what?", sampling=Sampling(frames=12, chunk_frames="all"), ratio=0.5,
+                             max_new_tokens=4)
     assert third.answer == alone.answer and third.tokens == alone.tokens
 
 
 def test_max_visual_tokens_lowers_the_ratio(qwen):
-    run = ground(qwen, CLIP, "a bike", Sampling.grounding(fps=3, chunk_frames=6), ratio=0.5, max_new_tokens=4,
-                 config=None)
+    run = Engine(qwen).ground(CLIP, "a bike", Sampling.grounding(fps=3, chunk_frames=6), ratio=0.5, max_new_tokens=4,
+                              config=None)
     limited = prepare(qwen, CLIP, Sampling.grounding(fps=3, chunk_frames=6), max_visual_tokens=30,
                       config=run.prepared.config)
     assert limited.compressed.features.shape[0] <= 30 < run.tokens["visual_after"]

@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from ottvid_cli.compression import select_tokens, token_mass
-from reference import mass as ref_mass
+from tests.support.reference import mass as ref_mass
 
 
 def test_eq2_eq3_by_hand():

@@ -5,7 +5,7 @@ import torch
 
 from ottvid_cli.compression import collapse, match_pairs
 from ottvid_cli.compression.merge import average_components
-from reference import execute as ref_execute
+from tests.support.reference import execute as ref_execute
 
 
 def test_chain_merge_and_prune_by_hand():

@@ -1,8 +1,8 @@
 """FlashVID (ottvid_cli/compression/methods/flashvid.py): hand-computed steps, counts, the official code.
 
 The official comparison imports flashvid/utils.py of Fanziyang-v/FlashVID (with token_selection.py and
-configuration_flashvid.py, which need only torch) from a fetched checkout (/work/.mirror or
-$OTTVID_MIRROR) through benchmarks/methods.py, and skips without it.
+configuration_flashvid.py, which need only torch) from a clone of it under
+benchmarks/methods.py's MIRROR ($OTTVID_MIRROR, by default ~/.cache/ottvid/mirror), and skips without it.
 """
 
 from __future__ import annotations

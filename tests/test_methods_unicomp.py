@@ -1,7 +1,7 @@
 """UniComp (ottvid_cli/compression/methods/unicomp.py): hand-computed steps, counts, the official code.
 
-The official comparison runs unicomp/llava_arch.py of TimeMarker-LLM/UniComp from a fetched checkout
-(/work/.mirror or $OTTVID_MIRROR) through benchmarks/methods.py, and skips without it.
+The official comparison runs unicomp/llava_arch.py of TimeMarker-LLM/UniComp from a clone of it
+under benchmarks/methods.py's MIRROR ($OTTVID_MIRROR, by default ~/.cache/ottvid/mirror), and skips without it.
 """
 
 from __future__ import annotations

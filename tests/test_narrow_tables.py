@@ -18,10 +18,11 @@ import pytest
 from rich.cells import cell_len
 from rich.console import Console
 from rich.table import Table
-from typer.testing import CliRunner
 
 from ottvid_cli.cli import app
-from ottvid_cli.report import print_table, render_profile, render_run
+from ottvid_cli.cli.layout import print_table
+from ottvid_cli.cli.report import render_profile, render_run
+from tests.support.cli import runner
 
 DATA = Path(__file__).parent / "data"
 VIDEO = DATA / "bikes.mp4"
@@ -189,8 +190,8 @@ def test_a_table_too_wide_goes_on_in_a_further_table_with_its_row_labels():
 def test_every_question_of_a_piped_run_keeps_to_80_columns(tiny_qwen):
     """Two questions piped, no terminal width known: the second's video table said where the cache hit
     came from in one 119-column row against 89 for the first; every table of both keeps to 80 columns."""
-    result = CliRunner().invoke(app, ["ask", str(VIDEO), "What happens?", "Who rides?", "--model", str(tiny_qwen),
-                                      "--frames", "8", "--max-new-tokens", "2", "--quiet"], env={"COLUMNS": None})
+    result = runner.invoke(app, ["ask", str(VIDEO), "What happens?", "Who rides?", "--model", str(tiny_qwen),
+                                 "--frames", "8", "--max-new-tokens", "2", "--quiet"], env={"COLUMNS": None})
     assert result.exit_code == 0, result.output
     first, second = result.stdout.split("question 2:")
     for text in (first, second):

@@ -83,7 +83,7 @@ def test_26_options_at_most():
         ("It happens at 00:12 - 00:20.", 60, (12.0, 20.0)),  # the full stop is not a decimal point
         ("1:02:03 to 1:02:10.5", 7200, (3723.0, 3730.5)),
         ("[12.5, 20.3]", 60, (12.5, 20.3)),
-        ("Around 42 seconds.", 60, None),  # a single time is not a span (issue 27; --point reads it)
+        ("Around 42 seconds.", 60, None),  # a single time is not a span (--point reads it)
         ("... 7 ...", 60, None),
         ("I cannot find it.", 60, None),
         ("", 60, None),

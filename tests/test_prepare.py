@@ -6,16 +6,11 @@ import pytest
 import torch
 
 from ottvid_cli import pipeline
-from ottvid_cli.backbones import load_backbone
 from ottvid_cli.compression import OTTVidConfig
 from ottvid_cli.sampling import Sampling
+from ottvid_cli.session import Engine
 
 DATA = Path(__file__).parent / "data"
-
-
-@pytest.fixture(scope="module")
-def backbone(tiny_qwen):
-    return load_backbone(str(tiny_qwen))
 
 
 def test_recompress_reuses_the_encoder_output(backbone, monkeypatch):
@@ -62,8 +57,8 @@ def test_prepare_takes_a_decoded_clip_and_ask_matches(backbone):
     clip = Sampling(frames=4).decode(DATA / "yoga.mp4", backbone.default_frames)
     prepared = pipeline.prepare(backbone, clip, Sampling(frames=4))
     assert prepared.clip is clip and prepared.timings_ms["decode"] is None
-    a = pipeline.ask(backbone, clip, "What?", sampling=Sampling(frames=4), max_new_tokens=3)
-    b = pipeline.ask(backbone, DATA / "yoga.mp4", "What?", sampling=Sampling(frames=4), max_new_tokens=3)
+    a = Engine(backbone).ask(clip, "What?", sampling=Sampling(frames=4), max_new_tokens=3)
+    b = Engine(backbone).ask(DATA / "yoga.mp4", "What?", sampling=Sampling(frames=4), max_new_tokens=3)
     assert a.answer == b.answer and a.tokens == b.tokens
 
 

@@ -6,21 +6,15 @@ from pathlib import Path
 import pytest
 import torch
 from torch.utils.flop_counter import FlopCounterMode
-from typer.testing import CliRunner
 
 from ottvid_cli.backbones import load_backbone
-from ottvid_cli.cli import app
 from ottvid_cli.flops import llm_prefill_flops, vision_flops
 from ottvid_cli.profile import synthetic_video
 from ottvid_cli.video import sample_frames
+from tests.support.cli import invoke
 
 DATA = Path(__file__).parent / "data"
-runner = CliRunner()
 STAGES = {"preprocess", "vision", "prefill", "ttft", "decode"}
-
-
-def invoke(*args, **kwargs):
-    return runner.invoke(app, [str(a) for a in args], **kwargs)
 
 
 @pytest.fixture(scope="module")
@@ -102,12 +96,12 @@ def test_vision_flops_by_hand(tiny_qwen):
 
 
 def test_first_calls_fold_into_a_narrow_terminal():
-    """Issue 34: the first-call note was one 120-column line that folded badly at 100 columns."""
+    """The first-call note was one 120-column line that folded badly at 100 columns."""
     import io
 
     from rich.console import Console
 
-    from ottvid_cli.report import render_profile
+    from ottvid_cli.cli.report import render_profile
 
     timings = {k: {"median": 12.0, "min": 11.0, "max": 13.0} for k in ("decode", "preprocess", "vision",
                                                                        "saliency", "compression", "prefill", "ttft")}
@@ -199,7 +193,7 @@ def profile_data(ratios):
 def test_human_table_fits_the_terminal_and_cuts_no_number(width, ratios):
     from rich.console import Console
 
-    from ottvid_cli.report import render_profile
+    from ottvid_cli.cli.report import render_profile
 
     console = Console(width=width, record=True, force_terminal=False)
     render_profile(profile_data(ratios), console)
@@ -221,7 +215,7 @@ def test_human_table_fits_the_terminal_and_cuts_no_number(width, ratios):
 
 @pytest.mark.parametrize("columns", [80, 100])
 def test_every_line_fits_the_terminal_piped(tiny_qwen, columns):
-    """Issue 43: `COLUMNS=100 ottvid profile VIDEO ... | less` printed its note on times as one 249-column
+    """`COLUMNS=100 ottvid profile VIDEO ... | less` printed its note on times as one 249-column
     line; piped, the note wraps as prose at the terminal's width and every table fits it, no word broken."""
     result = invoke("profile", DATA / "bikes.mp4", "--model", tiny_qwen, "--ratio", "0.1", "--frames", "8",
                     "--repeats", "1", "--warmup", "0", "--quiet", env={"COLUMNS": str(columns)})

@@ -15,11 +15,6 @@ DATA = Path(__file__).parent / "data"
 
 
 @pytest.fixture(scope="module")
-def backbone(tiny_qwen):
-    return load_backbone(str(tiny_qwen))
-
-
-@pytest.fixture(scope="module")
 def prepared(backbone):
     clip = sample_frames(DATA / "bikes.mp4", 32)
     inputs = backbone.preprocess(clip.frames, clip.timestamps, clip.duration, "What happens in the video?")
@@ -159,8 +154,10 @@ def test_generated_tokens_continue_after_the_last_prompt_position(backbone, prep
 
 
 def test_pipeline_counts_and_timings(backbone):
-    result = pipeline.ask(backbone, DATA / "yoga.mp4", "Is the camera moving?", frames=16, ratio=0.25,
-                          max_new_tokens=8)
+    from ottvid_cli.session import Engine
+
+    result = Engine(backbone).ask(DATA / "yoga.mp4", "Is the camera moving?", sampling=pipeline.Sampling(frames=16),
+                                  ratio=0.25, max_new_tokens=8)
     tokens = result.tokens
     assert tokens["visual_after"] == round(0.25 * tokens["visual_before"])
     assert tokens["llm_input"] == tokens["text"] + tokens["visual_after"]
@@ -172,8 +169,10 @@ def test_pipeline_counts_and_timings(backbone):
 
 
 def test_method_none_keeps_every_token(backbone):
-    result = pipeline.ask(backbone, DATA / "yoga.mp4", "Is the camera moving?", frames=16, method="none",
-                          max_new_tokens=8)
+    from ottvid_cli.session import Engine
+
+    result = Engine(backbone).ask(DATA / "yoga.mp4", "Is the camera moving?", sampling=pipeline.Sampling(frames=16),
+                                  method="none", max_new_tokens=8)
     assert result.compression is None and result.timings_ms["compression"] is None
     assert result.tokens["visual_after"] == result.tokens["visual_before"]
 

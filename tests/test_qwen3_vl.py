@@ -8,7 +8,6 @@ import numpy as np
 import pytest
 import torch
 from torch.utils.flop_counter import FlopCounterMode
-from typer.testing import CliRunner
 
 from ottvid_cli.backbones import load_backbone
 from ottvid_cli.backbones.positions import qwen3_vl_positions
@@ -16,6 +15,7 @@ from ottvid_cli.backbones.qwen3_vl import Qwen3VL, qwen3_vision_flops
 from ottvid_cli.compression import Compressed, OTTVidConfig, compress
 from ottvid_cli.tasks import grounding
 from ottvid_cli.video import sample_frames
+from tests.support.cli import runner
 
 # Generated tokens continue at the last prompt position + 1 on every M-RoPE row: the Qwen2.5-VL test,
 # collected here again, runs on Qwen3-VL (dense and MoE) through this module's `backbone` and
@@ -297,9 +297,6 @@ def test_grounding_replies_in_qwen3_vl_style_parse():
 # the command line
 
 
-runner = CliRunner()
-
-
 def cli_json(*args, codes=(0,)):
     from ottvid_cli.cli import app
 
@@ -372,15 +369,16 @@ def test_saliency_is_the_last_vision_blocks_attention(dense, prepared):
 def test_the_pipeline_sends_deepstack_merged_by_the_assignment(dense):
     """ask() through prepare(): what reaches the model is each DeepStack layer merged by the run's own
     assignment (a merged chain averaged, not its root's rows)."""
-    from ottvid_cli import pipeline
+    from ottvid_cli.sampling import Sampling
+    from ottvid_cli.session import Engine
 
     seen = []
     hook = dense.model.register_forward_pre_hook(
         lambda module, args, kwargs: seen.append(kwargs.get("mm_encoder_outputs")), with_kwargs=True)
     try:
         # tau_c above any cost: every temporal match merges, so chains exist on a random model too
-        result = pipeline.ask(dense, DATA / "bikes.mp4", "What happens?", frames=FRAMES, ratio=0.25,
-                              config=OTTVidConfig(ratio=0.25, tau_c=10.0), max_new_tokens=2)
+        result = Engine(dense).ask(DATA / "bikes.mp4", "What happens?", sampling=Sampling(frames=FRAMES), ratio=0.25,
+                                   config=OTTVidConfig(ratio=0.25, tau_c=10.0), max_new_tokens=2)
     finally:
         hook.remove()
     prepared = result.prepared
@@ -401,15 +399,16 @@ def test_the_pipeline_sends_deepstack_merged_by_a_weighted_method(dense, method,
     its members, over window means; UniComp: 0.5 self + 0.5 mean of its similar tokens): each
     DeepStack layer reaches the model as `compressed.apply(layer)`, its `mixing` map, which differs
     from the uniform average over the assignment; a token kept alone keeps its own rows bit for bit."""
-    from ottvid_cli import pipeline
     from ottvid_cli.compression import methods
+    from ottvid_cli.sampling import Sampling
+    from ottvid_cli.session import Engine
 
     seen = []
     hook = dense.model.register_forward_pre_hook(
         lambda module, args, kwargs: seen.append(kwargs.get("mm_encoder_outputs")), with_kwargs=True)
     try:
-        result = pipeline.ask(dense, DATA / "bikes.mp4", "What happens?", frames=FRAMES, ratio=0.25, method=method,
-                              config=methods.make_config(method, 0.25, **options), max_new_tokens=2)
+        result = Engine(dense).ask(DATA / "bikes.mp4", "What happens?", sampling=Sampling(frames=FRAMES), ratio=0.25,
+                                   method=method, config=methods.make_config(method, 0.25, **options), max_new_tokens=2)
     finally:
         hook.remove()
     c, visual = result.prepared.compressed, result.prepared.visual
@@ -435,15 +434,17 @@ def test_vllms_pruning_methods_through_the_pipeline(dense, method, exact):
     """ask() with vLLM's EVS / VidCom2 on Qwen3-VL: a pure pruning, so each kept token reaches the model
     with its own DeepStack rows, bit for bit; the exact count by default, vLLM's with exact=False (EVS:
     the whole first group)."""
-    from ottvid_cli import pipeline
     from ottvid_cli.compression import methods
+    from ottvid_cli.sampling import Sampling
+    from ottvid_cli.session import Engine
 
     seen = []
     hook = dense.model.register_forward_pre_hook(
         lambda module, args, kwargs: seen.append(kwargs.get("mm_encoder_outputs")), with_kwargs=True)
     try:
-        result = pipeline.ask(dense, DATA / "bikes.mp4", "What happens?", frames=FRAMES, ratio=0.25, method=method,
-                              config=methods.make_config(method, 0.25, exact=exact), max_new_tokens=2)
+        result = Engine(dense).ask(DATA / "bikes.mp4", "What happens?", sampling=Sampling(frames=FRAMES), ratio=0.25,
+                                   method=method, config=methods.make_config(method, 0.25, exact=exact),
+                                   max_new_tokens=2)
     finally:
         hook.remove()
     c, visual = result.prepared.compressed, result.prepared.visual

@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from ottvid_cli.compression import normalize_saliency, select_tokens
-from reference import select as ref_select
+from tests.support.reference import select as ref_select
 
 
 def three_tokens():

@@ -22,15 +22,14 @@ import openai
 import pytest
 import torch
 import uvicorn
-from typer.testing import CliRunner
 
 from ottvid_cli.cli import app as cli_app
 from ottvid_cli.serve.app import ServeSettings, create_app
 from ottvid_cli.serve.security import ApiError, MediaPolicy
+from tests.support.cli import runner
 
 DATA = Path(__file__).parent / "data"
 KEY = "test-key-0123456789"
-runner = CliRunner()
 JSON_KEYS = {"answer", "letter", "span", "frames", "tokens", "compression", "timings_ms", "model", "ratio", "method",
              "cache_hit"}
 
@@ -407,7 +406,7 @@ def test_ask_server_prints_what_ask_prints(served, media):
 
 
 def test_ask_server_takes_the_key_and_names_the_local_file(served, media):
-    """Issue 34: `ask --server` had no --api-key (a 401 named neither it nor OTTVID_API_KEY), named an
+    """`ask --server` had no --api-key (a 401 named neither it nor OTTVID_API_KEY), named an
     uploaded file "the uploaded video", and showed the server's start-up load as this request's."""
     video = str(media[1] / "short.mp4")  # outside the server's folder: sent as an upload
     args = ["ask", video, "What?", "--server", served.url, "--frames", "4", "--max-new-tokens", "2"]
@@ -655,7 +654,7 @@ def test_sigterm_finishes_the_request_in_flight_and_exits_0(tiny_qwen, media, tm
             assert time.monotonic() < deadline, log.read_text()
             found = re.search(r"on (http://127\.0\.0\.1:\d+)/v1", log.read_text())
             url = found.group(1) if found else time.sleep(0.1)
-        assert f"(the page: {url}/; no API key;" in log.read_text()  # issue 34: the banner names the page
+        assert f"(the page: {url}/; no API key;" in log.read_text()  # the banner names the page
         while True:
             try:
                 if httpx.get(url + "/health").status_code == 200:

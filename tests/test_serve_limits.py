@@ -1,4 +1,4 @@
-"""`ottvid serve` against work that never ends (issue 33): loops a request can size, a fifo in the
+"""`ottvid serve` against work that never ends: loops a request can size, a fifo in the
 cache folder, a worker that never comes back, connections that never send a request. Real server
 processes (`ottvid serve` with the tiny Qwen2.5-VL, or the same uvicorn set-up around a stand-in
 engine that never returns), real HTTP, SIGTERM."""

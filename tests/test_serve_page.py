@@ -125,7 +125,7 @@ def test_info_says_what_the_page_offers(open_server, tiny_qwen):
     while httpx.get(open_server.url + "/health").status_code != 200:  # the model's warm-up request ran
         assert time.monotonic() < deadline
         time.sleep(0.1)
-    # issue 34: the warm-up's time, for the page's header (it is no request's time)
+    # the warm-up's time, for the page's header (it is no request's time)
     assert httpx.get(open_server.url + "/v1/ottvid/info").json()["warmup_ms"] > 0
 
 
@@ -366,7 +366,7 @@ def test_upload_ask_stream_picture_cache_ground_and_both_sizes(browser, tiny_qwe
             assert box and box["x"] >= 0 and box["x"] + box["width"] <= 390, testid
         page.ask("What happens next?", task="ask", max_tokens=6)  # still works at that size
         assert page["error"].is_hidden() and page["cache"].get_attribute("data-hit") == "true"
-        # issue 34: the picture's words, too small in the picture on a phone, are text under it
+        # the picture's words, too small in the picture on a phone, are text under it
         words = page["picture-words"]
         assert words.is_visible() and "kept as they are" in words.inner_text()
         assert "across frames (bars)" in words.inner_text() and "W_t" in words.inner_text()
@@ -466,7 +466,7 @@ def test_with_an_api_key_the_page_asks_for_it(browser, keyed_server, tiny_qwen, 
         page["api-key"].fill("wrong")
         page["api-key"].press("Enter")
         page.tab.wait_for_function("() => !document.getElementById('key-error').hidden")
-        # issue 34: said under the key, where it is fixed, not under the question
+        # said under the key, where it is fixed, not under the question
         assert "wrong API key" in page["key-error"].inner_text() and page["api-key"].is_visible()
         assert page["error"].is_hidden()
         page["api-key"].fill(KEY)
@@ -615,7 +615,7 @@ def test_stop_cancels_the_question_on_the_server(browser, folder):
             time.sleep(0.02)
         page.tab.locator("#stop").click()
         page.tab.wait_for_function("() => document.getElementById('answer').classList.contains('done')")
-        # issue 34: the person's own Stop is a note where the answer would be, not a red error
+        # the person's own Stop is a note where the answer would be, not a red error
         assert page["error"].is_hidden() and page["submit"].is_enabled()
         stopped = page.tab.locator("#answer .item.stopped")
         assert stopped.locator(".k").inner_text() == "stopped" and "you pressed Stop" in stopped.inner_text()
@@ -662,7 +662,7 @@ class _Reports(_Spans):
 
 
 def test_the_page_reports_what_the_reply_says(browser, folder, tmp_path):
-    """Issue 34: the total added the server's start-up warm-up to every request; a video the browser
+    """The total added the server's start-up warm-up to every request; a video the browser
     cannot play kept the last video's length (or none); a multiple-choice reply showed no letter, nor
     that none could be read; a ground reply without a span did not say why."""
     server, page = _stand_in_page(browser, _Reports(), "reports", folder[0])
@@ -711,7 +711,7 @@ class _WarmingUp(_Spans):
 
 
 def test_a_page_opened_while_the_server_warms_up_says_so_then_shows_the_note(browser, folder):
-    """Issue 43: the warm-up note was shown only to a page that connected after the warm-up had
+    """The warm-up note was shown only to a page that connected after the warm-up had
     finished; one opened meanwhile said nothing, even once it had."""
     engine = _WarmingUp()
     server, page = _stand_in_page(browser, engine, "warming", folder[0])

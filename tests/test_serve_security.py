@@ -1,4 +1,4 @@
-"""`ottvid serve` against what a fault and security probe found (issue 28): files swapped after the
+"""`ottvid serve` against what a fault and security probe found: files swapped after the
 path check, fifos, a huge file past the timeout, leaked upload names, NUL paths, huge questions,
 internal messages, unparseable bodies, lax types, Retry-After. A real uvicorn server on loopback with
 the tiny Qwen2.5-VL; the worker is kept busy deterministically by a gate in front of the real engine
@@ -405,14 +405,13 @@ def test_a_damaged_cache_entry_behind_the_server_is_logged_and_rebuilt(engine, f
 
 
 def test_serve_bounds_its_disk_cache_only_with_a_cache_folder(tiny_qwen):
-    from typer.testing import CliRunner
-
     from ottvid_cli.cli import app
+    from tests.support.cli import runner
 
-    result = CliRunner().invoke(app, ["serve", "--cache-max-gb", "1", "--model", str(tiny_qwen), "--port", "0"])
+    result = runner.invoke(app, ["serve", "--cache-max-gb", "1", "--model", str(tiny_qwen), "--port", "0"])
     assert result.exit_code == 2, result.output
     assert "--cache-max-gb bounds the --cache-dir folder: give --cache-dir too" in result.output
-    bad = CliRunner().invoke(app, ["serve", "--cache-max-gb", "0", "--cache-dir", "default", "--model", str(tiny_qwen)])
+    bad = runner.invoke(app, ["serve", "--cache-max-gb", "0", "--cache-dir", "default", "--model", str(tiny_qwen)])
     assert bad.exit_code == 2 and "--cache-max-gb" in bad.output, bad.output
 
 
@@ -420,10 +419,9 @@ def test_the_server_s_disk_cache_entries_name_the_real_file_never_proc(engine, f
     """Entries the server writes record the real file it decoded as /proc/self/fd/N (the resolved path
     inside the folder), and no file for an upload; `cache ls` and a CLI run that hits them never show
     /proc. The CLI's report names the file it was given, not the one the entry was prepared from."""
-    from typer.testing import CliRunner
-
     from ottvid_cli.cli import app
     from ottvid_cli.session import Engine
+    from tests.support.cli import runner
 
     cache = tmp_path / "cache"
     (folders[0] / "sub").mkdir()
@@ -439,12 +437,11 @@ def test_the_server_s_disk_cache_entries_name_the_real_file_never_proc(engine, f
         assert response.status_code == 200 and "/proc/" not in response.text, response.text
     assert named.json()["ottvid"]["video"] == str(folders[0] / "sub" / "link.mp4")
 
-    cli = CliRunner()
-    listed = cli.invoke(app, ["cache", "ls", "--cache-dir", str(cache), "--json"])
+    listed = runner.invoke(app, ["cache", "ls", "--cache-dir", str(cache), "--json"])
     assert listed.exit_code == 0, listed.output
     videos = sorted(entry["video"] for entry in json.loads(listed.stdout)["entries"])
     assert videos == ["", os.path.realpath(folders[0] / "bikes.mp4")]  # the upload: no file
-    table = cli.invoke(app, ["cache", "ls", "--cache-dir", str(cache)])
+    table = runner.invoke(app, ["cache", "ls", "--cache-dir", str(cache)])
     assert table.exit_code == 0 and "/proc/" not in table.stdout, table.stdout
     assert "bikes.mp4" in table.stdout and "(no file: uploaded to a server)" in table.stdout
 
@@ -454,17 +451,17 @@ def test_the_server_s_disk_cache_entries_name_the_real_file_never_proc(engine, f
         shutil.copy(DATA / f"{name}.mp4", mine / f"{name}.mp4")
         ask = ["ask", str(mine / f"{name}.mp4"), "What?", "--model", str(tiny_qwen), "--frames", "4",
                "--max-new-tokens", "1", "--cache-dir", str(cache)]
-        as_json = cli.invoke(app, [*ask, "--json"])
+        as_json = runner.invoke(app, [*ask, "--json"])
         assert as_json.exit_code == 0, as_json.output
         run = json.loads(as_json.stdout)
         assert run["cache_hit"] is True and run["video"] == str(mine / f"{name}.mp4"), run
-        report = cli.invoke(app, ask)
+        report = runner.invoke(app, ask)
         assert report.exit_code == 0 and "/proc/" not in report.stdout and f"{name}.mp4" in report.stdout, \
             report.output
 
 
 # ------------------------------------------------------------------------------------------------
-# issue 33, 3-4: who can reach the server
+# who can reach the server
 
 
 @pytest.mark.parametrize("host", ["attacker.example:8712", "attacker.example", "127.0.0.1.nip.io:80",
@@ -504,7 +501,7 @@ def test_no_third_party_script_is_served_on_the_page_s_origin(start):
 
 
 # ------------------------------------------------------------------------------------------------
-# issue 33, 6-7: strict types, text that is no Unicode, file names
+# strict types, text that is no Unicode, file names
 
 
 @pytest.mark.parametrize("field", ["max_tokens", "max_completion_tokens", "n"])
@@ -565,7 +562,7 @@ def test_file_names_that_are_not_utf8_or_hold_a_newline(start, folders):
 
 
 # ------------------------------------------------------------------------------------------------
-# issue 33, 8: HEAD, Range, types, error types, an empty body
+# HEAD, Range, types, error types, an empty body
 
 
 def test_head_on_the_page_and_on_a_video(start, folders):

@@ -6,25 +6,21 @@ from pathlib import Path
 import numpy as np
 import pytest
 from PIL import Image
-from typer.testing import CliRunner
 
 from ottvid_cli import pipeline, show
 from ottvid_cli.backbones import load_backbone
 from ottvid_cli.cli import app
+from tests.support.cli import invoke, runner
 
 DATA = Path(__file__).parent / "data"
-runner = CliRunner()
-
-
-def invoke(*args):
-    return runner.invoke(app, [str(a) for a in args])
 
 
 @pytest.fixture(scope="module")
 def inspected(tiny_qwen):
     backbone = load_backbone(str(tiny_qwen))
-    clip, visual, compressed = pipeline.inspect(backbone, DATA / "bikes.mp4", frames=32, ratio=0.25)
-    return backbone, clip, visual, compressed
+    p = pipeline.prepare(backbone, DATA / "bikes.mp4", pipeline.Sampling(frames=32), "ottvid",
+                         pipeline.make_config(0.25, backbone=backbone))
+    return backbone, p.clip, p.visual, p.compressed
 
 
 def test_cli_writes_a_png_with_one_tile_per_group(tiny_qwen, tmp_path):
@@ -211,7 +207,7 @@ def test_another_methods_words_count_its_picture(method):
 
 @pytest.mark.parametrize("method", ["fastvid", "divprune"])  # merges most tokens; drops them
 def test_another_methods_picture_shows_kept_merged_and_dropped_apart(tiny_qwen, method):
-    """Issue 27: a method that merges most tokens (FastVID) was drawn as outlines over the untouched
+    """A method that merges most tokens (FastVID) was drawn as outlines over the untouched
     frame. Now: kept tokens show the frame untouched (those that absorbed others framed in their
     colour), merged ones are dimmed and tinted the colour of the token they went into, dropped ones dimmed."""
     import re
@@ -262,7 +258,7 @@ def test_another_methods_picture_shows_kept_merged_and_dropped_apart(tiny_qwen, 
 
 
 def test_the_budget_panel_explains_itself_and_labels_bars_by_time():
-    """Issue 34: orange bars ("at the cap") were unexplained, B_t / W_t / "transport difficulty"
+    """Orange bars ("at the cap") were unexplained, B_t / W_t / "transport difficulty"
     undefined, the "merged" swatch one magenta while chains are drawn in many colours, and the bars
     labelled "pair 1" ... "pair 78" instead of times."""
     groups, grid = 6, (2, 3)
@@ -293,7 +289,7 @@ def test_the_budget_panel_explains_itself_and_labels_bars_by_time():
 
 @pytest.mark.parametrize("columns", [80, 100])
 def test_the_report_fits_the_terminal_piped(tiny_qwen, tmp_path, monkeypatch, columns):
-    """Issue 43: piped, `wrote <picture>: ...; ottvid kept 5 of 48 tokens` was one line however long;
+    """Piped, `wrote <picture>: ...; ottvid kept 5 of 48 tokens` was one line however long;
     it wraps as prose at the terminal's width, the picture's name whole."""
     monkeypatch.chdir(tmp_path)
     name = "what-the-compression-keeps-and-drops-at-ratio-0.1.png"

@@ -8,7 +8,6 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from ottvid_cli.compression import marginal_error, sinkhorn, transport_difficulty
-from ottvid_cli.compression.transport import sinkhorn_log
 
 
 def problem(seed, p=4, k=12, scale=1.0):
@@ -26,7 +25,7 @@ def test_matches_pot_sinkhorn_log(seed, absorb, iters):
     # POT checks its own (column, L2) error only every 10 iterations; with a tolerance neither
     # reaches, both run exactly `iters` iterations of the same updates.
     a, b, c = problem(seed, scale=1.0 + seed)
-    plan, n = sinkhorn_log(a, b, c, eps=0.01, max_iter=iters, tol=1e-30, absorb=absorb)[:2]
+    plan, n = sinkhorn(a, b, c, eps=0.01, max_iter=iters, tol=1e-30, absorb=absorb)
     assert n == iters
     for i in range(a.shape[0]):
         want = ot.sinkhorn(a[i].double().numpy(), b[i].double().numpy(), c[i].double().numpy(), 0.01,
@@ -48,9 +47,9 @@ def test_converged_problems_match_pot_plan():
 def test_stops_at_first_iteration_below_tol():
     a, b, c = problem(3, p=5, k=10)
     tol = 1e-4
-    plan, n, err = sinkhorn_log(a, b, c, eps=0.1, max_iter=500, tol=tol)
+    plan, n, err = sinkhorn(a, b, c, eps=0.1, max_iter=500, tol=tol, returns="error")
     assert 1 < n < 500 and err.max() < tol
-    _, _, before = sinkhorn_log(a, b, c, eps=0.1, max_iter=n - 1, tol=tol)
+    _, _, before = sinkhorn(a, b, c, eps=0.1, max_iter=n - 1, tol=tol, returns="error")
     assert before.max() >= tol  # the batch's largest error decides, not each problem's
     torch.testing.assert_close(err, marginal_error(plan, a, b), atol=2e-6, rtol=0)
 
@@ -66,8 +65,8 @@ def test_batched_equals_one_by_one_when_running_to_max_iter():
 @pytest.mark.parametrize("scale", [0.01, 2.0, 50.0])
 def test_absorbed_and_direct_agree(scale):
     a, b, c = problem(7, p=8, k=20, scale=scale)
-    p1, n1, e1 = sinkhorn_log(a, b, c, absorb=True)
-    p2, n2, e2 = sinkhorn_log(a, b, c, absorb=False)
+    p1, n1, e1 = sinkhorn(a, b, c, absorb=True, returns="error")
+    p2, n2, e2 = sinkhorn(a, b, c, absorb=False, returns="error")
     assert n1 == n2
     # float32 exponents of size C/eps carry a relative error of about C/eps * 1e-7
     torch.testing.assert_close(p1, p2, atol=1e-6, rtol=max(1e-4, 2e-7 * float(c.max()) / 0.01))
@@ -106,7 +105,7 @@ def test_shape_errors():
 )
 def test_finite_and_marginals(p, k, scale, eps, seed):
     a, b, c = problem(seed, p=p, k=k, scale=scale)
-    plan, n, err = sinkhorn_log(a, b, c, eps=eps, max_iter=200, tol=1e-5)
+    plan, n, err = sinkhorn(a, b, c, eps=eps, max_iter=200, tol=1e-5, returns="error")
     assert torch.isfinite(plan).all() and torch.isfinite(err).all()
     assert plan.shape == (p, k, k) and 1 <= n <= 200 and torch.all(plan >= 0)
     # rows always sum to a after the row update; columns to b when converged. float32 exponents of
@@ -122,8 +121,8 @@ def test_finite_and_marginals(p, k, scale, eps, seed):
 def test_checking_every_10_iterations_gives_the_same_result(tol, absorb):
     """The GPU schedule (host checks every 10 iterations, converged state frozen on the device)."""
     a, b, c = problem(9, p=5, k=10)
-    every_one = sinkhorn_log(a, b, c, eps=0.1, max_iter=57, tol=tol, absorb=absorb, check_every=1)
-    every_ten = sinkhorn_log(a, b, c, eps=0.1, max_iter=57, tol=tol, absorb=absorb, check_every=10)
+    every_one = sinkhorn(a, b, c, eps=0.1, max_iter=57, tol=tol, absorb=absorb, check_every=1, returns="error")
+    every_ten = sinkhorn(a, b, c, eps=0.1, max_iter=57, tol=tol, absorb=absorb, check_every=10, returns="error")
     assert every_one[1] == every_ten[1]
     if tol == 1e-3:
         assert every_one[1] < 57 and every_one[1] % 10 != 0  # converged between two host checks
@@ -132,7 +131,7 @@ def test_checking_every_10_iterations_gives_the_same_result(tol, absorb):
 
 @pytest.mark.parametrize("early_stop", [True, False])
 def test_a_cancelled_run_stops_between_iterations(early_stop):
-    """Issue 33.1: `sinkhorn_stop=fixed, max_iter=10**12` ran for years past its request's timeout."""
+    """`sinkhorn_stop=fixed, max_iter=10**12` stops when cancelled (it ran for years past its request's timeout)."""
     import threading
 
     from ottvid_cli.interrupt import Interrupted, stop_when
@@ -145,8 +144,8 @@ def test_a_cancelled_run_stops_between_iterations(early_stop):
         return len(calls) >= 5
 
     with stop_when(cancel), pytest.raises(Interrupted, match="Sinkhorn"):
-        sinkhorn_log(a, b, cost, 0.01, 10**12, 1e-30, early_stop=early_stop, check_every=1)
+        sinkhorn(a, b, cost, 0.01, 10**12, 1e-30, early_stop=early_stop, check_every=1, returns="error")
     assert len(calls) == 5
     with stop_when(threading.Event()):  # never set: the run is the usual one
-        plan, iterations, _ = sinkhorn_log(a, b, cost, 0.01, 50, 1e-30, early_stop=early_stop)
+        plan, iterations, _ = sinkhorn(a, b, cost, 0.01, 50, 1e-30, early_stop=early_stop, returns="error")
     assert iterations == 50 and torch.isfinite(plan).all()

@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 from ottvid_cli.video import decord_available
-from video_files import strip_avi_index, write_numbered
+from tests.support.video_files import strip_avi_index, write_numbered
 
 DATA = Path(__file__).parent / "data"
 

@@ -7,12 +7,11 @@ import json
 import pathlib
 
 import pytest
-from typer.testing import CliRunner
 
 from ottvid_cli.cli.app import app
+from tests.support.cli import runner
 
 DATA = pathlib.Path(__file__).parent / "data"
-runner = CliRunner()
 STAGES = ("startup", "load", "warmup", "decode", "preprocess", "vision", "saliency", "compression", "prefill",
           "generate", "other")
 
@@ -63,7 +62,6 @@ def test_the_text_report_names_the_overlap_only_when_there_was_one(tiny_qwen, tm
     assert alone.exit_code == 0, alone.output
     said = " ".join(alone.stdout.split())
     assert "from the command's start to the last token" in said and "beside the loading" not in said
-
 
 
 def test_a_streamed_reply_cannot_drive_the_terminal():

@@ -8,18 +8,16 @@ import sys
 from pathlib import Path
 
 import pytest
-from typer.testing import CliRunner
 
 from ottvid_cli import tiny
-from ottvid_cli.cli import app
+from tests.support import cli
 
 DATA = Path(__file__).parent / "data"
-runner = CliRunner()
 
 
 def invoke(*args):
     """`ottvid ARGS` in this process, with a short reply (the model's answers are noise anyway)."""
-    return runner.invoke(app, [str(a) for a in args] + ["--max-new-tokens", "8"], env={"COLUMNS": "120"})
+    return cli.invoke(*args, "--max-new-tokens", "8", env={"COLUMNS": "120"})
 
 
 @pytest.fixture

@@ -12,8 +12,6 @@ from pathlib import Path
 import av
 import numpy as np
 import pytest
-from video_files import (break_mp4_codec_header, frame_number, patch_mkv_duration, strip_avi_index, unknown_mkv_codec, write_audio_only,
-                         write_numbered, write_packed_avi, write_size_change, write_with_still)
 
 from ottvid_cli import video as video_mod
 from ottvid_cli.video import decord as decord_source
@@ -21,9 +19,13 @@ from ottvid_cli.video import probe
 from ottvid_cli.video import pyav as pyav_source
 from ottvid_cli.video import (Header, VideoError, check_video, judge_index, read_timeline, sample_fps,
                               sample_frames)
+from tests.support.video_files import (break_mp4_codec_header, frame_number, patch_mkv_duration, strip_avi_index,
+                                       unknown_mkv_codec, write_audio_only, write_numbered, write_packed_avi,
+                                       write_size_change, write_with_still)
 
 DATA = Path(__file__).parent / "data"
-SHARED = Path("/work/shared/videos")
+# more real clips, in $OTTVID_TEST_SHARED/videos where that variable is set (docs/testing.md)
+SHARED = Path(os.environ["OTTVID_TEST_SHARED"]) / "videos" if os.environ.get("OTTVID_TEST_SHARED") else None
 CLIPS = ["bikes", "cockatoo", "fire2", "realshort", "yoga"]
 needs_decord = pytest.mark.skipif(not video_mod.decord_available(), reason="decord is not installed")
 DECODERS = [pytest.param("decord", marks=needs_decord), "pyav"]
@@ -100,8 +102,9 @@ def assert_backends_agree(path):
 
 
 def _shared_clips():
-    if not SHARED.is_dir():
-        return [pytest.param(None, marks=pytest.mark.skip(reason=f"{SHARED} is absent"))]
+    if SHARED is None or not SHARED.is_dir():
+        reason = "OTTVID_TEST_SHARED is not set" if SHARED is None else f"{SHARED} is absent"
+        return [pytest.param(None, marks=pytest.mark.skip(reason=reason))]
     clips = sorted(p for p in SHARED.iterdir() if p.suffix.lower() in {".mp4", ".mkv", ".mov", ".avi", ".webm"})
     # big files decode for long: run them with the slow tests (CI runs those too)
     return [pytest.param(p, id=p.name, marks=[pytest.mark.slow] if p.stat().st_size > 50e6 else []) for p in clips]
@@ -159,7 +162,7 @@ def made(tmp_path_factory):
     rng = np.random.default_rng(0)
     vfr_pts = np.concatenate([[0], np.cumsum(rng.choice([20, 40, 100], size=59))]).tolist()  # ms
     files = {
-        # B-frames in an AVI (which stores no presentation times): decord's index breaks, as on the issue's file
+        # B-frames in an AVI (which stores no presentation times): decord's index breaks, as on real such files
         "avi": write_numbered(d / "bframes.avi", 270, b_frames=2),
         "mkv": write_numbered(d / "plain.mkv", 60, rate=25),
         "vfr": write_numbered(d / "vfr.mp4", 60, pts=vfr_pts, time_base=Fraction(1, 1000)),
@@ -204,7 +207,7 @@ def test_the_broken_avi_really_breaks_decord_random_access(made):
     shown = [frame_number(f) for f in reader.get_batch([100, 186]).asnumpy()]
     assert shown != [100, 186]  # the wrong pixels
     with av.open(str(made["avi"])) as container:
-        timeline = read_timeline(reader, probe._header(container, container.streams.video[0]))
+        timeline = read_timeline(reader, probe.read_header(container, container.streams.video[0]))
     assert not timeline.trusted and "invalid timestamps" in timeline.problem
 
 
@@ -220,7 +223,8 @@ def test_broken_index_gives_the_frames_at_their_times(made, key, decoder):
 @pytest.fixture(scope="module")
 def packed(tmp_path_factory):
     """DivX-style packed B-frames in AVI (MPEG-4 Part 2, 270 frames at 23.976 fps, ~75 KB), with and
-    without its index: the kind of file of issue 23, made at test time (tests/video_files.py)."""
+    without its index: the kind of file whose guessed pts are a frame or two off, made at test time
+    (tests/support/video_files.py)."""
     d = tmp_path_factory.mktemp("packed")
     indexed = write_packed_avi(d / "packed.avi", 270)
     return {"indexed": indexed, "noidx": strip_avi_index(indexed, d / "packed-noidx.avi")}
@@ -247,7 +251,7 @@ def test_packed_b_frames_in_avi_give_each_frame_its_own_pixels_and_time(packed, 
     """Each sampled frame's pixels are exactly (np.array_equal) those of the frame that an in-order
     decode hands out at that index, and its time is that same frame's: the dts the decoder carried with
     it (the guessed pts go backwards), counted from the stream's start as every other path counts: one
-    frame after the time the frame was made for, as the first frame's dts is 1 (issue 34)."""
+    frame after the time the frame was made for, as the first frame's dts is 1."""
     truth = _sequential_decode(packed[key])
     fps = 24000 / 1001
     for video in (sample_frames(packed[key], 8, decoder=decoder), sample_fps(packed[key], 2.0, decoder=decoder),
@@ -265,7 +269,7 @@ def test_packed_b_frames_in_avi_give_each_frame_its_own_pixels_and_time(packed, 
 
 
 def test_packed_b_frame_times_count_from_the_stream_start_not_the_first_frame(packed):
-    """Issue 34: the stream starts at 0 and its first frame's dts is 1. Times from the dts count from the
+    """The stream starts at 0 and its first frame's dts is 1. Times from the dts count from the
     stream's start, as those from the pts and from an index do: the first frame is shown at 1 / fps
     (FFmpeg's best-effort timestamp), not at 0, and each frame at its own dts."""
     with av.open(str(packed["indexed"])) as container:
@@ -378,8 +382,8 @@ def test_display_rotation_is_applied(made):
 
 def test_pyav_seeks_instead_of_decoding_everything(made, monkeypatch):
     decoded = []
-    real = pyav_source._frame_pts
-    monkeypatch.setattr(pyav_source, "_frame_pts", lambda frame: decoded.append(1) or real(frame))
+    real = pyav_source.frame_pts
+    monkeypatch.setattr(pyav_source, "frame_pts", lambda frame: decoded.append(1) or real(frame))
     video = sample_frames(made["long"], 8, decoder="pyav")
     assert video.timeline.source == "pyav index" and len(decoded) <= 8 * 20  # about a key-frame interval each
     assert_shows_reported_frames(video, made["long"])
@@ -387,17 +391,17 @@ def test_pyav_seeks_instead_of_decoding_everything(made, monkeypatch):
 
 def test_pyav_seeking_reaches_every_frame_of_a_b_frame_file(made):
     """With B-frames FFmpeg may land on the key frame after a frame shown just before it: retried earlier."""
-    with probe._pyav_stream(str(made["long"])) as (container, stream):
-        packets = pyav_source._demux(container, stream)
+    with probe.pyav_stream(str(made["long"])) as (container, stream):
+        packets = pyav_source.demux(container, stream)
     for i in range(0, 60):
-        got = pyav_source._seek_decode(str(made["long"]), packets, [int(packets.pts[i])])
+        got = pyav_source.seek_decode(str(made["long"]), packets, [int(packets.pts[i])])
         assert got is not None and frame_number(got[int(packets.pts[i])]) == i
 
 
 def test_sequential_decoding_keeps_only_the_sample(made, monkeypatch):
     converted = []
-    real = pyav_source._rgb
-    monkeypatch.setattr(pyav_source, "_rgb", lambda frame, *size: converted.append(1) or real(frame, *size))
+    real = pyav_source.rgb
+    monkeypatch.setattr(pyav_source, "rgb", lambda frame, *size: converted.append(1) or real(frame, *size))
     video = sample_frames(made["wrong"], 8, decoder="pyav")
     assert video.timeline.source == "decoded frames" and len(converted) == 8  # of 60 frames, in one pass
 
@@ -581,14 +585,13 @@ def test_frame_folder_errors_are_one_line(tmp_path):
 def test_ask_on_a_folder_of_frames(tiny_qwen, bikes_frames, tmp_path):
     import json
 
-    from typer.testing import CliRunner
-
     from ottvid_cli.cache import content_hash
     from ottvid_cli.cli import app
+    from tests.support.cli import runner
 
     folder, _ = bikes_frames
-    result = CliRunner().invoke(app, ["ask", str(folder), "What happens?", "Who rides?", "--model", str(tiny_qwen),
-                                      "--json", "--frames", "4", "--max-new-tokens", "3"])
+    result = runner.invoke(app, ["ask", str(folder), "What happens?", "Who rides?", "--model", str(tiny_qwen),
+                                 "--json", "--frames", "4", "--max-new-tokens", "3"])
     assert result.exit_code == 0, result.output
     first, second = json.loads(result.stdout)
     assert first["video"] == str(folder) and first["frames"]["count"] == 4 and first["frames"]["total"] == 250
@@ -604,7 +607,7 @@ def test_ask_on_a_folder_of_frames(tiny_qwen, bikes_frames, tmp_path):
     assert content_hash(copy) != content_hash(folder)
     empty = tmp_path / "empty"
     empty.mkdir()
-    refused = CliRunner().invoke(app, ["ask", str(empty), "What happens?", "--model", str(tiny_qwen)])
+    refused = runner.invoke(app, ["ask", str(empty), "What happens?", "--model", str(tiny_qwen)])
     assert refused.exit_code == 2 and "no frame images" in refused.stderr
 
 

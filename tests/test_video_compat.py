@@ -1,4 +1,4 @@
-"""The decoder across PyAV releases, and errors that are ours never blamed on the file (issue 20).
+"""The decoder across PyAV releases, and errors that are ours never blamed on the file.
 
 PyAV 19 (wheels for Python 3.12+ only, so not installable here) removed `av.open(..., metadata_errors=)`.
 Its `av.open` is stood in for by the installed one wrapped to refuse those arguments as 19 does (a
@@ -15,17 +15,16 @@ from pathlib import Path
 import av
 import numpy as np
 import pytest
-from typer.testing import CliRunner
 
 from ottvid_cli.video import decord as decord_source
 from ottvid_cli.video import probe
 from ottvid_cli.video import pyav as pyav_source
 from ottvid_cli.cli import app
 from ottvid_cli.video import VideoError, check_video, sample_fps, sample_frames
+from tests.support.cli import runner
 
 DATA = Path(__file__).parent / "data"
 CLIPS = ["bikes", "cockatoo", "fire2", "realshort", "yoga"]
-runner = CliRunner()
 
 
 @pytest.fixture
@@ -82,10 +81,10 @@ class _Rational:
 
 
 def test_pyav_19_rationals_are_read_as_fractions():
-    assert probe._fraction(_Rational(1, 90000)) == Fraction(1, 90000)
-    assert probe._fraction(_Rational(0, 1)) is None  # unset in PyAV 19
-    assert probe._fraction(None) is None  # unset in PyAV 12-18
-    assert probe._fraction(Fraction(1001, 24000)) == Fraction(1001, 24000)
+    assert probe.as_fraction(_Rational(1, 90000)) == Fraction(1, 90000)
+    assert probe.as_fraction(_Rational(0, 1)) is None  # unset in PyAV 19
+    assert probe.as_fraction(None) is None  # unset in PyAV 12-18
+    assert probe.as_fraction(Fraction(1001, 24000)) == Fraction(1001, 24000)
 
 
 def _raises_type_error(*args, **kwargs):
@@ -122,7 +121,7 @@ def test_a_type_error_while_decoding_is_not_blamed_on_the_file(monkeypatch):
     def broken(frame, *size):  # as a PyAV whose VideoFrame.to_ndarray changed its signature would raise
         raise TypeError("to_ndarray() got an unexpected keyword argument 'format'")
 
-    monkeypatch.setattr(pyav_source, "_rgb", broken)  # PyAV's own classes are immutable in some releases
+    monkeypatch.setattr(pyav_source, "rgb", broken)  # PyAV's own classes are immutable in some releases
     with pytest.raises(TypeError, match="to_ndarray"):
         sample_frames(DATA / "bikes.mp4", 8, decoder="pyav")
 
@@ -144,7 +143,7 @@ def test_decord_still_blames_a_file_it_cannot_read(tmp_path):
     bad = tmp_path / "notes.mp4"
     bad.write_text("not a video at all\n" * 20)
     with pytest.raises(VideoError, match="cannot read video"):
-        decord_source._open_decord(str(bad))
+        decord_source.open_decord(str(bad))
 
 
 def test_a_type_error_from_pillow_is_not_blamed_on_the_frame_image(tmp_path, monkeypatch):

@@ -14,7 +14,7 @@ import pytest
 
 from ottvid_cli.sampling import Sampling
 from ottvid_cli.video import Timeline, sample_fps, sample_frames, stream_fps, stream_frames
-from video_files import frame_number, write_numbered
+from tests.support.video_files import frame_number, write_numbered
 
 
 def cut(src: Path, dst: Path, share: float) -> Path:

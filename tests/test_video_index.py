@@ -1,4 +1,4 @@
-"""The index of an MP4 / MOV file from its sample table (issue 39): the same packets' times, key frames and
+"""The index of an MP4 / MOV file from its sample table: the same packets' times, key frames and
 end as demuxing every packet, without reading the samples' data; declined (the full demux instead)
 wherever the table cannot be trusted."""
 
@@ -12,9 +12,9 @@ import numpy as np
 import pytest
 
 from ottvid_cli.video import mp4, pyav, sample_frames, video_duration
-from ottvid_cli.video.probe import _pyav_stream
+from ottvid_cli.video.probe import pyav_stream
 
-from video_files import write_numbered
+from tests.support.video_files import write_numbered
 
 DATA = pathlib.Path(__file__).parent / "data"
 X264 = {"crf": "12", "x264-params": "scenecut=0"}
@@ -41,12 +41,12 @@ DECLINED = {  # the table is not used: the demuxer's answer stands
 
 
 def _demuxed(path):
-    with _pyav_stream(str(path)) as (container, stream):
-        return pyav._demux(container, stream)
+    with pyav_stream(str(path)) as (container, stream):
+        return pyav.demux(container, stream)
 
 
 def _from_table(path):
-    with _pyav_stream(str(path)) as (container, stream):
+    with pyav_stream(str(path)) as (container, stream):
         return mp4.table_packets(str(path), stream)
 
 
@@ -75,7 +75,7 @@ def test_the_table_gives_the_demuxers_index(made, name):
 def test_declined_where_the_table_is_not_the_index(made, name):
     path = made[name]
     assert _from_table(path) is None
-    with _pyav_stream(str(path)) as (container, stream):
+    with pyav_stream(str(path)) as (container, stream):
         _assert_same(mp4.index(str(path), container, stream), _demuxed(path))
 
 
@@ -93,7 +93,7 @@ def test_a_pyav_without_index_entries_demuxes(made):
                 raise AttributeError(name)
             return getattr(self.stream, name)
 
-    with _pyav_stream(str(path)) as (container, stream):
+    with pyav_stream(str(path)) as (container, stream):
         assert mp4.table_packets(str(path), Older(stream)) is None
         assert mp4.table_packets(str(path), stream) is not None
 
@@ -105,7 +105,7 @@ def test_a_file_cut_off_keeps_the_demuxers_index(made, tmp_path):
     data = made["faststart"].read_bytes()
     cut.write_bytes(data[: len(data) * 2 // 3])
     assert _from_table(cut) is None
-    with _pyav_stream(str(cut)) as (container, stream):
+    with pyav_stream(str(cut)) as (container, stream):
         index = mp4.index(str(cut), container, stream)
     assert len(index.pts) < 120
     _assert_same(index, _demuxed(cut))

@@ -11,8 +11,6 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from video_files import (break_mp4_codec_header, frame_number, strip_avi_index, unknown_mkv_codec, write_audio_only,
-                         write_numbered)
 
 from ottvid_cli.interrupt import Interrupted, stop_when
 from ottvid_cli.sampling import Sampling
@@ -21,6 +19,8 @@ from ottvid_cli.video import (FrameResize, StreamedVideo, VideoError, decord_ava
 from ottvid_cli.video import inorder as inorder_source
 from ottvid_cli.video import pyav as pyav_source
 from ottvid_cli.video import stream as stream_source
+from tests.support.video_files import (break_mp4_codec_header, frame_number, strip_avi_index, unknown_mkv_codec,
+                                       write_audio_only, write_numbered)
 
 DATA = Path(__file__).parent / "data"
 needs_decord = pytest.mark.skipif(not decord_available(), reason="decord is not installed")
@@ -128,8 +128,8 @@ def untrusted(tmp_path_factory):
 def test_a_file_whose_index_is_not_trusted_streams_the_sample(untrusted, key, monkeypatch):
     path = untrusted[key]
     passes = []
-    walk = inorder_source._frames_in_order
-    monkeypatch.setattr(inorder_source, "_frames_in_order", lambda *a, **k: passes.append(a[1]) or walk(*a, **k))
+    walk = inorder_source.frames_in_order
+    monkeypatch.setattr(inorder_source, "frames_in_order", lambda *a, **k: passes.append(a[1]) or walk(*a, **k))
     for call, kwargs in ((stream_frames, {"num_frames": 8}), (stream_fps, {"fps": 3.0, "resize": (24, 32)}),
                          (stream_frames, {"num_frames": 6, "start": 2.0, "end": 5.0, "keyframes": True})):
         passes.clear()
@@ -156,15 +156,15 @@ def test_a_seek_that_fails_part_way_decodes_the_rest_in_order(monkeypatch):
     """The plan stays the index's: the chunks after the seek that failed are the planned frames, by pts."""
     path = DATA / "bikes.mp4"
     video = sample_fps(path, 2.0, resize=(34, 80))
-    seek = pyav_source._seek_decode
+    seek = pyav_source.seek_decode
     calls = []
-    monkeypatch.setattr(pyav_source, "_seek_decode", lambda *a, **k: None if calls.append(1) or len(calls) == 2
+    monkeypatch.setattr(pyav_source, "seek_decode", lambda *a, **k: None if calls.append(1) or len(calls) == 2
                         else seek(*a, **k))
     streamed = stream_fps(path, 2.0, resize=(34, 80))
     assert np.array_equal(np.concatenate(list(streamed.chunks(6))), video.frames)
     assert len(calls) == 2  # in order after the second chunk's seek failed
-    decoded = pyav_source._decoded  # and now decoding in order gives nothing either
-    monkeypatch.setattr(pyav_source, "_decoded", lambda *a, **k: iter(()) if len(calls) >= 2 else decoded(*a, **k))
+    decoded = pyav_source.decoded  # and now decoding in order gives nothing either
+    monkeypatch.setattr(pyav_source, "decoded", lambda *a, **k: iter(()) if len(calls) >= 2 else decoded(*a, **k))
     calls.clear()
     chunks = streamed.chunks(6)
     assert np.array_equal(next(chunks), video.frames[:6])

@@ -1,5 +1,5 @@
 """benchmarks/vllm.py: its options, the engine each run asks for, and its table, without vLLM (the test
-environment has none); and, slow, the whole script with --smoke in the vLLM environment (tests/vllm_env.py)."""
+environment has none); and, slow, the whole script with --smoke in the vLLM environment (tests/support/vllm_env.py)."""
 
 import importlib.util
 import io
@@ -156,7 +156,7 @@ def test_threads_bind_names_the_cores_this_process_may_use():
 def test_smoke_in_the_vllm_environment(vllm_env, tmp_path):
     """The whole script on the tiny model (head_dim 64) in vLLM's environment: every run's video tokens
     are the counts each asks for (V, vLLM's EVS count, round(0.1 V)); no time is asserted."""
-    from vllm_env import run_env
+    from tests.support.vllm_env import run_env
 
     run = subprocess.run([str(vllm_env.python), str(SCRIPT), "--smoke", "--frames", "8", "--json"],
                          capture_output=True, text=True, timeout=900, cwd=ROOT, env=run_env())

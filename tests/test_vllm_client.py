@@ -1,6 +1,6 @@
-"""`ottvid ask / ground --server URL` against vLLM's own OpenAI server (issue 32, item 7).
+"""`ottvid ask / ground --server URL` against vLLM's own OpenAI server.
 
-One real `vllm serve` (vLLM's CPU build, in the cached environment of tests/vllm_env.py) with ottvid's
+One real `vllm serve` (vLLM's CPU build, in the cached environment of tests/support/vllm_env.py) with ottvid's
 plugin on (`--video-pruning-rate 0.9 --hf-overrides '{"ottvid_method": "ottvid"}'`: conftest's
 `vllm_server`, shared with tests/test_vllm_plugin.py; a start takes ~30 s) serves a tiny Qwen2.5-VL; the
 command line runs as real subprocesses of this environment. The tiny model's output layer is set so that
@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from ottvid_cli.serve.openai_compat import PlainServer, is_ottvid_serve, media_io_kwargs, not_per_request
+from ottvid_cli.remote.openai_compat import PlainServer, is_ottvid_serve, media_io_kwargs, not_per_request
 from ottvid_cli.tasks import grounding, qa
 
 ROOT = Path(__file__).resolve().parent.parent

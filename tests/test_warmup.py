@@ -8,12 +8,12 @@ from pathlib import Path
 
 import httpx
 import pytest
-from typer.testing import CliRunner
 
 from ottvid_cli.backbones import load_backbone
 from ottvid_cli.cli import app as cli_app
 from ottvid_cli.serve.app import ServeSettings, create_app
 from ottvid_cli.session import Engine
+from tests.support.cli import runner
 from ottvid_cli.video import sample_frames
 from ottvid_cli.warmup import warm_clip, warm_up
 
@@ -119,11 +119,11 @@ def test_ask_reports_the_warm_up_time_and_skips_it_on_the_cpu_unless_asked(tiny_
 
     command = ["ask", str(DATA / "bikes.mp4"), "What happens?", "--model", str(tiny_qwen), "--frames", "4",
                "--max-new-tokens", "2", "--device", "cpu", "--json"]
-    result = CliRunner().invoke(cli_app, [*command, "--warm-up"])
+    result = runner.invoke(cli_app, [*command, "--warm-up"])
     assert result.exit_code == 0, result.output
     timings = json.loads(result.stdout)["timings_ms"]
     assert timings["warmup"] > 0 and timings["load"] > 0
-    result = CliRunner().invoke(cli_app, command)  # the default on the CPU: no warm-up (it only adds time there)
+    result = runner.invoke(cli_app, command)  # the default on the CPU: no warm-up (it only adds time there)
     assert result.exit_code == 0, result.output
     timings = json.loads(result.stdout)["timings_ms"]
     assert "warmup" not in timings and timings["load"] > 0
@@ -132,6 +132,6 @@ def test_ask_reports_the_warm_up_time_and_skips_it_on_the_cpu_unless_asked(tiny_
 @pytest.mark.parametrize("flag", ["--warm-up", "--no-warm-up"])
 def test_warm_up_flags_do_not_apply_with_a_server(flag):
     # refused before any request: nothing listens on the port, a request would give exit 1 "cannot reach"
-    result = CliRunner().invoke(cli_app, ["ask", str(DATA / "bikes.mp4"), "What happens?", "--server",
-                                          "http://127.0.0.1:9", flag])
+    result = runner.invoke(cli_app, ["ask", str(DATA / "bikes.mp4"), "What happens?", "--server",
+                                     "http://127.0.0.1:9", flag])
     assert result.exit_code == 2 and "--warm-up/--no-warm-up does not apply with --server" in result.output

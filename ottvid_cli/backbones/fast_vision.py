@@ -1,4 +1,4 @@
-"""The Qwen vision towers at their arithmetic (issue 42; docs/gpu.md "Vision encoder").
+"""The Qwen vision towers at their arithmetic (docs/gpu.md "Vision encoder").
 
 transformers' Qwen2.5-VL / Qwen3-VL vision towers spend most of their time outside their matrix
 products on a GPU: on an H200, 32 frames at 448 x 448 through the 7B's tower took 133 ms, of which the

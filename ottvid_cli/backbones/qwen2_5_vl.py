@@ -151,7 +151,7 @@ class Qwen25VL(KeptTokenGeneration):
         multiple of the temporal patch, as `preprocess` pads it) and `preprocess`'s own resampling, so that
         `pixel_values` are the same whether frames are resized as decoded or here."""
         step = self.frames_per_group
-        # the range as it is now: `pipeline._pixels` sets the backbone's own for a preprocess meanwhile
+        # the range as it is now: `prepared.pixel_range` sets the backbone's own for a preprocess meanwhile
         max_pixels, min_pixels = max_pixels or self.max_pixels, min_pixels or self.min_pixels
 
         def target(height: int, width: int, frames: int) -> tuple[int, int]:

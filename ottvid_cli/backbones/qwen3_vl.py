@@ -25,7 +25,7 @@ from typing import Any, Sequence
 
 import torch
 
-from ..compression.ottvid import Compressed
+from ..compression.types import Compressed
 from .base import check_aspect
 from .positions import qwen3_vl_positions
 from .qwen2_5_vl import Qwen25VL, refuse_order

@@ -21,7 +21,7 @@ import torch
 import triton
 import triton.language as tl
 
-from ..compression.kernels import _kernel, interpreting  # one cache of built kernels, per mode
+from ..compression.kernels import cached_kernel, interpreting  # one cache of built kernels, per mode
 
 
 def _launch(kernel, grid, *args, **meta) -> None:
@@ -50,7 +50,7 @@ def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
     flat = x.reshape(-1, width).contiguous()
     out = torch.empty_like(flat)
     block = triton.next_power_of_2(width)
-    _launch(_kernel("rms_norm", _rms_norm_rows), (flat.shape[0],), flat, weight.to(x.dtype).contiguous(), out,
+    _launch(cached_kernel("rms_norm", _rms_norm_rows), (flat.shape[0],), flat, weight.to(x.dtype).contiguous(), out,
             width, eps, BLOCK=block, num_warps=4 if block <= 2048 else 8)
     return out.view(x.shape)
 
@@ -95,8 +95,8 @@ def rotary(qkv: torch.Tensor, heads: int, cos: torch.Tensor, sin: torch.Tensor) 
     q = torch.empty(tokens, heads, dim, dtype=qkv.dtype, device=qkv.device)
     k = torch.empty_like(q)
     half = dim // 2
-    _launch(_kernel("rotary", _rotary_rows), (tokens, 2), qkv, cos.contiguous(), sin.contiguous(), q, k, heads, half,
-            HBLOCK=triton.next_power_of_2(heads), DBLOCK=triton.next_power_of_2(half), num_warps=4)
+    _launch(cached_kernel("rotary", _rotary_rows), (tokens, 2), qkv, cos.contiguous(), sin.contiguous(), q, k, heads,
+            half, HBLOCK=triton.next_power_of_2(heads), DBLOCK=triton.next_power_of_2(half), num_warps=4)
     return q, k
 
 
@@ -118,6 +118,6 @@ def silu_mul(gate_up: torch.Tensor) -> torch.Tensor:
     gate_up = gate_up.contiguous()
     out = torch.empty(rows, width, dtype=gate_up.dtype, device=gate_up.device)
     block = 1024
-    _launch(_kernel("silu_mul", _silu_mul_rows), (rows, triton.cdiv(width, block)), gate_up, out, width,
+    _launch(cached_kernel("silu_mul", _silu_mul_rows), (rows, triton.cdiv(width, block)), gate_up, out, width,
             BLOCK=block, num_warps=4)
     return out

@@ -5,9 +5,13 @@ arguments or input (including every usage error, as one line); 3 `ground` read n
 reply; 4 the run finished (its answer printed) but the picture could not be written.
 
 Arguments are checked, and missing files refused, before torch or transformers are imported. No
-library module imports this package; the layout: app.py (the Typer app), errors.py (exit codes and
-one-line errors), options.py (shared options), progress.py, steps.py (what every model command
-shares), and one module per command group (ask, profile, methods, eval, serve, convert, cache).
+library module imports this package. A model command goes parse -> request -> engine -> render: its
+options (each shared one declared once, options.py) become one `request.Request`, which the steps
+(steps.py) check, run on the library's engine, and render (report.py). The layout: app.py (the Typer
+app), errors.py (exit codes and one-line errors), options.py (shared options), request.py (the
+request and its defaults), progress.py, steps.py (what every model command shares), report.py and
+layout.py (the reports and their tables), and one module per command group (ask, profile, methods,
+eval, serve, convert, cache).
 """
 
 from . import clock  # noqa: F401  (first: the run's clock starts at this import)

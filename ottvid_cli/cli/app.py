@@ -6,11 +6,11 @@ from __future__ import annotations
 import typer
 
 from .. import __version__
-from .errors import _OneLineErrors
+from .errors import OneLineErrors
 
 app = typer.Typer(
     name="ottvid",
-    cls=_OneLineErrors,
+    cls=OneLineErrors,
     help="Ask questions about videos and find when things happen in them, with OTT-Vid token compression.",
     no_args_is_help=True,
     add_completion=False,

@@ -12,207 +12,109 @@ from typing import Iterator
 
 import typer
 
-from .errors import _error, _fail, err
+from .errors import err, error, fail
 from .options import (
+    CACHE,
+    CHOSEN,
+    LOCAL,
+    REMOTE,
     AcceptFewFrames,
-    ApiKey,
-    Attention,
-    CacheDir,
-    CacheMaxGb,
-    Decoder,
-    Keyframes,
-    Device,
-    Dtype,
-    Fps,
-    Frames,
     GroundFps,
     GroundFrames,
-    Json,
-    ChunkFrames,
-    LongMaxFrames,
-    MaxVisualTokens,
     MaxNewTokens,
-    MaxPixels,
-    Method,
-    MethodArgs,
-    Model,
-    Picture,
-    Preset,
-    Quiet,
-    Ratio,
-    Server,
-    SiglipHead,
     Video,
-    WarmUp,
+    with_options,
 )
-from .progress import _Progress, _Stream
+from .progress import Progress, Stream
+from .request import cache_path, parse, sampling_of, settled
 from .steps import (
-    _answer,
-    _cache_path,
-    _cache_warnings,
-    _check_video,
-    _engine,
-    _load,
-    _method_options,
-    _remote,
-    _run,
-    _sampling,
-    _settle,
-    _warm_up,
+    answer,
+    cache_warnings,
+    check_video,
+    load_model,
+    make_engine,
+    method_options,
+    remote,
+    run,
+    warm_up_model,
 )
 
 
+@with_options("video", "questions", "choice", *CHOSEN, "output", "as_json", *LOCAL, "keyframes", "chunk_frames",
+              "max_visual_tokens", "max_new_tokens", *CACHE, *REMOTE)
 def ask(
     video: Video,
     questions: list[str] = typer.Argument(..., metavar="QUESTION", help="One question or more: the video is read "
                                                                         "and encoded once for all of them."),
     choice: list[str] = typer.Option(None, "--choice", "-c", "--options", metavar="TEXT", rich_help_panel="Question",
                                      help="A multiple-choice option, e.g. 'A. a dog'. Repeat for each."),
-    ratio: Ratio = None,
-    frames: Frames = None,
-    fps: Fps = None,
-    max_frames: LongMaxFrames = None,
-    model: Model = None,
-    method: Method = "ottvid",
-    method_args: MethodArgs = None,
-    preset: Preset = "paper",
-    output: Picture = None,
-    as_json: Json = False,
-    quiet: Quiet = False,
-    device: Device = None,
-    dtype: Dtype = None,
-    attention: Attention = "auto",
-    max_pixels: MaxPixels = None,
-    siglip_head: SiglipHead = None,
-    decoder: Decoder = "auto",
-    keyframes: Keyframes = False,
-    chunk_frames: ChunkFrames = None,
-    max_visual_tokens: MaxVisualTokens = None,
-    max_new_tokens: MaxNewTokens = 64,
-    cache_dir: CacheDir = None,
-    cache_max_gb: CacheMaxGb = None,
-    warm_up: WarmUp = None,
-    server: Server = None,
-    api_key: ApiKey = None,
+    **options,
 ) -> None:
     """Answer questions about a video.
 
     OTT-Vid (or --method) cuts down the video's tokens before the language model reads them. Several
     questions: the video is read and encoded once, and --json prints a list."""
-    if server is not None:  # a running `ottvid serve` answers (ottvid_cli/serve/client.py)
-        return _remote("ask", server, video, questions, choice, ratio, frames, fps, max_frames, model, method, preset,
-                       as_json, quiet, max_new_tokens, device, dtype, attention, max_pixels, decoder, output, cache_dir,
-                       siglip_head=siglip_head, cache_max_gb=cache_max_gb, warm_up=warm_up, method_args=method_args,
-                       api_key=api_key, keyframes=keyframes, chunk_frames=chunk_frames,
-                       max_visual_tokens=max_visual_tokens)
-    _no_key_without_server(api_key)
-    _answer("ask", video, questions, choice, ratio, frames, fps, max_frames, model, method, preset, as_json, device,
-            dtype, attention, max_pixels, max_new_tokens, output, decoder, quiet, _cache_path(cache_dir, cache_max_gb),
-            method_args, siglip_head=siglip_head, cache_max_gb=cache_max_gb, warm_up=warm_up, keyframes=keyframes,
-            chunk_frames=chunk_frames, max_visual_tokens=max_visual_tokens)
+    request = parse("ask", video, questions, options, choices=choice)
+    if request.server is not None:  # a running `ottvid serve` answers (ottvid_cli/remote/client.py)
+        return remote(request)
+    answer(request)
 
 
+@with_options("video", "query", "ratio", "fps", "max_frames", "frames", "model", "method", "method_args", "preset",
+              "output", "as_json", *LOCAL, "keyframes", "accept_few_frames", "chunk_frames", "max_visual_tokens",
+              "max_new_tokens", *CACHE, *REMOTE, "point")
 def ground(
     video: Video,
     query: str = typer.Argument(..., metavar="QUERY", help="What happens, e.g. 'person opens the door'."),
-    ratio: Ratio = None,
     fps: GroundFps = None,
-    max_frames: LongMaxFrames = None,
     frames: GroundFrames = None,
-    model: Model = None,
-    method: Method = "ottvid",
-    method_args: MethodArgs = None,
-    preset: Preset = "paper",
-    output: Picture = None,
-    as_json: Json = False,
-    quiet: Quiet = False,
-    device: Device = None,
-    dtype: Dtype = None,
-    attention: Attention = "auto",
-    max_pixels: MaxPixels = None,
-    siglip_head: SiglipHead = None,
-    decoder: Decoder = "auto",
-    keyframes: Keyframes = False,
     accept_few_frames: AcceptFewFrames = False,
-    chunk_frames: ChunkFrames = None,
-    max_visual_tokens: MaxVisualTokens = None,
     max_new_tokens: MaxNewTokens = 48,
-    cache_dir: CacheDir = None,
-    cache_max_gb: CacheMaxGb = None,
-    warm_up: WarmUp = None,
-    server: Server = None,
-    api_key: ApiKey = None,
     point: bool = typer.Option(False, "--point", rich_help_panel="Question",
                                help="The query names a moment, not an event: ask for one time (the span starts and "
                                     "ends there); without it a reply holding one time is no span (exit 3)."),
+    **options,
 ) -> None:
     """Find when something happens in a video: start and end in seconds.
 
     Exit 3 if the reply holds no start and end (the JSON's span_note says what it held)."""
-    if server is not None:
-        return _remote("ground", server, video, query, None, ratio, frames, fps, max_frames, model, method, preset,
-                       as_json, quiet, max_new_tokens, device, dtype, attention, max_pixels, decoder, output, cache_dir,
-                       siglip_head=siglip_head, cache_max_gb=cache_max_gb, warm_up=warm_up, method_args=method_args, point=point,
-                       api_key=api_key, keyframes=keyframes, chunk_frames=chunk_frames,
-                       max_visual_tokens=max_visual_tokens)
-    _no_key_without_server(api_key)
-    _answer("ground", video, query, None, ratio, frames, fps, max_frames, model, method, preset, as_json, device,
-            dtype, attention, max_pixels, max_new_tokens, output, decoder, quiet, _cache_path(cache_dir, cache_max_gb),
-            method_args, siglip_head=siglip_head, cache_max_gb=cache_max_gb, warm_up=warm_up, point=point,
-            keyframes=keyframes, chunk_frames=chunk_frames, max_visual_tokens=max_visual_tokens,
-            accept_few_frames=accept_few_frames)
+    request = parse("ground", video, [query], options, fps=fps, frames=frames, accept_few_frames=accept_few_frames,
+                    max_new_tokens=max_new_tokens, point=point)
+    if request.server is not None:
+        return remote(request)
+    answer(request)
 
 
-def _no_key_without_server(api_key: str | None) -> None:
-    if api_key is not None:
-        _fail("--api-key is the key of a server: it goes with --server")
-
-
+@with_options("video", "history", *CHOSEN, *LOCAL, "keyframes", "chunk_frames", "max_new_tokens", *CACHE)
 def chat(
     video: Video,
     history: bool = typer.Option(False, "--history", rich_help_panel="Question",
                                  help="Send the earlier questions and answers with each question."),
-    ratio: Ratio = None,
-    frames: Frames = None,
-    fps: Fps = None,
-    max_frames: LongMaxFrames = None,
-    model: Model = None,
-    method: Method = "ottvid",
-    method_args: MethodArgs = None,
-    preset: Preset = "paper",
-    quiet: Quiet = False,
-    device: Device = None,
-    dtype: Dtype = None,
-    attention: Attention = "auto",
-    max_pixels: MaxPixels = None,
-    siglip_head: SiglipHead = None,
-    decoder: Decoder = "auto",
-    keyframes: Keyframes = False,
-    chunk_frames: ChunkFrames = None,
-    max_new_tokens: MaxNewTokens = 64,
-    cache_dir: CacheDir = None,
-    cache_max_gb: CacheMaxGb = None,
+    **options,
 ) -> None:
     """Talk about a video: one question a line, each reply printed as it comes.
 
     /ratio 0.25 and the like change settings without encoding the video again; /help lists the
     commands. Ctrl-C stops an answer or a /command and keeps the session; /quit, Ctrl-D (end of
     input) or Ctrl-C twice at the prompt leaves."""
-    from ..session import Chat
+    from ..chat import Chat
 
     if sys.stdin is None:  # started with stdin closed (`<&-`): no question can come
-        _fail("chat reads its questions from standard input, which is closed")
-    model, device, dtype, ratio, frames = _settle(model, device, dtype, ratio, frames, fps)
-    sampling = _sampling(frames, fps, max_frames, max_pixels, decoder, keyframes=keyframes, chunk_frames=chunk_frames)
-    cache_dir = _cache_path(cache_dir, cache_max_gb)
-    _check_video(video, decoder)
-    options = _method_options([method], [1.0 if method == "none" else ratio], preset, method_args)[method]
-    progress = _Progress(quiet)
-    backbone = _load(model, device, dtype, attention, max_pixels, progress, siglip_head)
-    engine = _engine(backbone, cache_dir, keep_saliency=True, max_gb=cache_max_gb)
-    _warm_up(engine, progress)
+        fail("chat reads its questions from standard input, which is closed")
+    request = settled(parse("chat", video, [], options))
+    chosen, quiet = request.method, request.output.quiet
+    method, ratio = chosen.method, chosen.ratio
+    sampling = sampling_of(request.sampling, request.model.max_pixels)
+    cache_dir = cache_path(request.cache.cache_dir, request.cache.cache_max_gb)
+    check_video(video, request.sampling.decoder)
+    method_opts = method_options([method], [1.0 if method == "none" else ratio], chosen.preset, chosen.method_args)
+    progress = Progress(quiet)
+    backbone = load_model(request.model, progress)
+    engine = make_engine(backbone, cache_dir, keep_saliency=True, max_gb=request.cache.cache_max_gb)
+    warm_up_model(engine, progress)
     progress.stop()
-    session = Chat(engine, video, sampling, ratio, method, preset, max_new_tokens, history, options)
+    session = Chat(engine, video, sampling, ratio, method, chosen.preset, request.generation.max_new_tokens, history,
+                   method_opts[method])
     interactive = sys.stdin.isatty()
     if not quiet:
         leave = "/quit or Ctrl-D leaves" if interactive else "/quit or end of input leaves"
@@ -299,7 +201,7 @@ def _chat_command(session, line: str) -> bool:
         except ValueError as exc:
             from rich.markup import escape
 
-            _error(escape(str(exc)))
+            error(escape(str(exc)))
             return True
         if message is None:
             return False
@@ -314,10 +216,10 @@ def _chat_turn(session, line: str, quiet: bool) -> None:
     waited (Enter to the first token) with its stages. Ctrl-C stops it and goes back to the prompt
     (the loaded model, the caches and the earlier turns are kept; this turn is not)."""
     asked = time.perf_counter()
-    step = _Progress(quiet, since=asked)
-    stream = _Stream(step, "")
+    step = Progress(quiet, since=asked)
+    stream = Stream(step, "")
     try:
-        result = _run(lambda: session.ask(line, on_token=stream, on_step=step.step), step)
+        result = run(lambda: session.ask(line, on_token=stream, on_step=step.step), step)
     except KeyboardInterrupt:
         step.stop()
         stream.close()
@@ -328,7 +230,7 @@ def _chat_turn(session, line: str, quiet: bool) -> None:
         sys.stdout.write(result.answer)
         stream.started = True
     stream.close()
-    _cache_warnings(session.engine, quiet)
+    cache_warnings(session.engine, quiet)
     if not quiet:
         err.print(f"[{_waited(result, (stream.first - asked) * 1e3)}]", highlight=False, markup=False,
                   soft_wrap=True)

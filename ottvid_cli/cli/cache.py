@@ -11,9 +11,10 @@ import os
 import time
 
 import typer
-from .errors import PipeConsole, _fail, out
+
+from .errors import PipeConsole, fail, out
 from .help import HelpCommand, HelpGroup
-from .steps import _cache_path
+from .request import cache_path
 
 cache_app = typer.Typer(cls=HelpGroup, help="The prepared-video cache on disk (--cache-dir): list it, empty it.",
                         no_args_is_help=True)
@@ -37,9 +38,9 @@ def _size(n: int) -> str:
 def _existing(cache_dir: str) -> str:
     """The folder --cache-dir names; one named by the user must exist (a typo would otherwise read as
     an empty cache). The default folder may not exist yet: nothing was cached there."""
-    folder = _cache_path(cache_dir)
+    folder = cache_path(cache_dir)
     if cache_dir != "default" and not os.path.isdir(folder):
-        _fail(f"--cache-dir: no such folder: {cache_dir}")
+        fail(f"--cache-dir: no such folder: {cache_dir}")
     return folder
 
 
@@ -84,6 +85,6 @@ def clear(cache_dir: str = FOLDER) -> None:
     try:
         count, freed = clear_disk(folder)
     except OSError as exc:
-        _fail(f"cannot clear {folder}: {exc.strerror or exc}", code=1)
+        fail(f"cannot clear {folder}: {exc.strerror or exc}", code=1)
     out.print(f"{folder}: deleted {_videos(count)}, {_size(freed)} freed", highlight=False, markup=False,
               soft_wrap=True)

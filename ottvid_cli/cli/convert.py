@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import typer
 
-from .errors import _fail, err, out
+from .errors import err, fail, out
 from .help import HelpCommand, HelpGroup
 
 convert_app = typer.Typer(cls=HelpGroup, help="Convert checkpoints into formats transformers (and ottvid) load.",
@@ -26,7 +26,7 @@ def convert_llava_video(
         with err.status("converting ..."):
             done = convert(source, destination, vision_heads=vision_heads, overwrite=overwrite)
     except ConversionError as exc:
-        _fail(str(exc))
+        fail(str(exc))
     out.print(f"wrote {done.destination}: {done.tensors} tensors ({done.dropped} unused dropped), "
               f"{done.vision_layers} vision layers, {done.tokens_per_frame} tokens a frame, newline per "
               f"{done.newline_position}, {done.frames} frames by default", highlight=False)

@@ -4,6 +4,7 @@ group that turns every usage error and unexpected exception into one such line."
 from __future__ import annotations
 
 import sys
+from typing import NoReturn
 
 import typer
 from rich.console import Console
@@ -27,7 +28,7 @@ EXIT_RUN, EXIT_USAGE, EXIT_NO_SPAN, EXIT_WRITE = 1, 2, 3, 4
 _NO_ARGS = getattr(click, "NoArgsIsHelpError", ())
 
 
-class _OneLineErrors(HelpGroup):
+class OneLineErrors(HelpGroup):
     """Usage errors (unknown option, bad number, missing argument) as one `error:` line, exit 2."""
 
     def invoke(self, ctx):
@@ -52,27 +53,27 @@ class _OneLineErrors(HelpGroup):
             if not standalone_mode:
                 raise
             command = exc.ctx.command_path if exc.ctx is not None else "ottvid"
-            _error(f"{_usage_message(exc)} (see `{command} --help`)")
+            error(f"{_usage_message(exc)} (see `{command} --help`)")
             code = EXIT_USAGE
         except click.ClickException as exc:
             if not standalone_mode:
                 raise
-            _error(exc.format_message())
+            error(exc.format_message())
             code = exc.exit_code
         except _Abort:
             if not standalone_mode:
                 raise
-            _error("aborted")
+            error("aborted")
             code = 130
         except LibraryMismatch as exc:  # torch, torchvision, transformers that do not go together (compat.py)
             if not standalone_mode:
                 raise
-            _error(_escaped(str(exc)))
+            error(_escaped(str(exc)))
             code = EXIT_RUN
         except Exception as exc:  # not the user's input: our bug, or a library that changed under us
             if not standalone_mode:
                 raise
-            _error(_libraries_at_fault() or _internal(exc))
+            error(_libraries_at_fault() or _internal(exc))
             code = EXIT_RUN
         if not standalone_mode:
             return code
@@ -143,19 +144,21 @@ out = PipeConsole()
 err = PipeConsole(stderr=True)
 
 
-def _tables() -> Console:
+def tables() -> Console:
     """stdout for a report with tables: the terminal, or a console as wide as the tables for a pipe."""
-    from ..report import table_console
+    from .layout import table_console
 
     return table_console(out)
 
 
-def _error(message: str) -> None:
+def error(message: str) -> None:
+    """`error: message` on stderr, one line (`message` is rich markup: escape what is not)."""
     err.print(f"[bold red]error:[/] {message}", highlight=False, soft_wrap=True, markup=True)
 
 
-def _fail(message: str, code: int = EXIT_USAGE) -> None:
+def fail(message: str, code: int = EXIT_USAGE) -> NoReturn:
+    """Say `message` as the one-line error and exit with `code` (2, a usage error, by default)."""
     from rich.markup import escape
 
-    _error(escape(message))
+    error(escape(message))
     raise typer.Exit(code)

@@ -16,32 +16,20 @@ from typing import TYPE_CHECKING
 import typer
 
 from ..settings import check_chunk_frames, check_count
-from .errors import EXIT_RUN, _fail, err, out
-from .options import (
-    Attention,
-    Decoder,
-    Device,
-    Dtype,
-    EvalFps,
-    EvalFrames,
-    EvalMaxPixels,
-    Json,
-    MaxFrames,
-    Methods,
-    Model,
-    Preset,
-    Quiet,
-    Ratios,
-    SiglipHead,
-    _checked,
-)
-from .progress import _Progress
-from .steps import _load, _run, _settle
+from .errors import EXIT_RUN, err, fail, out
+from .options import EvalFps, EvalFrames, EvalMaxPixels, MaxFrames, Methods, Ratios, checked, with_options
+from .progress import Progress
+from .request import ModelChoice, settle
+from .steps import load_model, run
 
 if TYPE_CHECKING:
-    from ..eval import RunStart
+    from ..eval import EvalRequest, RunStart
 
 
+@with_options("bench", "data", "videos", "model", "method", "ratio", "frames", "fps", "max_frames", "limit", "out_dir",
+              "shard", "skip_missing", "retry_errors", "sampling_rule", "prefetch", "rescore", "table", "compare",
+              "preset", "as_json", "quiet", "device", "dtype", "attention", "max_pixels", "decoder", "chunk_frames",
+              "keyframes", "siglip_head", "engine", "tensor_parallel_size", "engine_arg", "chunk")
 def eval_command(
     bench: str = typer.Argument(None, metavar="BENCH",
                                 help="Benchmark: mvbench, videomme, longvideobench, mlvu, charades, activitynet, "
@@ -50,14 +38,13 @@ def eval_command(
                              help="The benchmark's annotation file or folder (docs/eval.md)."),
     videos: str = typer.Option(None, "--videos", metavar="DIR", rich_help_panel="Benchmark",
                                help="Folder holding the benchmark's videos."),
-    model: Model = None,
     method: Methods = None,
     ratio: Ratios = None,
     frames: EvalFrames = None,
     fps: EvalFps = None,
     max_frames: MaxFrames = None,
     limit: int = typer.Option(None, "--limit", metavar="N", rich_help_panel="Benchmark",
-                              callback=_checked(check_count, "--limit"), help="Only the first N samples of the file."),
+                              callback=checked(check_count, "--limit"), help="Only the first N samples of the file."),
     out_dir: str = typer.Option(None, "--out", metavar="DIR", rich_help_panel="Benchmark",
                                 show_default="runs/BENCH-MODEL",
                                 help="Run folder: config.json, samples.jsonl, summary.json. Rerunning resumes it."),
@@ -86,16 +73,9 @@ def eval_command(
     compare: str = typer.Option(None, "--compare", metavar="RUN", rich_help_panel="Scores",
                                 help="Another run folder whose uncompressed (--method none) scores give the "
                                      "relative %."),
-    preset: Preset = "paper",
-    as_json: Json = False,
-    quiet: Quiet = False,
-    device: Device = None,
-    dtype: Dtype = None,
-    attention: Attention = "auto",
     max_pixels: EvalMaxPixels = None,
-    decoder: Decoder = "auto",
     chunk_frames: str = typer.Option(None, "--chunk-frames", metavar="N|all|auto", rich_help_panel="Frames",
-                                     callback=_checked(check_chunk_frames, "--chunk-frames"), show_default="all",
+                                     callback=checked(check_chunk_frames, "--chunk-frames"), show_default="all",
                                      help="Frames decoded, encoded and compressed at a time: a number or auto "
                                           "prepares a long video chunk by chunk (memory follows the tokens kept); "
                                           "all decodes each video whole, ahead of the model. The records do not "
@@ -104,7 +84,6 @@ def eval_command(
                                    help="Feed the key frame nearest each of the protocol's frames instead of the "
                                         "frame itself: faster, but not the benchmark's protocol (recorded in the "
                                         "run's config; a run is resumed only with the same choice)."),
-    siglip_head: SiglipHead = None,
     engine: str = typer.Option("ottvid", "--engine", metavar="ENGINE", rich_help_panel="Engine",
                                help="Who answers: ottvid (its own engine) or vllm (an in-process vLLM engine per "
                                     "setting, with ottvid's plugin: Qwen2.5-VL and Qwen3-VL; needs the [vllm] extra). "
@@ -117,10 +96,19 @@ def eval_command(
     chunk: int = typer.Option(64, "--chunk", min=1, metavar="N", rich_help_panel="Engine",
                               help="vLLM: requests handed to the engine at once (it batches them; their records "
                                    "are written when they are done)."),
+    **options,
 ) -> None:
     """Evaluate on a benchmark with the paper's protocol: one record per sample and setting, resumable."""
-    from ..eval import EngineStartError, EvalError, RunStopped, StoreError, score_run
+    from ..eval import EngineStartError, EvalError, EvalRequest, RunStopped, StoreError, score_run
     from ..eval import table as runs_table
+
+    as_json, quiet = options.pop("as_json"), options.pop("quiet")  # the rest: model, preset, device, dtype, ...
+    request = EvalRequest(  # as given: `_evaluate` settles the model, device, dtype and ratio
+        bench=bench, data=data, videos=videos, methods=method or ["ottvid"], ratios=ratio or [], frames=frames,
+        fps=fps, max_frames=max_frames, limit=limit, out=out_dir, shard=shard, skip_missing=skip_missing,
+        retry_errors=retry_errors, sampling=sampling_rule, prefetch=prefetch, compare=compare, max_pixels=max_pixels,
+        keyframes=keyframes, chunk_frames=chunk_frames or "all", engine=engine,
+        tensor_parallel_size=tensor_parallel_size, engine_args=engine_arg or [], chunk=chunk, **options)
 
     try:
         if table:
@@ -132,58 +120,49 @@ def eval_command(
                 _say_rejudged(summary["rejudged"])
             _show(summary, as_json)
             return
-        _evaluate(bench, data, videos, model, method, ratio, frames, fps, max_frames, limit, out_dir, shard,
-                  skip_missing, retry_errors, compare, preset, as_json, quiet, device, dtype, attention, max_pixels,
-                  decoder, siglip_head, prefetch, sampling_rule, keyframes, chunk_frames=chunk_frames or "all",
-                  engine={"engine": engine, "tensor_parallel_size": tensor_parallel_size,
-                          "engine_args": engine_arg or [], "chunk": chunk})
+        _evaluate(request, as_json, quiet)
     except RunStopped as exc:  # Ctrl-C or SIGTERM: the records written are kept
-        _fail(str(exc), code=143 if exc.terminated else 130)
+        fail(str(exc), code=143 if exc.terminated else 130)
     except EvalError as exc:
-        _fail(str(exc))
+        fail(str(exc))
     except (StoreError, EngineStartError) as exc:  # a record could not be written, vLLM did not start: kept
-        _fail(str(exc), code=EXIT_RUN)
+        fail(str(exc), code=EXIT_RUN)
 
 
 # ----------------------------------------------------------------------------- the run
 
 
-def _evaluate(bench, data, videos, model, method, ratio, frames, fps, max_frames, limit, out_dir, shard_arg,
-              skip_missing, retry_errors, compare, preset, as_json, quiet, device, dtype, attention, max_pixels,
-              decoder, siglip_head=None, prefetch=None, sampling_rule="lmms", keyframes: bool = False,
-              engine: dict | None = None, chunk_frames: int | str = "all") -> None:
-    """Check, run and render one evaluation (`ottvid_cli.eval.evaluate`): progress on stderr, the summary
-    on stdout (rank 0 only under torchrun). `engine`: --engine and its vLLM options."""
-    from ..eval import EvalRequest, evaluate, parse_engine_args, plan_run
+def _evaluate(request: EvalRequest, as_json: bool, quiet: bool) -> None:
+    """Check, run and render one evaluation (`ottvid_cli.eval.evaluate`) of `request`, as given (its model,
+    device, dtype and ratios settled here; its engine_args still --engine-arg's KEY=VALUE items): progress
+    on stderr, the summary on stdout (rank 0 only under torchrun)."""
+    from dataclasses import replace
 
+    from ..eval import evaluate, parse_engine_args, plan_run
+
+    bench = request.bench
     if bench is None:
-        _fail("give a benchmark (see `ottvid eval --help`), or --rescore RUN")
-    engine = dict(engine or {})
-    if engine.get("engine_args") is not None:
-        engine["engine_args"] = parse_engine_args(engine["engine_args"])
-    flag_device = device
-    model, device, dtype, default_ratio, _ = _settle(model, device, dtype, None, None, None, config_frames=False)
-    if engine.get("engine") == "vllm":  # vLLM picks its device: only a --device given is refused (check_engine)
-        device = flag_device
-    plan = plan_run(EvalRequest(
-        bench=bench, data=data, videos=videos, model=model, methods=method or ["ottvid"],
-        ratios=ratio or [default_ratio], frames=frames, fps=fps, max_frames=max_frames, limit=limit, out=out_dir,
-        shard=shard_arg, skip_missing=skip_missing, retry_errors=retry_errors, sampling=sampling_rule,
-        prefetch=prefetch, compare=compare, preset=preset, device=device, dtype=dtype, attention=attention,
-        max_pixels=max_pixels, decoder=decoder, siglip_head=siglip_head, keyframes=keyframes,
-        chunk_frames=chunk_frames, **engine))
+        fail("give a benchmark (see `ottvid eval --help`), or --rescore RUN")
+    engine_args = parse_engine_args(request.engine_args)
+    model, device, dtype, default_ratio, _ = settle(request.model, request.device, request.dtype, None, None, None,
+                                                    config_frames=False)
+    if request.engine == "vllm":  # vLLM picks its device: only a --device given is refused (check_engine)
+        device = request.device
+    plan = plan_run(replace(request, model=model, device=device, dtype=dtype,
+                            ratios=request.ratios or [default_ratio], engine_args=engine_args))
     silent = quiet or plan.rank > 0 and plan.distributed
 
     def load(rank_device: str):
-        progress = _Progress(silent)
-        backbone = _load(model, rank_device, dtype, attention, max_pixels, progress, siglip_head)
+        progress = Progress(silent)
+        backbone = load_model(ModelChoice(model, rank_device, dtype, request.attention, request.max_pixels,
+                                          request.siglip_head), progress)
         progress.stop()
         return backbone
 
     bar = _Bar(quiet, f"{bench} shard {plan.rank}/{plan.shards}" if plan.shards > 1 else bench)
     try:
         outcome = evaluate(plan, load, on_start=None if quiet else _say_start, on_progress=bar,
-                           call=lambda work: _run(work, _Progress(True)))
+                           call=lambda work: run(work, Progress(True)))
     finally:
         bar.stop()
     stats = outcome.stats
@@ -226,7 +205,7 @@ def _fail_if_nothing_evaluated(summary: dict, out_dir) -> None:
     results = summary["results"]
     records = sum(r["count"] for r in results)
     if records and all(r["errors"] == r["count"] for r in results):
-        _fail(f"no sample could be evaluated: all {records} records hold an error (kept in {out_dir}; see the "
+        fail(f"no sample could be evaluated: all {records} records hold an error (kept in {out_dir}; see the "
               f"`error` field in samples.jsonl)", code=EXIT_RUN)
 
 
@@ -235,14 +214,14 @@ def _fail_if_nothing_evaluated(summary: dict, out_dir) -> None:
 
 def _console():
     """stdout for a table: the terminal, or a console as wide as any table needs in a pipe or a file."""
-    from ..report import table_console
+    from .layout import table_console
 
     return table_console(out)
 
 
 def _print_table(table) -> None:
     """`table` within the terminal's width, every score whole (`report.split_table`)."""
-    from ..report import print_table
+    from .layout import print_table
 
     print_table(_console(), table, keys=2)  # method and ratio name each row
 

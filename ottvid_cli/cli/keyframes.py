@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from .errors import _fail, err
+from .errors import err, fail
 
 GROUND_MIN_PICTURES = 8  # distinct pictures below which `ground` refuses a key-frame sample (--accept-few-frames)
 
@@ -22,22 +22,22 @@ def distinct_keyframes(video: str, sampling: Any, model: str | None) -> tuple[in
     if not os.path.isfile(video):
         return None  # a folder of images has no key frames; a missing file is refused elsewhere
     from ..video import VideoError
-    from ..video.inorder import _indexed
-    from ..video.sample import _checked_plan, _count_plan, _rate_plan
+    from ..video.inorder import indexed
+    from ..video.sample import checked_plan, count_plan, rate_plan
 
     try:
         if sampling.fps is not None:
             cap = None if sampling.max_frames is None else max(2, sampling.max_frames)
-            plan = _rate_plan(sampling.fps, cap, sampling.rule)
+            plan = rate_plan(sampling.fps, cap, sampling.rule)
         else:
             frames = sampling.frames or _default_frames(model)
             if frames is None:
                 return None
-            plan = _count_plan(frames, sampling.rule)
-        timeline, _, _ = _indexed(video)
+            plan = count_plan(frames, sampling.rule)
+        timeline, _, _ = indexed(video)
         if timeline is None or timeline.keys is None or not len(timeline.keys):
             return None
-        chosen, _ = _checked_plan(plan, sampling.decoder, None, None, True, None)
+        chosen, _ = checked_plan(plan, sampling.decoder, None, None, True, None)
         indices = chosen(timeline)
     except (VideoError, ValueError, OSError):  # the run reports an unusable file in its own words
         return None
@@ -68,7 +68,7 @@ def check(task: str, video: str, sampling: Any, model: str | None, accept: bool,
         return
     distinct, count = counted
     if task == "ground" and distinct < GROUND_MIN_PICTURES and not accept:
-        _fail(f"--keyframes gives {_pictures(distinct)} in {count} frames here (the file has too few key frames), "
+        fail(f"--keyframes gives {_pictures(distinct)} in {count} frames here (the file has too few key frames), "
               f"too few to place a span: drop --keyframes for exact frames, or add --accept-few-frames")
     if 2 * distinct < count and not quiet:
         err.print(f"warning: --keyframes gives the model {_pictures(distinct)} in {count} frames (the file has few "

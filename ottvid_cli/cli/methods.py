@@ -5,14 +5,14 @@ from __future__ import annotations
 import typer
 
 from ..settings import PRESETS
-from .errors import _tables
+from .errors import tables
 from .options import Json
 
 
 def list_methods(as_json: Json = False) -> None:
     """List the compression methods (--method), their options (--method-arg) and defaults."""
     from ..compression import methods
-    from ..report import render_methods, to_json
+    from .report import render_methods, to_json
 
     data = []
     for name in methods.names():
@@ -25,5 +25,5 @@ def list_methods(as_json: Json = False) -> None:
     if as_json:
         typer.echo(to_json(data))
         return
-    render_methods(data, _tables())
+    render_methods(data, tables())
 

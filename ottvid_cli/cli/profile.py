@@ -6,53 +6,19 @@ import typer
 
 from ..settings import check_count, check_positive
 from . import early
-from .errors import EXIT_WRITE, _fail, _tables, check_libraries
+from .errors import EXIT_WRITE, check_libraries, fail, tables
 from .keyframes import check as keyframes_check
-from .options import (
-    Attention,
-    Decoder,
-    Keyframes,
-    Device,
-    Dtype,
-    Fps,
-    Frames,
-    Json,
-    ChunkFrames,
-    LongMaxFrames,
-    MaxPixels,
-    Method,
-    MethodArgs,
-    Methods,
-    Model,
-    Preset,
-    Quiet,
-    Ratio,
-    Ratios,
-    SiglipHead,
-    Video,
-    _checked,
-    _png,
-)
-from .progress import _Progress
-from .steps import (
-    _check_output,
-    _check_video,
-    _joined,
-    _load,
-    _method_config,
-    _method_options,
-    _run,
-    _sampling,
-    _settle,
-    _write_picture,
-)
+from .options import CHOSEN, LOCAL, Json, Methods, Ratio, Ratios, Video, checked, png, with_options
+from .progress import Progress
+from .request import parse, sampling_of, settled
+from .steps import check_output, check_video, joined, load_model, method_config, method_options, run, write_picture
 
 
 def counts(
-    groups: int = typer.Option(16, "--groups", "-t", metavar="T", callback=_checked(check_count, "--groups"),
+    groups: int = typer.Option(16, "--groups", "-t", metavar="T", callback=checked(check_count, "--groups"),
                                help="Groups of frames the model encodes together (Qwen2.5-VL: 2 frames a group, so "
                                     "frames / 2)."),
-    tokens: int = typer.Option(256, "--tokens", "-n", metavar="N", callback=_checked(check_count, "--tokens"),
+    tokens: int = typer.Option(256, "--tokens", "-n", metavar="N", callback=checked(check_count, "--tokens"),
                                help="Tokens per group (e.g. 256 = 16x16)."),
     ratio: Ratio = 0.1,
     gamma: float = typer.Option(0.3, "--gamma", metavar="G", rich_help_panel="Compression",
@@ -62,157 +28,129 @@ def counts(
 ) -> None:
     """How many of the video's tokens each OTT-Vid stage keeps, worked out without a model."""
     from ..pipeline import plan_counts
-    from ..report import render_counts, to_json
+    from .report import render_counts, to_json
 
     try:
         data = plan_counts(groups, tokens, ratio, gamma)
     except ValueError as exc:
-        _fail(str(exc))
+        fail(str(exc))
     if as_json:
         typer.echo(to_json(data))
         return
-    render_counts(data, ratio, gamma, _tables())
+    render_counts(data, ratio, gamma, tables())
 
 
-
+@with_options("video", "output", *CHOSEN, "max_tiles", "as_json", *LOCAL, "keyframes", "chunk_frames")
 def show(
     video: Video,
     output: str = typer.Option("kept.png", "--output", "-o", metavar="FILE.png", rich_help_panel="Output",
-                               callback=_checked(_png), help="PNG file to write."),
-    ratio: Ratio = None,
-    frames: Frames = None,
-    fps: Fps = None,
-    max_frames: LongMaxFrames = None,
-    model: Model = None,
-    method: Method = "ottvid",
-    method_args: MethodArgs = None,
-    preset: Preset = "paper",
+                               callback=checked(png), help="PNG file to write."),
     max_tiles: int = typer.Option(48, "--max-tiles", metavar="N", rich_help_panel="Output",
-                                  callback=_checked(check_count, "--max-tiles"),
+                                  callback=checked(check_count, "--max-tiles"),
                                   help="At most this many pictures of frames; a longer video shows every second, "
                                        "third, ... one."),
-    as_json: Json = False,
-    quiet: Quiet = False,
-    device: Device = None,
-    dtype: Dtype = None,
-    attention: Attention = "auto",
-    max_pixels: MaxPixels = None,
-    siglip_head: SiglipHead = None,
-    decoder: Decoder = "auto",
-    keyframes: Keyframes = False,
-    chunk_frames: ChunkFrames = None,
+    **options,
 ) -> None:
     """Draw which of the video's tokens compression keeps, merges and drops, as a PNG.
 
     For OTT-Vid, also how many tokens it removes between each pair of frames (docs/show.md)."""
-    model, device, dtype, ratio, frames = _settle(model, device, dtype, ratio, frames, fps)
-    sampling = _sampling(frames, fps, max_frames, max_pixels, decoder, keyframes=keyframes, chunk_frames=chunk_frames)
-    _check_output(output, video, method)
-    _check_video(video, decoder)
-    keyframes_check("show", video, sampling, model, False, quiet)  # few key frames: said before the load
-    options = _method_options([method], [ratio], preset, method_args)[method]
-    progress = _Progress(quiet)
-    backbone = _load(model, device, dtype, attention, max_pixels, progress, siglip_head)
+    request = settled(parse("show", video, [], options))
+    chosen, quiet = request.method, request.output.quiet
+    method, ratio, preset = chosen.method, chosen.ratio, chosen.preset
+    sampling = sampling_of(request.sampling, request.model.max_pixels)
+    check_output(output, video, method)
+    check_video(video, request.sampling.decoder)
+    keyframes_check("show", video, sampling, request.model.model, False, quiet)  # few key frames: before the load
+    method_opts = method_options([method], [ratio], preset, chosen.method_args)[method]
+    progress = Progress(quiet)
+    backbone = load_model(request.model, progress)
     from .. import pipeline
     from ..progress import reporting
-    from ..report import render_show, to_json
+    from .report import render_show, to_json
 
-    config = _method_config(backbone, method, ratio, preset, options)
+    config = method_config(backbone, method, ratio, preset, method_opts)
+
     def work():
         with reporting(progress.advance):
             return pipeline.prepare(backbone, video, sampling, method, config, on_step=progress.step,
                                     pictures=max_tiles)
 
-    prepared = _run(work, progress)
-    data, failure = _write_picture(prepared, output, max_tiles)
+    prepared = run(work, progress)
+    data, failure = write_picture(prepared, output, max_tiles)
     if failure:
-        _fail(failure, code=EXIT_WRITE)
+        fail(failure, code=EXIT_WRITE)
     data["frames"] = {k: prepared.frames[k] for k in ("requested", "count", "notes")}
-    if as_json:
+    if request.output.as_json:
         typer.echo(to_json(data))
     else:
-        render_show(data, _tables())
+        render_show(data, tables())
 
 
+@with_options("video", "model", "ratios", "methods", "method_args", "frames", "fps", "max_frames", "preset", "repeats",
+              "warmup", "seconds", "size", "prompt", "as_json", *LOCAL, "keyframes", "chunk_frames")
 def profile(
     video: str = typer.Argument(None, metavar="VIDEO", help="Video file; without one, a made-up clip."),
-    model: Model = None,
     ratios: Ratios = None,
     methods: Methods = None,
-    method_args: MethodArgs = None,
-    frames: Frames = None,
-    fps: Fps = None,
-    max_frames: LongMaxFrames = None,
-    preset: Preset = "paper",
     repeats: int = typer.Option(5, "--repeats", metavar="N", rich_help_panel="Run",
-                                callback=_checked(check_count, "--repeats"),
+                                callback=checked(check_count, "--repeats"),
                                 help="Timed runs of each setting (median, min, max shown)."),
     warmup: int = typer.Option(1, "--warmup", metavar="N", rich_help_panel="Run",
-                               callback=_checked(check_count, "--warmup", 0),
+                               callback=checked(check_count, "--warmup", 0),
                                help="Untimed runs of each setting first."),
     seconds: float = typer.Option(10.0, "--seconds", metavar="S", rich_help_panel="Run",
-                                  callback=_checked(check_positive, "--seconds"),
+                                  callback=checked(check_positive, "--seconds"),
                                   help="Length of the made-up clip (no VIDEO)."),
     size: str = typer.Option("640x360", "--size", metavar="WxH", rich_help_panel="Run",
                              help="Width x height of the made-up clip (no VIDEO)."),
     prompt: str = typer.Option("Describe what happens in the video.", "--prompt", metavar="TEXT",
                                rich_help_panel="Run", help="The question asked."),
-    as_json: Json = False,
-    quiet: Quiet = False,
-    device: Device = None,
-    dtype: Dtype = None,
-    attention: Attention = "auto",
-    max_pixels: MaxPixels = None,
-    siglip_head: SiglipHead = None,
-    decoder: Decoder = "auto",
-    keyframes: Keyframes = False,
-    chunk_frames: ChunkFrames = None,
+    **options,
 ) -> None:
     """Time and memory of each step, uncompressed and compressed (the paper's Table 4).
 
     Each --method at each --ratio against the uncompressed model, on the same frames, the video
     encoded once for all of them."""
-    model, device, dtype, ratio, frames = _settle(model, device, dtype, None, frames, fps)
-    ratios = ratios or [ratio]
+    request = settled(parse("profile", video, [prompt], options))
+    quiet, preset, model = request.output.quiet, request.method.preset, request.model.model
+    ratios = ratios or [request.method.ratio]
     methods = [m for m in dict.fromkeys(methods or ["ottvid"]) if m != "none"]
-    sampling = _sampling(frames, fps, max_frames, max_pixels, decoder, keyframes=keyframes, chunk_frames=chunk_frames)
+    sampling = sampling_of(request.sampling, request.model.max_pixels)
     if not prompt.strip():
-        _fail("the prompt is empty")
+        fail("the prompt is empty")
     width = height = 0
     if video is not None:
-        _check_video(video, decoder)
+        check_video(video, request.sampling.decoder)
         keyframes_check("profile", video, sampling, model, False, quiet)  # few key frames: said before the load
     else:
         try:
             width, height = (int(v) for v in size.lower().split("x"))
         except ValueError:
-            _fail(f"--size must look like 640x360, got {size!r}")
+            fail(f"--size must look like 640x360, got {size!r}")
         if width < 28 or height < 28:
-            _fail("the synthetic clip needs a --size of at least 28x28")
-    options = _method_options(methods, ratios, preset, method_args)
+            fail("the synthetic clip needs a --size of at least 28x28")
+    method_opts = method_options(methods, ratios, preset, request.method.method_args)
     check_libraries(imports=False)  # mismatched torch / torchvision versions: one line, before any slow import
-    progress = _Progress(quiet)
+    progress = Progress(quiet)
     # decode while the model loads (a short sample: a long one is prepared from the file, chunk by chunk)
     decoding = early.start(model, video, sampling) if video is not None and early.short(sampling, video) else None
-    backbone = early.overlapped(decoding, lambda: _load(model, device, dtype, attention, max_pixels, progress,
-                                                        siglip_head))
+    backbone = early.overlapped(decoding, lambda: load_model(request.model, progress))
     from .. import profile as prof
-    from ..report import render_profile, to_json
+    from .report import render_profile, to_json
 
     redecode = None
     if decoding is not None:
-        source = _joined(decoding, progress)
+        source = joined(decoding, progress)
         redecode = prof.decoder(backbone, video, sampling)  # timed in the profile
     else:
         source = video if video is not None else prof.synthetic_clip(seconds, width, height, sampling,
                                                                      backbone.default_frames)
-    configs = {m: _method_config(backbone, m, ratios[0], preset, options[m]) for m in methods}
-    result = _run(lambda: prof.profile(backbone, source, prompt, ratios, sampling=sampling, repeats=repeats,
-                                       warmup=warmup, preset=preset, on_step=progress.step, methods=methods,
-                                       configs=configs, decode=redecode), progress)
+    configs = {m: method_config(backbone, m, ratios[0], preset, method_opts[m]) for m in methods}
+    result = run(lambda: prof.profile(backbone, source, prompt, ratios, sampling=sampling, repeats=repeats,
+                                      warmup=warmup, preset=preset, on_step=progress.step, methods=methods,
+                                      configs=configs, decode=redecode), progress)
     data = result.to_dict()
-    if as_json:
+    if request.output.as_json:
         typer.echo(to_json(data))
     else:
-        render_profile(data, _tables())
-
+        render_profile(data, tables())

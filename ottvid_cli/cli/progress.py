@@ -9,13 +9,13 @@ from . import clock
 from .errors import err
 
 
-class _Progress:
+class Progress:
     """Progress on stderr: a spinner on a terminal, plain timestamped lines otherwise, nothing with --quiet."""
 
     LABELS = {"decode": "decoding video", "preprocess": "preprocessing", "vision": "running the vision encoder",
               "compression": "compressing visual tokens", "generate": "generating"}
 
-    def __init__(self, quiet: bool, since: float | None = None):
+    def __init__(self, quiet: bool, since: float | None = None) -> None:
         """`since`: what the lines' times count from (a perf_counter value; by default the command's start,
         as the report's wall, and a first line says the command started)."""
         self.quiet = quiet
@@ -81,7 +81,7 @@ def _duration(seconds: float) -> str:
     return f"{seconds // 3600} h {seconds % 3600 // 60:02d} min"
 
 
-def _quiet_libraries(quiet: bool) -> None:
+def quiet_libraries(quiet: bool) -> None:
     """Silence library logging and progress bars (downloads keep theirs unless quiet)."""
     import logging
     import warnings
@@ -99,10 +99,10 @@ def _quiet_libraries(quiet: bool) -> None:
 
 
 
-class _Stream:
+class Stream:
     """on_token for a streamed reply: stops the progress display, writes the label, then the text."""
 
-    def __init__(self, progress: _Progress, label: str):
+    def __init__(self, progress: Progress, label: str) -> None:
         self.progress, self.label, self.started = progress, label, False
         self.first: float | None = None  # perf_counter() at the first piece of text
 

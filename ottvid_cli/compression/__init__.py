@@ -3,10 +3,11 @@
 from .budget import allocate_budget, allocate_budget_rounds, uniform_budget
 from .config import OTTVidConfig
 from .merge import collapse, match_pairs
-from .ottvid import CompressionReport, Compressed, TokenCounts, token_counts
+from .ottvid import TokenCounts, token_counts
 from .stream import OTTVidStream, compress
 from .spatial import cosine_similarity, normalize_saliency, select_tokens, token_mass
 from .transport import marginal_error, mixing_weight, sinkhorn, transport_cost, transport_difficulty
+from .types import CompressionReport, Compressed
 
 __all__ = [
     "OTTVidConfig",

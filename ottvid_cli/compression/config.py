@@ -83,7 +83,7 @@ class OTTVidConfig:
     @classmethod
     def preset(cls, name: str, **overrides) -> "OTTVidConfig":
         """"paper" (the defaults) or "official" (`official()`), with keyword overrides."""
-        _choice("preset", name, PRESETS)
+        require_choice("preset", name, PRESETS)
         return cls.official(**overrides) if name == "official" else cls(**overrides)
 
     def __post_init__(self) -> None:
@@ -104,18 +104,18 @@ class OTTVidConfig:
             raise ValueError(f"tau_c must be >= 0, got {self.tau_c!r}")
         if isinstance(self.max_iter, bool) or not isinstance(self.max_iter, int) or self.max_iter < 1:
             raise ValueError(f"max_iter must be an integer >= 1, got {self.max_iter!r}")
-        _choice("mass", self.mass, MASSES)
-        _choice("budget", self.budget, BUDGETS)
-        _choice("spatial", self.spatial, SPATIALS)
-        _choice("semantic_cost", self.semantic_cost, SEMANTIC_COSTS)
-        _choice("k_rounding", self.k_rounding, K_ROUNDINGS)
-        _choice("budget_cap", self.budget_cap, BUDGET_CAPS)
-        _choice("budget_rounding", self.budget_rounding, BUDGET_ROUNDINGS)
-        _choice("location_norm", self.location_norm, LOCATION_NORMS)
-        _choice("sinkhorn_stop", self.sinkhorn_stop, SINKHORN_STOPS)
-        _choice("merge_rule", self.merge_rule, MERGE_RULES)
+        require_choice("mass", self.mass, MASSES)
+        require_choice("budget", self.budget, BUDGETS)
+        require_choice("spatial", self.spatial, SPATIALS)
+        require_choice("semantic_cost", self.semantic_cost, SEMANTIC_COSTS)
+        require_choice("k_rounding", self.k_rounding, K_ROUNDINGS)
+        require_choice("budget_cap", self.budget_cap, BUDGET_CAPS)
+        require_choice("budget_rounding", self.budget_rounding, BUDGET_ROUNDINGS)
+        require_choice("location_norm", self.location_norm, LOCATION_NORMS)
+        require_choice("sinkhorn_stop", self.sinkhorn_stop, SINKHORN_STOPS)
+        require_choice("merge_rule", self.merge_rule, MERGE_RULES)
         if isinstance(self.alpha, str):
-            _choice("alpha", self.alpha, ALPHAS)
+            require_choice("alpha", self.alpha, ALPHAS)
         elif isinstance(self.alpha, bool) or not isinstance(self.alpha, (int, float)) or not (
             0.5 <= float(self.alpha) <= 1.0
         ):
@@ -126,6 +126,7 @@ class OTTVidConfig:
         return asdict(self)
 
 
-def _choice(name: str, value: object, allowed: tuple[str, ...]) -> None:
+def require_choice(name: str, value: object, allowed: tuple[str, ...]) -> None:
+    """ValueError naming `name` and the allowed values unless `value` is one of `allowed`."""
     if value not in allowed:
         raise ValueError(f"{name} must be one of {', '.join(allowed)}, got {value!r}")

@@ -13,6 +13,8 @@ the same float32 updates, in the same order, as the PyTorch path in transport.py
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Callable
+from typing import Any
 
 import torch
 import triton
@@ -192,7 +194,7 @@ def _launch(kernel, grid: tuple[int, ...], *args, **kwargs) -> None:
     kernel[grid](*args, **kwargs)
 
 
-def _kernel(name: str, body, sizes: tuple[str, ...] = ()):
+def cached_kernel(name: str, body: Callable[..., Any], sizes: tuple[str, ...] = ()) -> Any:
     """triton.jit(body), built once per mode (interpreter or compiled). `sizes`: its run-time integer
     arguments, compiled for any value: Triton otherwise compiles a variant per value class (1, a multiple
     of 16, other) of each, so a request whose sizes or iteration counts fall in a new class paid a compile
@@ -243,7 +245,7 @@ def sinkhorn(
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """Log-domain Sinkhorn of every pair in Triton: a, b (P, K) > 0, cost (P, K, K).
 
-    The same iteration and stopping rule as transport.sinkhorn_log: g then f, from f = 0; with
+    The same iteration and stopping rule as transport.sinkhorn: g then f, from f = 0; with
     early_stop, the batch stops after the first iteration at which its largest marginal error
     is below tol (decided on the device); without, exactly max_iter iterations.
     Returns (plan (P, K, K), iterations () int64 on the device, error (P,), W (P,)), float32.
@@ -256,8 +258,8 @@ def sinkhorn(
     block = max(16, triton.next_power_of_2(k))
     if block > MAX_BLOCK:
         raise ValueError(f"the fused Sinkhorn holds K <= {MAX_BLOCK}, got K = {k}")
-    kernel = _kernel("sinkhorn", _sinkhorn_iterations,
-                     ("pairs", "k", "done", "steps", "previous", "max_iter", "chunk"))
+    kernel = cached_kernel("sinkhorn", _sinkhorn_iterations,
+                           ("pairs", "k", "done", "steps", "previous", "max_iter", "chunk"))
     plan = torch.empty(pairs, k, k, device=device, dtype=torch.float32)
     out = torch.empty(pairs, 2, device=device, dtype=torch.float32)
     state = torch.empty(2, 3, pairs, block, device=device, dtype=torch.float32)
@@ -310,7 +312,7 @@ def greedy_coverage(sim: torch.Tensor, w: torch.Tensor, k: int, candidate_weight
     order = torch.empty(t, k, dtype=torch.long, device=sim.device)
     bn = max(16, triton.next_power_of_2(n))
     bi = max(1, min(triton.next_power_of_2(n), 8192 // bn))
-    kernel = _kernel("greedy", _greedy_steps, ("n", "k"))
+    kernel = cached_kernel("greedy", _greedy_steps, ("n", "k"))
     with _quiet():
         _launch(kernel, (t,), sim, w, gap, order, n, k, BN=bn, BI=bi, SCOPE=candidate_weighted, num_warps=4)
     return order
@@ -325,4 +327,4 @@ def _loop_bound(out_ptr, n):
 def probe() -> None:
     """One launch of a kernel whose loop bound is a run-time argument, on a CPU tensor (interpreter; not
     counted in LAUNCHES)."""
-    _kernel("loop_bound", _loop_bound)[(1,)](torch.zeros(2), 3)
+    cached_kernel("loop_bound", _loop_bound)[(1,)](torch.zeros(2), 3)

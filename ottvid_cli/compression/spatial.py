@@ -112,7 +112,7 @@ def select_from_similarity(
             ])
     else:
         with serial(sim.device, sim.shape[0] * n):  # k steps over (T, N)
-            order = _greedy_max_min(sim, w, k, saliency_scaled=method == "adts")
+            order = greedy_max_min(sim, w, k, saliency_scaled=method == "adts")
     return torch.sort(order, dim=-1).values
 
 
@@ -152,7 +152,7 @@ def _greedy_coverage(sim: torch.Tensor, w: torch.Tensor, k: int, candidate_weigh
     return order
 
 
-def _greedy_max_min(sim: torch.Tensor, w: torch.Tensor, k: int, saliency_scaled: bool) -> torch.Tensor:
+def greedy_max_min(sim: torch.Tensor, w: torch.Tensor, k: int, saliency_scaled: bool) -> torch.Tensor:
     """Max-min farthest-point selection on cosine distance 1 - sim (App. B.1).
 
     DivPrune: start from the most isolated token (largest distance to its nearest other token),

@@ -28,11 +28,11 @@ from .backend import choose
 from .budget import allocate_budget_rounds, uniform_budget
 from .config import OTTVidConfig
 from .merge import average_components, collapse, match_pairs
-from .ottvid import (Compressed, CompressionReport, _clean, _raise_unless, _total, _validate, pair_cap, to_device,
-                     token_counts)
+from .ottvid import add_total_time, inputs_clean, pair_cap, raise_unless_clean, to_device, token_counts
 from .spatial import gram_cosine, inverse_norms, mass_from_similarity, normalize_saliency, select_from_similarity
 from .threads import serial
 from .transport import grid_positions, mixing_weight, solve_transport, transport_cost
+from .types import Compressed, CompressionReport, check_shapes
 
 
 def compress(
@@ -64,7 +64,7 @@ def compress(
     The same computation as `OTTVidStream` given the whole tensor as one chunk: a long video's groups can
     be compressed as they are encoded, with the same result.
     """
-    groups, _ = _validate(features, saliency, grid)
+    groups, _ = check_shapes(features, saliency, grid)
     stream = OTTVidStream(groups, grid, config, timer=timer, backend=backend)
     stream.add(features, saliency)
     return stream.finish()
@@ -115,7 +115,7 @@ class OTTVidStream:
         stage = self._stage()
         x = features.float()
         if config.ratio >= 1.0:  # every token comes out as it is
-            _raise_unless(_clean(inverse_norms(x), saliency), x, saliency)
+            raise_unless_clean(inputs_clean(inverse_norms(x), saliency), x, saliency)
             self._parts["kept"].append(features.reshape(t * self.tokens, -1).clone())
             self._keep_extra([e.reshape(t * self.tokens, -1).clone() for e in extra])
             self.added += t
@@ -124,12 +124,12 @@ class OTTVidStream:
         with stage("similarity"):
             w = normalize_saliency(saliency)  # w_t,i
             sim, inv_norm = gram_cosine(x)  # sim(x_t,i, x_t,j), 1 / ||x_t,i||
-            clean = _clean(inv_norm, saliency)
-            if self._deferred(features.device, path):  # what `_raise_unless` would name, kept on the device
+            clean = inputs_clean(inv_norm, saliency)
+            if self._deferred(features.device, path):  # what `raise_unless_clean` would name, kept on the device
                 flags = torch.stack((clean, ~(saliency < 0).any(), torch.isfinite(x).all()))
                 self._clean = flags if self._clean is None else self._clean & flags
             else:
-                _raise_unless(clean, x, saliency)
+                raise_unless_clean(clean, x, saliency)
         with stage("selection"):
             selected = select_from_similarity(sim, w, counts.K, config.spatial, backend=path)  # S_t, (t, K)
         local = (selected + torch.arange(t, device=x.device).unsqueeze(-1) * self.tokens).reshape(-1)
@@ -191,7 +191,7 @@ class OTTVidStream:
             report.kept = counts.K
             assignment = torch.full((tokens,), -1, dtype=torch.long, device=device)
             assignment[flat_selected] = torch.arange(counts.K, device=device)
-            _total(report)
+            add_total_time(report)
             return Compressed(features=chosen, index=flat_selected, assignment=assignment, report=report,
                               selected=selected, extra=_merged([e.reshape(counts.K, -1).float() for e in extras]))
         stage = self._stage()
@@ -235,7 +235,7 @@ class OTTVidStream:
         report.overflow_rounds = rounds
         report.sinkhorn_iterations = int(numbers[-1])
         report.sinkhorn_error = worst_error
-        _total(report)
+        add_total_time(report)
         return Compressed(features=out, index=index, assignment=assignment, report=report, selected=selected,
                           extra=_merged(merged))
 
@@ -296,7 +296,7 @@ def _joined(chunks: list[torch.Tensor]) -> torch.Tensor | None:
 
 def _refuse(flags: list[float]) -> None:
     """ValueError naming what is wrong with an input whose check was deferred: flags are (clean,
-    no negative saliency, finite features), as `ottvid._raise_unless` tells them apart."""
+    no negative saliency, finite features), as `ottvid.raise_unless_clean` tells them apart."""
     clean, non_negative, finite = (bool(v) for v in flags)
     if clean:
         return

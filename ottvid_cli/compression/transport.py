@@ -116,6 +116,10 @@ def transport_cost(
         return a * c_sem + (1.0 - a) * c_loc
 
 
+# What `sinkhorn` returns, by its `returns` argument (one loop, `_iterate`, under all three).
+SINKHORN_RETURNS = ("plan", "error", "device")
+
+
 def sinkhorn(
     a: torch.Tensor,
     b: torch.Tensor,
@@ -123,74 +127,20 @@ def sinkhorn(
     eps: float = 0.01,
     max_iter: int = 200,
     tol: float = 1e-5,
-) -> tuple[torch.Tensor, int]:
-    """Entropic OT (Eq. 6) in the log domain, float32, batched: a, b (P, K) > 0; cost (P, K, K).
-
-    Returns the plan P (P, K, K) with rows summing to a and columns to b, and the number of
-    iterations run. See `sinkhorn_log` for the iteration.
-    """
-    plan, iterations, _ = sinkhorn_log(a, b, cost, eps, max_iter, tol)
-    return plan, iterations
-
-
-def solve_transport(
-    a: torch.Tensor,
-    b: torch.Tensor,
-    cost: torch.Tensor,
-    eps: float = 0.01,
-    max_iter: int = 200,
-    tol: float = 1e-5,
-    early_stop: bool = True,
-    backend: str | None = None,
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Sinkhorn plan and transport difficulty of every pair, on the chosen backend (backend.py).
-
-    Returns (plan (P, K, K), iterations () int64 tensor, marginal error (P,), W (P,)), all on the
-    inputs' device, without waiting for it on the Triton path. "triton" runs every iteration of
-    every pair in kernels.sinkhorn (K <= 256; larger K falls back to PyTorch); "torch" is
-    `sinkhorn_log` (which checks the tolerance from the host) followed by `transport_difficulty`.
-    """
-    from .backend import choose
-
-    if choose(a.device, backend) == "triton":
-        from . import kernels
-
-        if kernels.fits(a.shape[-1]):
-            return kernels.sinkhorn(a, b, cost, eps, max_iter, tol, early_stop=early_stop)
-    with serial(a.device, cost.numel()):  # many small ops, on one CPU thread (threads.py)
-        plan, iterations, error = _sinkhorn_log(a, b, cost, eps, max_iter, tol, early_stop=early_stop)
-        return plan, iterations, error, transport_difficulty(plan, cost)
-
-
-def sinkhorn_log(
-    a: torch.Tensor,
-    b: torch.Tensor,
-    cost: torch.Tensor,
-    eps: float = 0.01,
-    max_iter: int = 200,
-    tol: float = 1e-5,
+    *,
+    returns: str = "plan",
     absorb: bool | None = None,
     check_every: int | None = None,
     early_stop: bool = True,
-) -> tuple[torch.Tensor, int, torch.Tensor]:
-    """Log-domain Sinkhorn in PyTorch; returns (plan, iterations, marginal error per problem (P,)).
-    See `_sinkhorn_log` for the iteration."""
-    plan, iterations, error = _sinkhorn_log(a, b, cost, eps, max_iter, tol, absorb, check_every, early_stop)
-    return plan, int(iterations), error
+) -> tuple[torch.Tensor, int] | tuple[torch.Tensor, int | torch.Tensor, torch.Tensor]:
+    """Entropic OT (Eq. 6): P_t = argmin_{P in Pi(m_t, m_{t+1})} sum_ij P_ij C_t,ij - eps H(P), in the log
+    domain, float32, batched: a = m_t, b = m_{t+1} (P, K) > 0; cost C_t (P, K, K).
 
-
-def _sinkhorn_log(
-    a: torch.Tensor,
-    b: torch.Tensor,
-    cost: torch.Tensor,
-    eps: float = 0.01,
-    max_iter: int = 200,
-    tol: float = 1e-5,
-    absorb: bool | None = None,
-    check_every: int | None = None,
-    early_stop: bool = True,
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Log-domain Sinkhorn; returns (plan, iterations as a () int64 tensor, error per problem (P,)).
+    `returns` chooses the result (the same iteration and the same numbers for each):
+    - "plan": (plan P (P, K, K), iterations run, an int);
+    - "error": (plan, iterations, an int, marginal error |P1 - a|_1 + |P^T1 - b|_1 per problem (P,));
+    - "device": (plan, iterations as a () int64 tensor, error (P,)), all on the inputs' device: nothing
+      is read back to the host for them (`solve_transport`'s PyTorch path).
 
     Each iteration updates the column potential g, then the row potential f (POT's
     `sinkhorn_log` order):  g = log b - LSE_i(-C_ij/eps + f_i),  f = log a - LSE_j(-C_ij/eps + g_j).
@@ -215,6 +165,8 @@ def _sinkhorn_log(
       |g - g0| <= 10, this is the same sum to float32 precision, at the price of a batched
       product instead of a batched exp; past that, R is rebuilt at the current g.
     """
+    if returns not in SINKHORN_RETURNS:
+        raise ValueError(f"sinkhorn returns one of {', '.join(SINKHORN_RETURNS)}, got {returns!r}")
     if a.shape != b.shape or a.dim() != 2 or cost.shape != (*a.shape, a.shape[-1]):
         raise ValueError(
             f"sinkhorn expects a, b (P, K) and cost (P, K, K); got {tuple(a.shape)}, {tuple(b.shape)}, "
@@ -223,11 +175,46 @@ def _sinkhorn_log(
     if eps <= 0 or max_iter < 1 or tol <= 0:
         raise ValueError("sinkhorn needs eps > 0, max_iter >= 1 and tol > 0")
     with serial(a.device, cost.numel()):  # many small ops, on one CPU thread (threads.py)
-        return _iterate(a, b, cost, eps, max_iter, tol, absorb, check_every, early_stop)
+        plan, iterations, error = _iterate(a, b, cost, eps, max_iter, tol, absorb, check_every, early_stop)
+    if returns == "device":
+        return plan, iterations, error
+    if returns == "error":
+        return plan, int(iterations), error
+    return plan, int(iterations)
+
+
+def solve_transport(
+    a: torch.Tensor,
+    b: torch.Tensor,
+    cost: torch.Tensor,
+    eps: float = 0.01,
+    max_iter: int = 200,
+    tol: float = 1e-5,
+    early_stop: bool = True,
+    backend: str | None = None,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Sinkhorn plan P_t and transport difficulty W_t of every pair, on the chosen backend (backend.py).
+
+    Returns (plan (P, K, K), iterations () int64 tensor, marginal error (P,), W (P,)), all on the
+    inputs' device, without waiting for it on the Triton path. "triton" runs every iteration of
+    every pair in kernels.sinkhorn (K <= 256; larger K falls back to PyTorch); "torch" is
+    `sinkhorn(..., returns="device")` (which checks the tolerance from the host) followed by
+    `transport_difficulty`.
+    """
+    from .backend import choose
+
+    if choose(a.device, backend) == "triton":
+        from . import kernels
+
+        if kernels.fits(a.shape[-1]):
+            return kernels.sinkhorn(a, b, cost, eps, max_iter, tol, early_stop=early_stop)
+    with serial(a.device, cost.numel()):  # many small ops, on one CPU thread (threads.py)
+        plan, iterations, error = sinkhorn(a, b, cost, eps, max_iter, tol, early_stop=early_stop, returns="device")
+        return plan, iterations, error, transport_difficulty(plan, cost)
 
 
 def _iterate(a, b, cost, eps, max_iter, tol, absorb, check_every, early_stop):
-    """`_sinkhorn_log` on checked inputs."""
+    """`sinkhorn`'s loop on checked inputs: (plan P_t, iterations, marginal error) as on the device."""
     if absorb is None:
         absorb = a.device.type == "cpu"
     a, b = a.float(), b.float()

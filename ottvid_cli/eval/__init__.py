@@ -21,6 +21,9 @@ Or the whole of `ottvid eval` (the command only parses, calls these and renders)
     outcome = resume(OUT, load)                                  # the settings OUT/config.json records
     summary = score_run(OUT, compare_with=OTHER)                 # --rescore: replies judged again
     rows = table([OUT_MVBENCH, OUT_CHARADES])                    # --table: Table 1 over run folders
+
+`lmms` (lmms-eval's model plugin over the runner, `lmms-eval --model ottvid`) is loaded by lmms-eval
+through its entry point and needs lmms-eval installed: nothing here imports it.
 """
 
 from .benchmarks import (
@@ -36,8 +39,13 @@ from .benchmarks import (
     load_samples,
     missing_videos,
 )
+from .errors import StoreError
 from .prompts import SYSTEM_PROMPT, Protocol, build_prompt, protocol
+from .record_files import load_records
+from .records import make_record
+from .rejudging import rejudge
 from .results import compare, score_run, table
+from .run_config import load_config, save_config
 from .runs import (
     EvalRequest,
     RunOutcome,
@@ -64,21 +72,9 @@ from .scoring import (
     relative,
     relative_scores,
 )
-from .store import (
-    SampleStore,
-    StoreError,
-    load_config,
-    load_records,
-    make_record,
-    merge_shards,
-    rejudge,
-    rescore,
-    save_config,
-    score,
-    shard,
-    summarise,
-    write_summary,
-)
+from .shards import merge_shards, shard
+from .store import SampleStore
+from .summary import rescore, score, summarise, write_summary
 from .vllm_runner import EngineStartError, VllmOptions, run_vllm
 
 __all__ = [

@@ -8,8 +8,12 @@ from pathlib import Path
 from typing import Sequence
 
 from .benchmarks import EvalError, load_samples
+from .record_files import load_records
+from .records import unknown_samples
+from .rejudging import rejudge
+from .run_config import CONFIG, load_config
 from .scoring import VANILLA, headline, paper_table, relative
-from .store import CONFIG, load_config, load_records, rejudge, rescore, score, unknown_samples, write_summary
+from .summary import rescore, score, write_summary
 
 
 def vanilla_of(other: Path | str, benchmark: str) -> dict:
@@ -52,7 +56,7 @@ def score_run(run: Path | str, compare_with: Path | str | None = None, data: Pat
     """Judge every stored reply of run folder RUN again and rebuild RUN/summary.json: records of samples
     the run's annotation file (config.json's `data`, or `data`) does not hold are refused first
     (EvalError). The summary comes back with `rejudged` (per setting: how many verdicts changed,
-    `store.rejudge`), `out`, and with `compare_with`, each result's `relative` to that run's vanilla."""
+    `rejudging.rejudge`), `out`, and with `compare_with`, each result's `relative` to that run's vanilla."""
     if not Path(run).is_dir():
         raise EvalError(f"{run}: run folder not found")
     config = load_config(run) if (Path(run) / CONFIG).exists() else {}

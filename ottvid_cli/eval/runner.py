@@ -24,7 +24,10 @@ from ..settings import DEFAULT_MAX_FRAMES
 from .benchmarks import GROUNDING, MC, Sample, VideoFinder, VideoRef
 from .prefetch import ahead, default_depth
 from .prompts import build_prompt, protocol
-from .store import SampleStore, load_records, make_record, record_key, shard
+from .record_files import load_records
+from .records import make_record, record_key
+from .shards import shard
+from .store import SampleStore
 
 Setting = tuple[str, float]  # (method, ratio); ratio 1.0 for "none"
 VANILLA = "none"
@@ -122,9 +125,10 @@ class Progress:
 _RUN_ERRORS = (ValueError, OSError, RuntimeError, MemoryError)  # VideoError and EvalError are ValueErrors
 
 
-def _failure(exc: Exception, path: Any = None) -> str:
+def sample_failure(exc: Exception, path: Any = None) -> str:
     """A sample's one-line error: the message, named by type when it is not one of the usual kinds
-    (e.g. PyAV's DecoderNotFoundError, a LookupError), and by the video when the message does not say it."""
+    (e.g. PyAV's DecoderNotFoundError, a LookupError), and by the video when the message does not say it.
+    The error every runner (this one, vllm_runner's) records for a sample that failed."""
     text = " ".join(str(exc).split())
     if not isinstance(exc, _RUN_ERRORS) or not text:
         text = f"{type(exc).__name__}: {text}" if text else type(exc).__name__
@@ -272,7 +276,7 @@ def run(backbone: Any, samples: Sequence[Sample], out: Path | str, runs: Sequenc
     """Run shard `rank` of `shards` of `samples` with every (method, ratio) in `runs`, appending the
     records to OUT (see store.py); what is done already is skipped. A sample whose video is missing
     or cannot be decoded, or whose run fails (any Exception), is recorded with its error and the run
-    goes on; a record that cannot be written (store.StoreError) and Ctrl-C stop it, keeping what was written.
+    goes on; a record that cannot be written (errors.StoreError) and Ctrl-C stop it, keeping what was written.
     `max_new_tokens` overrides the protocol's reply budget (for measurements only: benchmarks/eval_sweep.py).
     `prefetch`: how many of the next videos are decoded and preprocessed in background threads while
     the model works on the current one (0: each when it is reached; None: `prefetch.default_depth`)."""
@@ -318,7 +322,7 @@ def run(backbone: Any, samples: Sequence[Sample], out: Path | str, runs: Sequenc
                         video = VideoRuns(backbone, ref, sampling, build_prompt(items[0][0]), compress, preset,
                                           loaded, waited)
                     except Exception as exc:  # any failure of this video (not Ctrl-C): recorded, the run goes on
-                        failure = _failure(exc, ref.path)
+                        failure = sample_failure(exc, ref.path)
                     del loaded
                 for n, (sample, left) in enumerate(items):
                     prompt = build_prompt(sample)
@@ -332,7 +336,7 @@ def run(backbone: Any, samples: Sequence[Sample], out: Path | str, runs: Sequenc
                             try:
                                 record = video.answer(sample, prompt, method, ratio, budget, keep_prefix=later)
                             except Exception as exc:
-                                record = make_record(sample, method, ratio, error=_failure(exc), prompt=prompt,
+                                record = make_record(sample, method, ratio, error=sample_failure(exc), prompt=prompt,
                                                      video=ref.path)
                         write(record)  # outside the try: a failed write (StoreError) stops the run
                     stats.samples += 1

@@ -19,24 +19,15 @@ from typing import Any, Callable, Sequence
 
 from ..settings import SAMPLING_RULES, model_key
 from .benchmarks import EvalError, Sample, check_benchmark, load_samples, missing_videos
+from .errors import RunInUse
+from .record_files import load_records, sample_files
+from .records import changed_samples, record_key, unknown_samples
 from .results import compare, vanilla_of
+from .run_config import CONFIG, load_config, save_config
 from .runner import FramePlan, Progress, RunStats, Setting, kinds, remaining, settings
-from .store import (
-    CONFIG,
-    RecordLock,
-    RunInUse,
-    changed_samples,
-    load_config,
-    load_records,
-    merge_shards,
-    record_key,
-    rescore,
-    sample_files,
-    save_config,
-    shard,
-    unknown_samples,
-    write_summary,
-)
+from .shards import merge_shards, shard
+from .store import RecordLock
+from .summary import rescore, write_summary
 
 BARRIER_TIMEOUT = timedelta(days=7)  # shards may finish hours apart
 LMMS = "lmms"  # the sampling rule lmms-eval's own model reads for the backbone
@@ -321,7 +312,7 @@ def evaluate(request: EvalRequest | RunPlan, load: Callable[[str], Any], *,
     this process's GPU under torchrun, else the request's). `on_start`: told what the folder held,
     after it was locked and checked, before the model loads. `on_progress`: the runner's progress.
     `call(work)`: runs the model work (default `work()`; the CLI maps its failures to one-line errors).
-    Raises EvalError for bad input or a folder of another run, store.StoreError when a record cannot
+    Raises EvalError for bad input or a folder of another run, errors.StoreError when a record cannot
     be written, RunStopped on Ctrl-C / SIGTERM (the records are kept)."""
     from .runner import run
 

@@ -22,8 +22,10 @@ from typing import Any, Callable, Sequence
 from .benchmarks import Sample, VideoFinder
 from .prefetch import ahead
 from .prompts import build_prompt, protocol
-from .runner import FramePlan, Progress, RunStats, Setting, _failure, groups_by_video
-from .store import SampleStore, make_record, shard
+from .records import make_record
+from .runner import FramePlan, Progress, RunStats, Setting, groups_by_video, sample_failure
+from .shards import shard
+from .store import SampleStore
 
 ENGINE = "vllm"
 
@@ -74,13 +76,13 @@ def _keep_numba_out() -> None:
 def _decoded(adapter: Any, group: tuple) -> tuple[Any, Any, dict[str, Any], float]:
     """A group's video as vLLM is handed it: (clip, frames (n, h, w, 3) uint8, metadata, decode ms); the
     frames ottvid's engine preprocesses (`Qwen25VL.video_frames`), padded and at the frame size."""
-    from ..pipeline import _PREPROCESS, _pixels, frame_resize
+    from ..prepared import PREPROCESS_LOCK, frame_resize, pixel_range
 
     ref, sampling, _ = group
     started = time.perf_counter()
     clip = sampling.decode(ref.path, adapter.default_frames, ref.start, ref.end, frame_rate=ref.frame_rate,
                            resize=frame_resize(adapter, sampling))
-    with _PREPROCESS, _pixels(adapter, sampling):
+    with PREPROCESS_LOCK, pixel_range(adapter, sampling):
         video = adapter.video_frames(clip.frames, clip.source_size)
     frames = video.permute(0, 2, 3, 1).contiguous().numpy()
     metadata = adapter.video_metadata(clip.timestamps, clip.duration, frames.shape[0])
@@ -96,7 +98,7 @@ def run_vllm(model: str, samples: Sequence[Sample], out: Path | str, runs: Seque
     the records (each with "engine": "vllm") to OUT as `runner.run` does; what is done already is skipped.
     `prefetch`: videos decoded ahead in background threads (None: 2). `make_engine(kwargs)`: the engine of
     a setting (default `offline.OfflineEngine`). Raises EngineStartError when an engine cannot start,
-    store.StoreError when a record cannot be written; KeyboardInterrupt passes (the records are kept)."""
+    errors.StoreError when a record cannot be written; KeyboardInterrupt passes (the records are kept)."""
     from ..backbones import frames_only
     from ..integrations.vllm.offline import OfflineEngine, engine_arguments
 
@@ -137,7 +139,7 @@ def run_vllm(model: str, samples: Sequence[Sample], out: Path | str, runs: Seque
                 engine = make_engine(kwargs)
             except (ValueError, RuntimeError, OSError) as exc:  # vLLM's refusals of a configuration, a failed start
                 raise EngineStartError(f"vLLM could not start the engine for {_setting(method, ratio)}: "
-                                       f"{_failure(exc)}") from None
+                                       f"{sample_failure(exc)}") from None
             try:
                 _run_setting(engine, adapter, mine, finder, frames, method, ratio, write, options.chunk,
                              max_new_tokens, 2 if prefetch is None else prefetch)
@@ -179,7 +181,7 @@ def _run_setting(engine: Any, adapter: Any, todo: list, finder: VideoFinder, fra
             if ref is None:
                 failure = f"video not found under {finder.root}: {items[0][0].video}"
             elif error is not None:
-                failure = _failure(error, ref.path)
+                failure = sample_failure(error, ref.path)
             for n, (sample, _) in enumerate(items):
                 prompt = build_prompt(sample)
                 if failure is not None:
@@ -191,7 +193,7 @@ def _run_setting(engine: Any, adapter: Any, todo: list, finder: VideoFinder, fra
                 try:
                     request = engine.add(chat_text(adapter.processor, prompt), video, metadata, budget)
                 except ValueError as exc:  # vLLM refused this request alone (longer than max_model_len, ...)
-                    write(make_record(sample, method, ratio, error=_failure(exc), prompt=prompt, video=ref.path))
+                    write(make_record(sample, method, ratio, error=sample_failure(exc), prompt=prompt, video=ref.path))
                     continue
                 described = sampling.describe(clip, adapter.default_frames)
                 described = {k: described[k] for k in ("requested", "count", "fps", "max_frames", "rule", "notes")}

@@ -10,9 +10,9 @@ import numpy as np
 
 from ..interrupt import checkpoint
 from ..settings import DECODERS
-from .probe import Header, _header, _pyav_stream, _unreadable, judge_index
+from .probe import Header, judge_index, pyav_stream, read_header, unreadable
 from .resize import Shrinker
-from .timeline import Plan, Timeline, VideoError, _reason
+from .timeline import Plan, Timeline, VideoError, error_reason
 
 
 @functools.lru_cache(maxsize=1)
@@ -27,7 +27,7 @@ def decord_available() -> bool:
 
 
 def resolve_decoder(decoder: str = "auto") -> str:
-    """The backend a `decoder` name stands for: "auto" is PyAV (issue 39: with frames resized as decoded and
+    """The backend a `decoder` name stands for: "auto" is PyAV (with frames resized as decoded and
     non-reference frames skipped it is faster than decord on long videos, and decord 0.6.0 holds GBs of a
     4K file's frames: docs/video.md, "Speed"); decord only when asked for by name."""
     if decoder not in DECODERS:
@@ -60,7 +60,8 @@ def decord_file_errors() -> tuple[type[BaseException], ...]:
 
 
 
-def _open_decord(path: str):
+def open_decord(path: str) -> Any:
+    """decord's VideoReader of the file (decord's logging quieted); one-line VideoErrors where it cannot."""
     import decord
 
     _quiet_decord()
@@ -69,7 +70,7 @@ def _open_decord(path: str):
     except decord_file_errors() as exc:
         if "video stream" in str(exc):
             raise VideoError(f"video has no frames: {path} (no decodable video stream)") from None
-        raise _unreadable(path) from None
+        raise unreadable(path) from None
     if len(reader) == 0:
         raise VideoError(f"video has no frames: {path}")
     return reader
@@ -105,12 +106,12 @@ def read_timeline(reader, header: Header) -> Timeline:
 
 
 
-def _trusted_reader(path: str) -> tuple[Any, Timeline]:
+def trusted_reader(path: str) -> tuple[Any, Timeline]:
     """(decord's reader of the file, its timeline); one-line VideoErrors where decord cannot open the file
     or cannot be trusted with its index."""
-    with _pyav_stream(path) as (container, stream):
-        header = _header(container, stream)
-    reader = _open_decord(path)
+    with pyav_stream(path) as (container, stream):
+        header = read_header(container, stream)
+    reader = open_decord(path)
     timeline = read_timeline(reader, header)
     if not timeline.trusted:
         raise VideoError(f"decord cannot be trusted on {path} ({timeline.problem}); use decoder 'pyav' or 'auto'")
@@ -121,10 +122,10 @@ def _trusted_reader(path: str) -> tuple[Any, Timeline]:
 DECORD_CHUNK = 8  # frames decord hands over at once (each at full size until shrunk)
 
 
-def _sample_decord(path: str, plan: Plan, shrink: Shrinker) -> tuple[Timeline, list[int], np.ndarray]:
+def sample_decord(path: str, plan: Plan, shrink: Shrinker) -> tuple[Timeline, list[int], np.ndarray]:
     """Sample with decord, asked for by name: a file it cannot open, an index it cannot be trusted with, or
     frames that are not RGB are one-line VideoErrors (never handed to PyAV silently)."""
-    reader, timeline = _trusted_reader(path)
+    reader, timeline = trusted_reader(path)
     indices = plan(timeline)
     shrink.restart(len(indices))
     frames, problem = [], ""
@@ -139,7 +140,7 @@ def _sample_decord(path: str, plan: Plan, shrink: Shrinker) -> tuple[Timeline, l
                 break
             frames.extend(shrink(image) for image in chunk)
     except decord_file_errors() as exc:
-        problem = _reason(exc)
+        problem = error_reason(exc)
     if problem:  # e.g. decord 0.6.0 on a file shown turned by a quarter turn (PyAV decodes it)
         raise VideoError(f"decord cannot decode frames of {path}: {problem}")
     return timeline, indices, np.stack(frames)

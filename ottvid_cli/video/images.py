@@ -11,7 +11,7 @@ import numpy as np
 
 from ..interrupt import checkpoint
 from .resize import Shrinker
-from .timeline import Plan, Timeline, VideoError, _reason
+from .timeline import Plan, Timeline, VideoError, error_reason
 
 
 IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".webp")
@@ -20,7 +20,8 @@ DEFAULT_FRAME_RATE = 3.0  # frames a second of a folder of frame images: MVBench
 
 
 
-def _frame_rate(rate: float | None) -> float:
+def checked_frame_rate(rate: float | None) -> float:
+    """A folder's frame rate (None: `DEFAULT_FRAME_RATE`); a one-line VideoError unless finite and > 0."""
     rate = DEFAULT_FRAME_RATE if rate is None else rate
     if not (isinstance(rate, (int, float)) and rate > 0 and math.isfinite(rate)):
         raise VideoError(f"the frame rate of a folder of frames must be > 0, got {rate}")
@@ -52,7 +53,7 @@ def frame_files(folder: str | os.PathLike) -> list[str]:
 
 
 
-def _read_image(path: str) -> np.ndarray:
+def read_image(path: str) -> np.ndarray:
     """(H, W, 3) uint8 RGB of one frame image, turned as its EXIF orientation says (as a viewer shows it).
 
     16-bit grey images (PNG depth or thermal frames; Pillow's modes "I;16..." and "I") keep their
@@ -70,7 +71,7 @@ def _read_image(path: str) -> np.ndarray:
     except (UnidentifiedImageError, OSError, ValueError, SyntaxError, Image.DecompressionBombError) as exc:
         # what Pillow raises for a bad or oversized file (SyntaxError: a broken PNG, ValueError: a bad tile);
         # anything else (TypeError, AttributeError, ...) is a bug and propagates
-        reason = "not an image Pillow can read" if isinstance(exc, UnidentifiedImageError) else _reason(exc)
+        reason = "not an image Pillow can read" if isinstance(exc, UnidentifiedImageError) else error_reason(exc)
         raise VideoError(f"cannot read frame image {path}: {reason}") from None
 
 
@@ -82,7 +83,7 @@ def images_timeline(count: int, rate: float) -> Timeline:
 
 
 
-def _sample_images(folder: str, plan: Plan, rate: float, shrink: Shrinker) -> tuple[Timeline, list[int], np.ndarray]:
+def sample_images(folder: str, plan: Plan, rate: float, shrink: Shrinker) -> tuple[Timeline, list[int], np.ndarray]:
     """Sample a folder of frame images by `plan` on their times (i / rate); only the sampled images are
     read, each shrunk as soon as it is read. They must all have one size: resizing some would change
     their aspect silently."""
@@ -93,16 +94,16 @@ def _sample_images(folder: str, plan: Plan, rate: float, shrink: Shrinker) -> tu
     images: dict[int, np.ndarray] = {}
     for i in indices:
         if i not in images:
-            images[i] = _read_sampled(folder, files, i, files[indices[0]], shrink)
+            images[i] = read_sampled(folder, files, i, files[indices[0]], shrink)
     return timeline, indices, np.stack([images[i] for i in indices])
 
 
 
-def _read_sampled(folder: str, files: list[str], i: int, first: str, shrink: Shrinker) -> np.ndarray:
+def read_sampled(folder: str, files: list[str], i: int, first: str, shrink: Shrinker) -> np.ndarray:
     """Frame image `files[i]` of a sample, read and shrunk; VideoError when its size is not that of the
     sample's first image (`first`, the one the shrinker saw first)."""
     checkpoint("reading the frame images")
-    image = _read_image(files[i])
+    image = read_image(files[i])
     if shrink.source is not None and image.shape[:2] != shrink.source:
         (h0, w0), (h, w) = shrink.source, image.shape[:2]
         raise VideoError(f"frame images differ in size: {os.path.basename(first)} is {w0}x{h0}, "

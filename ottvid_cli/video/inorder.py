@@ -1,19 +1,19 @@
-"""PyAV's sampling (`_sample_pyav`): seeking to the sampled frames where the index is trusted (`pyav`),
+"""PyAV's sampling (`sample_pyav`): seeking to the sampled frames where the index is trusted (`pyav`),
 else decoding every frame in order: the frames' times are measured by decoding them all and only the
 sampled ones are kept (damaged packets skipped; the B-frame time rules). The primitives are `pyav`'s,
 read through the module so that a test that wraps one sees every use."""
 
 from __future__ import annotations
 
-from typing import Container, Iterator
+from typing import Callable, Container, Iterator
 
 import numpy as np
 
 from . import mp4 as _mp4
 from . import pyav as _pyav
-from .probe import _header, _pyav_stream, pyav_file_errors
+from .probe import pyav_file_errors, pyav_stream, read_header
 from .resize import Shrinker
-from .timeline import Plan, Timeline, VideoError, _reason
+from .timeline import Plan, Timeline, VideoError, error_reason
 
 
 def _decode_all(path: str, keep: set[int], skipped: list[int] | None = None,
@@ -28,18 +28,19 @@ def _decode_all(path: str, keep: set[int], skipped: list[int] | None = None,
 
     The decoder hands frames out in the order they are shown. Where their pts still go backwards in
     that order while their dts strictly increase (an AVI, which stores no presentation times, with
-    DivX-style packed B-frames: the demuxer's guessed pts are a frame or two off, issue 23), each
+    DivX-style packed B-frames: the demuxer's guessed pts are a frame or two off), each
     frame's time is its own dts instead, as FFmpeg's best-effort timestamp prefers the dts when the
-    pts are the faultier, counted from the stream's start like every other time (issue 34); either
+    pts are the faultier, counted from the stream's start like every other time; either
     way a frame's time and pixels come from the same decoded frame."""
     found: dict = {}
-    kept = dict(_frames_in_order(path, keep, skipped, shrink, found))
+    kept = dict(frames_in_order(path, keep, skipped, shrink, found))
     return found["starts"], found["end"], kept, found["fps"], found["keys"]
 
 
 
-def _frames_in_order(path: str, keep: Container[int], skipped: list[int] | None = None, shrink=None,
-                     found: dict | None = None) -> Iterator[tuple[int, np.ndarray]]:
+def frames_in_order(path: str, keep: Container[int], skipped: list[int] | None = None,
+                    shrink: Callable[[np.ndarray], np.ndarray] | None = None,
+                    found: dict | None = None) -> Iterator[tuple[int, np.ndarray]]:
     """`_decode_all`'s pass, frame by frame: (index, frame passed through `shrink`) for each index in
     `keep`, as soon as it is decoded (nothing else is held: `stream.py` streams a sample so). Once it
     is exhausted, `found` holds what `_decode_all` returns besides the frames: "starts", "end", "fps"
@@ -53,16 +54,16 @@ def _frames_in_order(path: str, keep: Container[int], skipped: list[int] | None 
     if skipped is None:
         skipped = [0]
     found = {} if found is None else found
-    with _pyav_stream(path) as (container, stream):
-        header = _header(container, stream)
+    with pyav_stream(path) as (container, stream):
+        header = read_header(container, stream)
         tb = float(header.time_base)
         gap = 1.0 / header.average_fps if header.average_fps > 0 else 1.0 / 30
         origin = header.start_pts
-        size = _pyav._stream_size(stream)
+        size = _pyav.stream_size(stream)
         try:
             i = -1
-            for frame in _pyav._decoded(container, stream, skipped):
-                pts = _pyav._frame_pts(frame)
+            for frame in _pyav.decoded(container, stream, skipped):
+                pts = _pyav.frame_pts(frame)
                 if origin is None and pts is not None:
                     origin = pts
                 t = (pts - origin) * tb if pts is not None else None
@@ -80,20 +81,20 @@ def _frames_in_order(path: str, keep: Container[int], skipped: list[int] | None 
                 duration = getattr(frame, "duration", None)
                 end = t + duration * tb if duration else None
                 if i in keep:
-                    yield i, shrink(_pyav._rgb(frame, size))
+                    yield i, shrink(_pyav.rgb(frame, size))
         except pyav_file_errors() as exc:
             if not times:
-                raise VideoError(f"cannot decode frames of {path}: {_reason(exc)}") from None
+                raise VideoError(f"cannot decode frames of {path}: {error_reason(exc)}") from None
             # a damaged tail: keep what decoded
     if not times:
         raise VideoError(f"video has no frames: {path} (nothing decodes)")
     found["keys"], found["fps"], found["stated"] = np.asarray(keys, dtype=np.int64), header.average_fps, \
         header.stated_length()
     if backwards and (starts := _dts_times(dts, origin, tb, gap)) is not None:  # the pts were wrong: the dts
-        found["starts"], found["end"] = starts, _pyav._span_end(starts, None, header.average_fps)
+        found["starts"], found["end"] = starts, _pyav.span_end(starts, None, header.average_fps)
         return
     starts = np.asarray(times)
-    found["starts"], found["end"] = starts, _pyav._span_end(starts, end, header.average_fps)
+    found["starts"], found["end"] = starts, _pyav.span_end(starts, end, header.average_fps)
 
 
 
@@ -127,7 +128,7 @@ def _sequential(path: str, plan: Plan, guess: Timeline | None, problem: str, shr
     """
     first = plan(guess) if guess is not None else []
     shrink.restart(len(first))
-    timeline, kept = _measured(path, problem, set(first), shrink)
+    timeline, kept = measured(path, problem, set(first), shrink)
     indices = plan(timeline)
     if not set(indices) <= kept.keys() or len(indices) != len(first):
         shrink.restart(len(indices))
@@ -136,12 +137,12 @@ def _sequential(path: str, plan: Plan, guess: Timeline | None, problem: str, shr
 
 
 
-def _measured(path: str, problem: str, keep: Container[int] = (), shrink: Shrinker | None = None
-              ) -> tuple[Timeline, dict[int, np.ndarray]]:
+def measured(path: str, problem: str, keep: Container[int] = (), shrink: Shrinker | None = None
+             ) -> tuple[Timeline, dict[int, np.ndarray]]:
     """The times of a file whose index is not trusted (`problem`: why), measured by decoding every frame
     in order (`_decode_all`), and the frames kept meanwhile (`keep`, passed through `shrink`)."""
     skipped, found = [0], {}
-    kept = dict(_frames_in_order(path, keep, skipped, shrink, found))
+    kept = dict(frames_in_order(path, keep, skipped, shrink, found))
     if skipped[0]:
         problem = f"{problem}; {skipped[0]} damaged packets skipped (their frames are missing)"
     return Timeline(starts=found["starts"], duration=found["end"], average_fps=found["fps"], source="decoded frames",
@@ -149,15 +150,15 @@ def _measured(path: str, problem: str, keep: Container[int] = (), shrink: Shrink
 
 
 
-def _indexed(path: str, distrust: str = "") -> tuple[Timeline | None, _pyav._Packets, str]:
+def indexed(path: str, distrust: str = "") -> tuple[Timeline | None, _pyav.Packets, str]:
     """PyAV's index of the file: its timeline (None when the demuxer lists no timestamped frame), its
     packets, and why it is not trusted for seeking ("" when it is; `distrust`: a reason given)."""
-    with _pyav_stream(path) as (container, stream):
-        header = _header(container, stream)
+    with pyav_stream(path) as (container, stream):
+        header = read_header(container, stream)
         packets = _mp4.index(path, container, stream)
     if len(packets.pts) == 0:
         return None, packets, distrust or "the demuxer lists no timestamped frames"
-    timeline = _pyav._pyav_timeline(packets, header)
+    timeline = _pyav.pyav_timeline(packets, header)
     problem = distrust or timeline.problem
     if not problem and header.reordered and header.format.split(",")[0] == "avi":
         problem = "AVI stores no presentation times: with B-frames the demuxer guesses them"
@@ -165,19 +166,19 @@ def _indexed(path: str, distrust: str = "") -> tuple[Timeline | None, _pyav._Pac
 
 
 
-def _sample_pyav(path: str, plan: Plan, shrink: Shrinker, distrust: str = "", keyframes: bool = False,
-                 workers: int | None = None) -> tuple[Timeline, list[int], np.ndarray]:
+def sample_pyav(path: str, plan: Plan, shrink: Shrinker, distrust: str = "", keyframes: bool = False,
+                workers: int | None = None) -> tuple[Timeline, list[int], np.ndarray]:
     """Seek to the sampled frames where PyAV's index is trusted (and `distrust` gives no reason not to),
-    else decode every frame in order. `keyframes`: the plan picks key frames (`timeline._keyframe_plan`),
-    which are read without decoding anything else. `workers`: seeking threads (`pyav._seek_decode`)."""
-    timeline, packets, problem = _indexed(path, distrust)
+    else decode every frame in order. `keyframes`: the plan picks key frames (`timeline.keyframe_plan`),
+    which are read without decoding anything else. `workers`: seeking threads (`pyav.seek_decode`)."""
+    timeline, packets, problem = indexed(path, distrust)
     if timeline is None:
         return _sequential(path, plan, None, problem, shrink)
     if not problem:
         indices = plan(timeline)
         shrink.restart(len(indices))
         wanted = [int(packets.pts[i]) for i in indices]
-        got = _pyav._seek_decode(path, packets, wanted, shrink, keyframes, workers)
+        got = _pyav.seek_decode(path, packets, wanted, shrink, keyframes, workers)
         if got is not None:
             return timeline, indices, np.stack([got[p] for p in wanted])
         problem = "seeking did not reach the frames the index lists"

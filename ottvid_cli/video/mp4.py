@@ -1,4 +1,4 @@
-"""An MP4 / MOV file's index without reading its samples (`table_packets`: what `pyav._demux` would
+"""An MP4 / MOV file's index without reading its samples (`table_packets`: what `pyav.demux` would
 give), from the video track's sample table in the file's boxes (ISO/IEC 14496-12: `moov/trak/mdia/
 minf/stbl`): each sample's decode time (`stts`) and composition offset (`ctts`), which FFmpeg does not
 expose (PyAV's `stream.index_entries` give the decode times and
@@ -19,8 +19,8 @@ from fractions import Fraction
 import numpy as np
 
 from ..interrupt import checkpoint
-from .probe import _fraction, _pyav_stream, pyav_file_errors
-from .pyav import _Packets, _demux
+from .probe import as_fraction, pyav_file_errors, pyav_stream
+from .pyav import Packets, demux
 
 _MAX_TABLE = 64 << 20  # a sample-table box larger than this is not read (a damaged size)
 
@@ -143,16 +143,16 @@ def _track(f, start: int, end: int, samples: int) -> SampleTable | None:
     return SampleTable(timescale=int(timescale), dts=dts, offsets=offsets)
 
 
-def index(path: str, container, stream) -> _Packets:
+def index(path: str, container, stream) -> Packets:
     """The stream's packets as an index: from an MP4 / MOV file's sample table where it agrees with
     FFmpeg's (`table_packets`: nothing but the first and last key-frame intervals is read), else by
-    demuxing every packet (`pyav._demux`, which reads the whole file)."""
+    demuxing every packet (`pyav.demux`, which reads the whole file)."""
     packets = table_packets(path, stream)
-    return packets if packets is not None else _demux(container, stream)
+    return packets if packets is not None else demux(container, stream)
 
 
-def table_packets(path: str, stream) -> _Packets | None:
-    """`_demux`'s answer without reading the samples' data, or None where it cannot be had so.
+def table_packets(path: str, stream) -> Packets | None:
+    """`demux`'s answer without reading the samples' data, or None where it cannot be had so.
 
     FFmpeg's mov demuxer holds every sample's decode time, key flag, position and size in its index
     (`stream.index_entries`) but gives presentation times only with each packet it reads; the track's
@@ -161,12 +161,12 @@ def table_packets(path: str, stream) -> _Packets | None:
     times the box's shifted by one constant (an edit list), no negative offsets (FFmpeg then shifts
     them), no discarded or empty samples, every sample's data inside the file (a file cut off keeps
     the full demux, which stops where the data does), and the first and last key-frame intervals, read
-    for real, giving exactly these pts, dts and key flags (and the last packet's end: `_Packets.end`)."""
+    for real, giving exactly these pts, dts and key flags (and the last packet's end: `Packets.end`)."""
     if not stream.container.format.name.startswith("mov"):
         return None
     entries = getattr(stream, "index_entries", None)
     table = read_sample_table(path, stream.id, len(entries)) if entries else None
-    if table is None or Fraction(1, table.timescale) != _fraction(stream.time_base):
+    if table is None or Fraction(1, table.timescale) != as_fraction(stream.time_base):
         return None
     try:
         fields = np.array([(e.timestamp, e.is_keyframe, e.is_discard, e.pos, e.size) for e in entries], dtype=np.int64)
@@ -183,19 +183,19 @@ def table_packets(path: str, stream) -> _Packets | None:
     if not same:
         return None
     keys = pts[key]
-    return _Packets(np.sort(pts), np.sort(keys), end, 0, dict(zip(keys.tolist(), dts[key].tolist())), int(dts.min()))
+    return Packets(np.sort(pts), np.sort(keys), end, 0, dict(zip(keys.tolist(), dts[key].tolist())), int(dts.min()))
 
 
 def _check_ends(path: str, pts: np.ndarray, dts: np.ndarray, key: np.ndarray) -> tuple[bool, int | None]:
     """Read the first and the last key-frame intervals (decode order) and compare their packets with the
     table's: (whether all agree, the latest pts + duration among the last interval's packets, None when
-    none has one: `_demux` finds the same over the whole file). FFmpeg failing to read them (damaged
+    none has one: `demux` finds the same over the whole file). FFmpeg failing to read them (damaged
     data) is a disagreement: the full demux then meets the damage as before."""
     starts = np.flatnonzero(key)
     if len(starts) == 0 or starts[0] != 0:
         return False, None
     second = int(starts[1]) if len(starts) > 1 else len(pts)
-    with _pyav_stream(path) as (container, stream):
+    with pyav_stream(path) as (container, stream):
         try:
             same, end = _same_packets(container, stream, pts, dts, key, 0, second)
             if same and second < len(pts):

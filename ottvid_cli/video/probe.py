@@ -6,7 +6,7 @@ from __future__ import annotations
 import math
 import os
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from fractions import Fraction
@@ -17,7 +17,7 @@ import numpy as np
 from .timeline import VideoError
 
 
-def _checked_path(path: str | os.PathLike) -> str:
+def checked_path(path: str | os.PathLike) -> str:
     """The path of a regular, non-empty file this process may read; a one-line VideoError otherwise.
 
     A pipe or device (`<(curl ...)`, /dev/stdin) is refused by name: the file is read several times
@@ -42,7 +42,8 @@ def _checked_path(path: str | os.PathLike) -> str:
 
 
 
-def _unreadable(path: str) -> VideoError:
+def unreadable(path: str) -> VideoError:
+    """The one-line VideoError for a file FFmpeg cannot read (to raise)."""
     return VideoError(f"cannot read video {path}: not a video file, a damaged or incomplete one, "
                       "or a format FFmpeg cannot decode")
 
@@ -118,7 +119,7 @@ def _lower_pyav_logging() -> Callable[[], None] | None:
     return lambda: av.logging.set_level(level)
 
 
-ffmpeg_quiet = _Quieted(_lower_pyav_logging)  # held while PyAV reads a file (`_pyav_stream`)
+ffmpeg_quiet = _Quieted(_lower_pyav_logging)  # held while PyAV reads a file (`pyav_stream`)
 
 
 ATTACHED_PIC = 0x0400  # AV_DISPOSITION_ATTACHED_PIC: a still picture (cover art) stored as a video stream
@@ -145,7 +146,7 @@ def _video_stream(container):
 
 
 @contextmanager
-def _pyav_stream(path: str):
+def pyav_stream(path: str) -> Iterator[tuple[Any, Any]]:
     """(container, its video stream: `_video_stream`) opened with PyAV, closed afterwards; one-line VideoErrors.
 
     FFmpeg's own log lines (warnings about damaged or oddly seeked streams) are not passed on meanwhile
@@ -157,7 +158,7 @@ def _pyav_stream(path: str):
         try:
             container = av.open(path, **_open_options())
         except pyav_file_errors():  # av.error.* (InvalidDataError, ...), OSError: what the file causes
-            raise _unreadable(path) from None
+            raise unreadable(path) from None
         try:
             stream = _video_stream(container)
             if stream is None:
@@ -208,15 +209,16 @@ class Header:
 
 
 
-def _fraction(value) -> Fraction | None:
+def as_fraction(value: Any) -> Fraction | None:
     """A PyAV rational as a Fraction, None when unset: PyAV before 19 gives a Fraction or None for
     `time_base` / `average_rate`, PyAV 19 an AVRational that is falsy (0/1) when unset."""
     return Fraction(value.numerator, value.denominator) if value else None
 
 
 
-def _header(container, stream) -> Header:
-    tb = _fraction(stream.time_base) or Fraction(1, 1)
+def read_header(container: Any, stream: Any) -> Header:
+    """What the header of `container` (an opened PyAV container) says about its video `stream`."""
+    tb = as_fraction(stream.time_base) or Fraction(1, 1)
     rate = stream.average_rate
     return Header(
         frames=int(stream.frames or 0),

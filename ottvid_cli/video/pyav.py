@@ -10,14 +10,14 @@ from typing import Any, Callable, Generator, Iterator
 import numpy as np
 
 from ..interrupt import checkpoint
-from .probe import Header, _pyav_stream, judge_index, pyav_file_errors
+from .probe import Header, judge_index, pyav_file_errors, pyav_stream
 from . import workers as _workers
 from .resize import Background
 from .timeline import Timeline
 
 
 @dataclass
-class _Packets:
+class Packets:
     """The video stream's packets as the demuxer lists them (stream ticks), sorted by presentation time."""
 
     pts: np.ndarray  # int64
@@ -29,7 +29,8 @@ class _Packets:
 
 
 
-def _demux(container, stream) -> _Packets:
+def demux(container: Any, stream: Any) -> Packets:
+    """The video stream's packets, every one demuxed (the whole file read, nothing decoded)."""
     pts, keys, end, missing = [], [], None, 0
     key_dts: dict[int, int] = {}
     first_dts = None
@@ -49,19 +50,19 @@ def _demux(container, stream) -> _Packets:
                 key_dts[packet.pts] = packet.dts
         if packet.duration:
             end = packet.pts + packet.duration if end is None else max(end, packet.pts + packet.duration)
-    return _Packets(np.sort(np.asarray(pts, dtype=np.int64)), np.sort(np.asarray(keys, dtype=np.int64)), end, missing,
-                    key_dts, first_dts)
+    return Packets(np.sort(np.asarray(pts, dtype=np.int64)), np.sort(np.asarray(keys, dtype=np.int64)), end, missing,
+                   key_dts, first_dts)
 
 
 
-def _pyav_timeline(packets: _Packets, header: Header) -> Timeline:
+def pyav_timeline(packets: Packets, header: Header) -> Timeline:
     """Frame times from the packets' presentation timestamps, judged against the header (with the key
     frames' indices)."""
     tb = header.time_base
     origin = header.start_pts if header.start_pts is not None else int(packets.pts[0])
     starts = (packets.pts - origin).astype(np.float64) * float(tb)
-    duration = _span_end(starts, float((packets.end - origin) * tb) if packets.end is not None else None,
-                         header.average_fps)
+    duration = span_end(starts, float((packets.end - origin) * tb) if packets.end is not None else None,
+                        header.average_fps)
     if packets.missing:
         problem = f"{packets.missing} packets have no timestamp"
     else:
@@ -73,7 +74,7 @@ def _pyav_timeline(packets: _Packets, header: Header) -> Timeline:
 
 
 
-def _span_end(starts, end: float | None, average_fps: float) -> float:
+def span_end(starts: np.ndarray, end: float | None, average_fps: float) -> float:
     """The last frame's end: `end` where it lies after the last start, else the last start plus one frame gap."""
     if end is not None and math.isfinite(end) and end > starts[-1]:
         return float(end)
@@ -85,9 +86,9 @@ def _span_end(starts, end: float | None, average_fps: float) -> float:
 
 
 
-def _seek_decode(path: str, packets: _Packets, wanted_pts: list[int],
-                 shrink: Callable[[np.ndarray], np.ndarray] | None = None,
-                 keyframes: bool = False, workers: int | None = None) -> dict[int, np.ndarray] | None:
+def seek_decode(path: str, packets: Packets, wanted_pts: list[int],
+                shrink: Callable[[np.ndarray], np.ndarray] | None = None,
+                keyframes: bool = False, workers: int | None = None) -> dict[int, np.ndarray] | None:
     """Decode the frames whose pts are `wanted_pts` (each passed through `shrink` as soon as it is
     decoded), in one forward pass where the samples are close and seeking to the key frame before each
     distant one (`_Seeker`). `keyframes`: the wanted frames are key frames; nothing else is decoded.
@@ -96,7 +97,7 @@ def _seek_decode(path: str, packets: _Packets, wanted_pts: list[int],
 
     Returns None when a frame cannot be reached that way, or FFmpeg fails seeking or decoding (a
     damaged file: e.g. a broken codec header makes every packet fail with EINVAL, which is not one of
-    the damaged-packet errors `_decoded` skips): the caller then decodes every frame in order, which
+    the damaged-packet errors `decoded` skips): the caller then decodes every frame in order, which
     keeps what decodes or says in one line why nothing does.
     """
     shrink = shrink or (lambda image: image)
@@ -107,8 +108,8 @@ def _seek_decode(path: str, packets: _Packets, wanted_pts: list[int],
     wanted = set(targets)
 
     def decode(mine, stop) -> bool:
-        with _pyav_stream(path) as (container, stream):
-            size = _stream_size(stream)
+        with pyav_stream(path) as (container, stream):
+            size = stream_size(stream)
             if keyframes:  # one packet decoded per frame: frame threads would only add latency
                 stream.thread_type = "SLICE"
             if count > 1:
@@ -126,7 +127,7 @@ def _seek_decode(path: str, packets: _Packets, wanted_pts: list[int],
                             else seeker.frame_at(target)
                         if frame is None:
                             return False
-                        converting.put(target, lambda frame=frame: shrink(_rgb(frame, size)))
+                        converting.put(target, lambda frame=frame: shrink(rgb(frame, size)))
             except pyav_file_errors():
                 return False
         return True
@@ -138,7 +139,7 @@ def _seek_decode(path: str, packets: _Packets, wanted_pts: list[int],
 
 
 
-def _after_first_interval(packets: _Packets, target: int) -> bool:
+def _after_first_interval(packets: Packets, target: int) -> bool:
     """Whether `target` lies after the stream's second key frame (a seek to it starts decoding there)."""
     return len(packets.keys) > 1 and target >= int(packets.keys[1])
 
@@ -149,22 +150,22 @@ def _prime(container, stream) -> None:
     and works around that build's bugs (a 4:4:4 stream from an x264 older than build 151 decodes green
     without it: tests/data/cockatoo.mp4), MPEG-4's the Xvid or DivX build; a decoder whose first packet
     is a later key frame never sees them. The seek after it flushes the decoder."""
-    for _ in _decoded(container, stream):
+    for _ in decoded(container, stream):
         break
 
 
-def _first_decodes(path: str) -> bool:
+def first_decodes(path: str) -> bool:
     """Whether a frame of the file decodes, reading from its start up to the first that does (cheap: a
     few packets on a sound file); False where FFmpeg fails (a broken codec header fails every packet)."""
-    with _pyav_stream(path) as (container, stream):
+    with pyav_stream(path) as (container, stream):
         stream.thread_type = "SLICE"  # one frame is wanted: frame threads would each decode one first
         try:
-            return next(_decoded(container, stream), None) is not None
+            return next(decoded(container, stream), None) is not None
         except pyav_file_errors():
             return False
 
 
-def _key_frame(container, stream, packets: _Packets, target: int):
+def _key_frame(container, stream, packets: Packets, target: int):
     """The key frame whose pts is `target`, decoded alone: seek to it, read packets (nothing decoded) up to
     its own, decode that one packet and drain the decoder. None where it cannot be reached (a seek that
     lands after it is retried: `_seek_points`)."""
@@ -185,11 +186,11 @@ def _key_frame(container, stream, packets: _Packets, target: int):
             context.flush_buffers()
             frames = list(context.decode(found)) + list(context.decode(None))
             context.flush_buffers()  # out of draining, for the next seek
-            return next((f for f in frames if _frame_pts(f) == target), None)
+            return next((f for f in frames if frame_pts(f) == target), None)
     return None
 
 
-def _seek_points(packets: _Packets, target: int, below: int) -> list[int]:
+def _seek_points(packets: Packets, target: int, below: int) -> list[int]:
     """Where to seek again after a seek to `below` landed after the frame `target`, in order: the decoding
     time (dts) of the key frame at or before it (demuxers that seek by decoding time, MPEG-TS: a key
     frame's dts lies before its pts, so a seek to its pts lands after it), the key frame before that, and
@@ -225,7 +226,7 @@ class _Seeker:
     FFmpeg's H.264, HEVC, MPEG-4 and MPEG-2 decoders honour (others decode everything).
     """
 
-    def __init__(self, container, stream, packets: _Packets, wanted: set[int], stop=None):
+    def __init__(self, container, stream, packets: Packets, wanted: set[int], stop=None):
         self.container, self.stream, self.packets, self.keys = container, stream, packets, packets.keys
         self.wanted = wanted
         self.stop = stop  # a threading.Event another worker sets: raise `workers.Stopped` at the next packet
@@ -248,7 +249,7 @@ class _Seeker:
 
     def _seek(self, pts: int) -> None:
         self.container.seek(int(pts), stream=self.stream, backward=True, any_frame=False)
-        self.frames = _decoded(self.container, self.stream, self.skipped, self._skip)
+        self.frames = decoded(self.container, self.stream, self.skipped, self._skip)
         self.last, self.started, self.seek_to = None, False, pts
 
     def _far(self, target: int) -> bool:
@@ -273,7 +274,7 @@ class _Seeker:
             self._seek(target)
         for _ in range(4):  # the seek, and up to three retries from earlier key frames
             for frame in self.frames:
-                pts = _frame_pts(frame)
+                pts = frame_pts(frame)
                 if pts is None or self.skipped[0]:  # damaged data: `_decode_all` decodes in order instead
                     return None
                 if not self.started:
@@ -297,7 +298,7 @@ class _Seeker:
 
 
 
-def _frames_by_pts(path: str, shrink: Callable[[np.ndarray], np.ndarray]) -> Generator[np.ndarray | None, int, None]:
+def frames_by_pts(path: str, shrink: Callable[[np.ndarray], np.ndarray]) -> Generator[np.ndarray | None, int, None]:
     """A generator (started with next()) sent pts in increasing order, repeats allowed, that answers each
     with the frame of that pts (RGB, turned, passed through `shrink`), decoding the file in order from the
     start; None where that pts does not come before a later one, or decoding fails. Seeking's fallback
@@ -305,18 +306,18 @@ def _frames_by_pts(path: str, shrink: Callable[[np.ndarray], np.ndarray]) -> Gen
     import contextlib
 
     last: tuple = (None, None)
-    with _pyav_stream(path) as (container, stream):
-        size = _stream_size(stream)
-        frames = _decoded(container, stream)
+    with pyav_stream(path) as (container, stream):
+        size = stream_size(stream)
+        frames = decoded(container, stream)
         pts = yield
         while True:
             if last[0] != pts:
                 last = (None, None)
                 with contextlib.suppress(*pyav_file_errors()):
                     for frame in frames:
-                        shown = _frame_pts(frame)
+                        shown = frame_pts(frame)
                         if shown == pts:
-                            last = (pts, shrink(_rgb(frame, size)))
+                            last = (pts, shrink(rgb(frame, size)))
                             break
                         if shown is not None and shown > pts:
                             break
@@ -324,10 +325,10 @@ def _frames_by_pts(path: str, shrink: Callable[[np.ndarray], np.ndarray]) -> Gen
 
 
 
-def _rgb(frame, size: tuple[int, int] | None = None) -> np.ndarray:
+def rgb(frame: Any, size: tuple[int, int] | None = None) -> np.ndarray:
     """RGB pixels turned the way the container says to show them (its display rotation, as decord does).
 
-    `size` (width, height): the stream's size when opened (`_stream_size`); a frame of another size (a
+    `size` (width, height): the stream's size when opened (`stream_size`); a frame of another size (a
     stream whose resolution changes part way: joined recordings, adaptive-bitrate captures) is scaled
     to it, as decord does, so that every frame of a video has one size."""
     if size is not None and (frame.width, frame.height) != size:
@@ -339,20 +340,21 @@ def _rgb(frame, size: tuple[int, int] | None = None) -> np.ndarray:
 
 
 
-def _stream_size(stream) -> tuple[int, int] | None:
+def stream_size(stream: Any) -> tuple[int, int] | None:
     """(width, height) of the video stream as opened (its header, or its first frames), None if unknown."""
     width, height = stream.codec_context.width, stream.codec_context.height
     return (width, height) if width and height else None
 
 
 
-def _frame_pts(frame):
+def frame_pts(frame: Any) -> int | None:
+    """A decoded frame's pts, else its dts (None where it has neither)."""
     return frame.pts if frame.pts is not None else getattr(frame, "dts", None)
 
 
 
-def _decoded(container, stream, skipped: list[int] | None = None,
-             before: Callable[[Any], None] | None = None) -> Iterator[Any]:
+def decoded(container: Any, stream: Any, skipped: list[int] | None = None,
+            before: Callable[[Any], None] | None = None) -> Iterator[Any]:
     """The stream's frames in decoding order, as `container.decode(stream)` gives them, except that a
     packet the codec refuses (damaged data: a broken download, a bad sector) is skipped, as the ffmpeg
     command line does, instead of ending the decoding: the frames after it still decode (those that

@@ -8,16 +8,16 @@ import os
 import time
 
 from ..settings import DECODERS
-from .decord import _open_decord, _sample_decord, resolve_decoder
-from .images import _frame_rate, _read_image, _sample_images, frame_files
-from .probe import _checked_path, _header, _pyav_stream, _unreadable, pyav_file_errors
-from .inorder import _sample_pyav
+from .decord import open_decord, resolve_decoder, sample_decord
+from .images import checked_frame_rate, frame_files, read_image, sample_images
+from .probe import checked_path, pyav_file_errors, pyav_stream, read_header, unreadable
+from .inorder import sample_pyav
 from .mp4 import index as _index
-from .pyav import _decoded, _pyav_timeline
+from .pyav import decoded, pyav_timeline
 from .resize import FrameResize, Shrinker, Size, as_resize
 from .workers import check_workers
-from .timeline import (Plan, Timeline, Video, VideoError, _keyframe_plan, _plan_count, _plan_rate, _rule, _segment,
-                       _within)
+from .timeline import (Plan, Timeline, Video, VideoError, checked_rule, keyframe_plan, plan_count, plan_rate, segment,
+                       within)
 
 
 def _sample(path: str | os.PathLike, plan: Plan, decoder: str, start: float | None = None,
@@ -27,23 +27,23 @@ def _sample(path: str | os.PathLike, plan: Plan, decoder: str, start: float | No
     (s), only that part of it, which the Video then describes (timestamps from `start`, its length,
     its frame count). Each frame is resized by `resize` as soon as it is decoded; with `keyframes`
     each planned frame is replaced by the key frame nearest it (read with PyAV, nothing else decoded);
-    `workers`: PyAV's seeking threads (`pyav._seek_decode`)."""
-    chosen, planned = _checked_plan(plan, decoder, start, end, keyframes, workers)
+    `workers`: PyAV's seeking threads (`pyav.seek_decode`)."""
+    chosen, planned = checked_plan(plan, decoder, start, end, keyframes, workers)
     shrink = Shrinker(as_resize(resize))
     began = time.perf_counter()
     if os.path.isdir(path):  # a folder of frame images: Pillow reads them, the decoder does not apply
         path = os.fspath(path)
-        timeline, indices, frames = _sample_images(path, chosen, _frame_rate(frame_rate), shrink)
+        timeline, indices, frames = sample_images(path, chosen, checked_frame_rate(frame_rate), shrink)
         backend = "images"
     else:
         backend = resolve_decoder(decoder)
-        path = _checked_path(path)
+        path = checked_path(path)
         if backend == "decord" and not keyframes:
-            timeline, indices, frames = _sample_decord(path, chosen, shrink)
+            timeline, indices, frames = sample_decord(path, chosen, shrink)
         else:  # key frames alone: PyAV decodes single packets, decord cannot
-            timeline, indices, frames = _sample_pyav(path, chosen, shrink, keyframes=keyframes, workers=workers)
+            timeline, indices, frames = sample_pyav(path, chosen, shrink, keyframes=keyframes, workers=workers)
         backend = "decord" if timeline.source == "decord index" else "pyav"
-    timestamps, duration, total_frames = _placed(timeline, indices, start, end)
+    timestamps, duration, total_frames = placed(timeline, indices, start, end)
     return Video(
         path=path,
         frames=frames,
@@ -62,8 +62,8 @@ def _sample(path: str | os.PathLike, plan: Plan, decoder: str, start: float | No
 
 
 
-def _checked_plan(plan: Plan, decoder: str, start: float | None, end: float | None, keyframes: bool,
-                  workers: int | None) -> tuple[Plan, list[float]]:
+def checked_plan(plan: Plan, decoder: str, start: float | None, end: float | None, keyframes: bool,
+                 workers: int | None) -> tuple[Plan, list[float]]:
     """`_sample`'s checks of `decoder` and `workers` (one-line VideoErrors), then the plan it applies to a
     file's timeline (within [start, end], key frames with `keyframes`) and the list that holds, once it is
     applied, the plan's own times (from the part's start) before key frames replace them."""
@@ -80,35 +80,35 @@ def _checked_plan(plan: Plan, decoder: str, start: float | None, end: float | No
         planned[:] = [float(part.starts[i]) for i in picked]
         return picked
 
-    return _within(_keyframe_plan(remember) if keyframes else plan, start, end), planned
+    return within(keyframe_plan(remember) if keyframes else plan, start, end), planned
 
 
 
-def _placed(timeline: Timeline, indices: list[int], start: float | None,
-            end: float | None) -> tuple[list[float], float, int]:
+def placed(timeline: Timeline, indices: list[int], start: float | None,
+           end: float | None) -> tuple[list[float], float, int]:
     """The sampled frames' times from the part's start, the part's length and its frame count (the whole
     video's without `start` / `end`)."""
     first, last, lo, duration = (0, len(timeline.starts), 0.0, timeline.duration) if start is None and end is None \
-        else _segment(timeline, start, end)
+        else segment(timeline, start, end)
     return [max(0.0, float(timeline.starts[i]) - lo) for i in indices], duration, last - first
 
 
 
-def _count_plan(num_frames: int, rule: str) -> Plan:
+def count_plan(num_frames: int, rule: str) -> Plan:
     """`sample_frames`' plan, its arguments checked."""
     if num_frames < 1:
         raise VideoError(f"the number of frames must be >= 1, got {num_frames}")
-    return _plan_count(num_frames, _rule(rule))
+    return plan_count(num_frames, checked_rule(rule))
 
 
 
-def _rate_plan(fps: float, max_frames: int | None, rule: str) -> Plan:
+def rate_plan(fps: float, max_frames: int | None, rule: str) -> Plan:
     """`sample_fps`' plan, its arguments checked."""
     if not (fps > 0 and math.isfinite(fps)):
         raise VideoError(f"fps must be > 0, got {fps}")
     if max_frames is not None and max_frames < 2:
         raise VideoError(f"max_frames must be >= 2, got {max_frames}")
-    return _plan_rate(fps, max_frames, _rule(rule))
+    return plan_rate(fps, max_frames, checked_rule(rule))
 
 
 
@@ -124,22 +124,22 @@ def check_video(path: str | os.PathLike, decoder: str = "auto") -> None:
     if os.path.isdir(path):
         if decoder not in DECODERS:
             raise VideoError(f"unknown decoder {decoder!r}: choose one of {', '.join(DECODERS)}")
-        _read_image(frame_files(path)[0])
+        read_image(frame_files(path)[0])
         return
     resolve_decoder(decoder)
-    path = _checked_path(path)
+    path = checked_path(path)
     skipped = [0]
-    with _pyav_stream(path) as (container, stream):
+    with pyav_stream(path) as (container, stream):
         stream.thread_type = "SLICE"  # one frame is wanted: frame threads would each decode one first
         try:
-            decodes = next(_decoded(container, stream, skipped), None) is not None
+            decodes = next(decoded(container, stream, skipped), None) is not None
         except pyav_file_errors():
-            raise _unreadable(path) from None
+            raise unreadable(path) from None
     if not decodes:
         why = f"{skipped[0]} damaged packets, nothing decodes" if skipped[0] else "nothing decodes"
         raise VideoError(f"video has no frames: {path} ({why})")
     if decoder == "decord":
-        _open_decord(path)
+        open_decord(path)
 
 
 
@@ -147,20 +147,20 @@ def shown_size(path: str | os.PathLike) -> tuple[int, int]:
     """(height, width) of the video's first frame as it is shown (after its display rotation), one frame
     decoded; a folder of frame images: its first image's. What a plan's frames are resized from, known
     before any of them is decoded. VideoError for a file whose frames do not decode."""
-    from .pyav import _rgb
+    from .pyav import rgb
 
     if os.path.isdir(path):
-        return tuple(_read_image(frame_files(os.fspath(path))[0]).shape[:2])
-    path = _checked_path(path)
-    with _pyav_stream(path) as (container, stream):
+        return tuple(read_image(frame_files(os.fspath(path))[0]).shape[:2])
+    path = checked_path(path)
+    with pyav_stream(path) as (container, stream):
         stream.thread_type = "SLICE"
         try:
-            frame = next(_decoded(container, stream, [0]), None)
+            frame = next(decoded(container, stream, [0]), None)
         except pyav_file_errors():
-            raise _unreadable(path) from None
+            raise unreadable(path) from None
         if frame is None:
             raise VideoError(f"video has no frames: {path} (nothing decodes)")
-        return tuple(_rgb(frame).shape[:2])
+        return tuple(rgb(frame).shape[:2])
 
 
 def stated_duration(path: str | os.PathLike) -> float | None:
@@ -170,8 +170,8 @@ def stated_duration(path: str | os.PathLike) -> float | None:
     if os.path.isdir(path):
         return None
     try:
-        with _pyav_stream(_checked_path(path)) as (container, stream):
-            header = _header(container, stream)
+        with pyav_stream(checked_path(path)) as (container, stream):
+            header = read_header(container, stream)
     except VideoError:
         return None
     stated = [d for d in (header.stream_duration, header.container_duration) if d and math.isfinite(d) and d > 0]
@@ -182,11 +182,11 @@ def video_duration(path: str | os.PathLike) -> float | None:
     """The video file's length in seconds (its last frame's end) as its container's index lists the
     frames, nothing decoded; None when the demuxer lists no frame with a time. VideoError when the file
     cannot be opened."""
-    path = _checked_path(path)
-    with _pyav_stream(path) as (container, stream):
-        header = _header(container, stream)
+    path = checked_path(path)
+    with pyav_stream(path) as (container, stream):
+        header = read_header(container, stream)
         packets = _index(path, container, stream)
-    return _pyav_timeline(packets, header).duration if len(packets.pts) else None
+    return pyav_timeline(packets, header).duration if len(packets.pts) else None
 
 
 def sample_frames(path: str | os.PathLike, num_frames: int = 32, decoder: str = "auto",
@@ -207,7 +207,7 @@ def sample_frames(path: str | os.PathLike, num_frames: int = 32, decoder: str = 
     `workers`: how many threads decode the sampled frames of different key-frame intervals at once with
     PyAV, each with its own container (None: one per core, at most 4; 1: one container using FFmpeg's
     frame threads). The frames, their order and their times do not depend on it."""
-    return _sample(path, _count_plan(num_frames, rule), decoder, start, end, frame_rate, resize, keyframes, workers)
+    return _sample(path, count_plan(num_frames, rule), decoder, start, end, frame_rate, resize, keyframes, workers)
 
 
 
@@ -224,4 +224,4 @@ def sample_fps(path: str | os.PathLike, fps: float = 2.0, max_frames: int | None
     count, made even) and the frames are spread over the indices as that rule does. `resize`,
     `keyframes` and `workers`: as for `sample_frames`.
     """
-    return _sample(path, _rate_plan(fps, max_frames, rule), decoder, start, end, frame_rate, resize, keyframes, workers)
+    return _sample(path, rate_plan(fps, max_frames, rule), decoder, start, end, frame_rate, resize, keyframes, workers)

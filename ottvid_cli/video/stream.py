@@ -4,9 +4,9 @@ fix the plan (frames, times, timeline) as `sample_frames` / `sample_fps` do, kee
 at most one chunk ahead: memory holds about two chunks of frames however long the video. The chunks
 together are `sample_*`'s `Video.frames`, bit for bit. How each source streams:
 
-- PyAV, index trusted: one `pyav._seek_decode` per chunk (its `workers` threads; a key-frame interval
+- PyAV, index trusted: one `pyav.seek_decode` per chunk (its `workers` threads; a key-frame interval
   split between two chunks is decoded up to the split twice). After a seek that does not reach its
-  frames, the rest are decoded in order from the start and taken by their pts (`pyav._frames_by_pts`);
+  frames, the rest are decoded in order from the start and taken by their pts (`pyav.frames_by_pts`);
   a planned frame that does not come is a VideoError. (`sample_*` would measure such a file's times by
   decoding it and plan again; here the plan is fixed before the first chunk: the index's.)
 - PyAV, index not trusted (or none): the plan depends on the decoded times, so the file is decoded
@@ -33,12 +33,12 @@ from .. import interrupt
 from ..interrupt import cancelled, checkpoint, stop_when
 from . import inorder as _inorder
 from . import pyav as _pyav
-from .decord import DECORD_CHUNK, _open_decord, _trusted_reader, decord_file_errors, resolve_decoder
-from .images import _frame_rate, _read_sampled, frame_files, images_timeline
-from .probe import _checked_path
+from .decord import DECORD_CHUNK, decord_file_errors, open_decord, resolve_decoder, trusted_reader
+from .images import checked_frame_rate, frame_files, images_timeline, read_sampled
+from .probe import checked_path
 from .resize import FrameResize, Shrinker, Size, as_resize
-from .sample import _checked_plan, _count_plan, _placed, _rate_plan
-from .timeline import Plan, Timeline, Video, VideoError, _reason
+from .sample import checked_plan, count_plan, placed, rate_plan
+from .timeline import Plan, Timeline, Video, VideoError, error_reason
 
 Read = Callable[[int, Shrinker], Iterator[np.ndarray]]  # (frames a chunk, the sample's shrinker) -> the chunks
 
@@ -225,15 +225,15 @@ def _last_kept(frame: Callable[[int], np.ndarray]) -> Callable[[int], np.ndarray
 
 def _image_chunks(folder: str, files: list[str], indices: list[int], frames: int,
                   shrink: Shrinker) -> Iterator[np.ndarray]:
-    image = _last_kept(lambda i: _read_sampled(folder, files, i, files[indices[0]], shrink))
+    image = _last_kept(lambda i: read_sampled(folder, files, i, files[indices[0]], shrink))
     for a, b in _spans(len(indices), frames):
         yield _filled(b - a, (image(i) for i in indices[a:b]))
 
 
 def _decord_chunks(path: str, opened: list, indices: list[int], frames: int, shrink: Shrinker) -> Iterator[np.ndarray]:
-    """decord's frames, `DECORD_CHUNK` full-size frames at a time, each shrunk at once (`_sample_decord`);
+    """decord's frames, `DECORD_CHUNK` full-size frames at a time, each shrunk at once (`sample_decord`);
     `opened`: the reader the plan opened (used once), else a new one."""
-    reader = opened.pop() if opened else _open_decord(path)
+    reader = opened.pop() if opened else open_decord(path)
 
     def batches(a: int, b: int) -> Iterator[np.ndarray]:
         for at in range(a, b, DECORD_CHUNK):
@@ -245,17 +245,17 @@ def _decord_chunks(path: str, opened: list, indices: list[int], frames: int, shr
                 yield shrink(image)
 
     try:
-        if indices[0] > 0:  # the first frame first, as `_sample_decord` does
+        if indices[0] > 0:  # the first frame first, as `sample_decord` does
             reader.get_batch([0])
         for a, b in _spans(len(indices), frames):
             yield _filled(b - a, batches(a, b))
     except decord_file_errors() as exc:
-        raise VideoError(f"decord cannot decode frames of {path}: {_reason(exc)}") from None
+        raise VideoError(f"decord cannot decode frames of {path}: {error_reason(exc)}") from None
 
 
 def _in_order_chunks(path: str, indices: list[int], frames: int, shrink: Shrinker) -> Iterator[np.ndarray]:
     """The planned frames of a file decoded in order (the second pass: the first measured the times)."""
-    walk = _inorder._frames_in_order(path, set(indices), shrink=shrink)  # (index, frame) of each planned one
+    walk = _inorder.frames_in_order(path, set(indices), shrink=shrink)  # (index, frame) of each planned one
 
     def frame(i: int) -> np.ndarray:
         for at, image in walk:
@@ -269,18 +269,18 @@ def _in_order_chunks(path: str, indices: list[int], frames: int, shrink: Shrinke
             yield _filled(b - a, (image(i) for i in indices[a:b]))
 
 
-def _seek_chunks(path: str, packets: _pyav._Packets, timeline: Timeline, indices: list[int], keyframes: bool,
+def _seek_chunks(path: str, packets: _pyav.Packets, timeline: Timeline, indices: list[int], keyframes: bool,
                  workers: int | None, frames: int, shrink: Shrinker) -> Iterator[np.ndarray]:
-    """Each chunk's frames by one `_seek_decode` call; after a seek that fails, in order by pts
-    (`pyav._frames_by_pts`)."""
+    """Each chunk's frames by one `seek_decode` call; after a seek that fails, in order by pts
+    (`pyav.frames_by_pts`)."""
     fallback = None
     try:
         for a, b in _spans(len(indices), frames):
             wanted = [int(packets.pts[i]) for i in indices[a:b]]
-            got = _pyav._seek_decode(path, packets, wanted, shrink, keyframes, workers) if fallback is None else None
+            got = _pyav.seek_decode(path, packets, wanted, shrink, keyframes, workers) if fallback is None else None
             if got is None:
                 if fallback is None:
-                    fallback = _pyav._frames_by_pts(path, shrink)
+                    fallback = _pyav.frames_by_pts(path, shrink)
                     next(fallback)
                 got = {}
                 for i, pts in zip(indices[a:b], wanted):
@@ -299,14 +299,14 @@ def _seek_chunks(path: str, packets: _pyav._Packets, timeline: Timeline, indices
 
 
 def _plan_pyav(path: str, plan: Plan, keyframes: bool, workers: int | None) -> tuple[Timeline, list[int], Read]:
-    """`inorder._sample_pyav`'s choice, without its frames: seeking where the index is trusted, else the
+    """`inorder.sample_pyav`'s choice, without its frames: seeking where the index is trusted, else the
     times measured by decoding every frame (keeping none) and the frames from a second pass. A file none
     of whose frames decodes from the start is refused here as `sample_*` refuses it (after its seek)."""
-    timeline, packets, problem = _inorder._indexed(path)
-    if not problem and not _pyav._first_decodes(path):
-        problem = "seeking did not reach the frames the index lists"  # `_sample_pyav`'s, when its seek fails
+    timeline, packets, problem = _inorder.indexed(path)
+    if not problem and not _pyav.first_decodes(path):
+        problem = "seeking did not reach the frames the index lists"  # `sample_pyav`'s, when its seek fails
     if problem:
-        timeline = _inorder._measured(path, problem)[0]
+        timeline = _inorder.measured(path, problem)[0]
         indices = plan(timeline)
         return timeline, indices, partial(_in_order_chunks, path, indices)
     indices = plan(timeline)
@@ -314,8 +314,8 @@ def _plan_pyav(path: str, plan: Plan, keyframes: bool, workers: int | None) -> t
 
 
 def _plan_decord(path: str, plan: Plan) -> tuple[Timeline, list[int], Read]:
-    """`decord._sample_decord`'s plan (and its refusals), without its frames."""
-    reader, timeline = _trusted_reader(path)
+    """`decord.sample_decord`'s plan (and its refusals), without its frames."""
+    reader, timeline = trusted_reader(path)
     indices = plan(timeline)
     return timeline, indices, partial(_decord_chunks, path, [reader], indices)
 
@@ -324,11 +324,11 @@ def _stream(path: str | os.PathLike, plan: Plan, decoder: str, start: float | No
             frame_rate: float | None, resize: FrameResize | Size | None, keyframes: bool,
             workers: int | None) -> StreamedVideo:
     """`sample._sample`'s plan and checks (the same one-line VideoErrors), its frames left to `chunks`."""
-    chosen, planned = _checked_plan(plan, decoder, start, end, keyframes, workers)
+    chosen, planned = checked_plan(plan, decoder, start, end, keyframes, workers)
     resize = as_resize(resize)
     if os.path.isdir(path):
         path = os.fspath(path)
-        rate = _frame_rate(frame_rate)
+        rate = checked_frame_rate(frame_rate)
         files = frame_files(path)
         timeline = images_timeline(len(files), rate)
         indices = chosen(timeline)
@@ -336,13 +336,13 @@ def _stream(path: str | os.PathLike, plan: Plan, decoder: str, start: float | No
         backend = "images"
     else:
         backend = resolve_decoder(decoder)
-        path = _checked_path(path)
+        path = checked_path(path)
         if backend == "decord" and not keyframes:
             timeline, indices, read = _plan_decord(path, chosen)
         else:
             timeline, indices, read = _plan_pyav(path, chosen, keyframes, workers)
         backend = "decord" if timeline.source == "decord index" else "pyav"
-    timestamps, duration, total_frames = _placed(timeline, indices, start, end)
+    timestamps, duration, total_frames = placed(timeline, indices, start, end)
     return StreamedVideo(path=path, timestamps=timestamps, indices=indices, duration=duration,
                          total_frames=total_frames, average_fps=timeline.average_fps, timeline=timeline,
                          decoder=backend, keyframes=keyframes,
@@ -354,7 +354,7 @@ def stream_frames(path: str | os.PathLike, num_frames: int = 32, decoder: str = 
                   resize: FrameResize | Size | None = None, keyframes: bool = False,
                   workers: int | None = None) -> StreamedVideo:
     """`sample_frames`' sample (the same arguments and checks) as a plan whose frames `chunks(n)` hands out."""
-    return _stream(path, _count_plan(num_frames, rule), decoder, start, end, frame_rate, resize, keyframes, workers)
+    return _stream(path, count_plan(num_frames, rule), decoder, start, end, frame_rate, resize, keyframes, workers)
 
 
 def stream_fps(path: str | os.PathLike, fps: float = 2.0, max_frames: int | None = None, decoder: str = "auto",
@@ -362,5 +362,5 @@ def stream_fps(path: str | os.PathLike, fps: float = 2.0, max_frames: int | None
                rule: str = "centre", resize: FrameResize | Size | None = None, keyframes: bool = False,
                workers: int | None = None) -> StreamedVideo:
     """`sample_fps`' sample (the same arguments and checks) as a plan whose frames `chunks(n)` hands out."""
-    return _stream(path, _rate_plan(fps, max_frames, rule), decoder, start, end, frame_rate, resize, keyframes,
+    return _stream(path, rate_plan(fps, max_frames, rule), decoder, start, end, frame_rate, resize, keyframes,
                    workers)

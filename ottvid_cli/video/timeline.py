@@ -100,7 +100,7 @@ HARNESS_MIN_FRAMES = 4  # qwen-vl-utils FPS_MIN_FRAMES: the fewest frames its fp
 
 
 
-def _frames_at(timeline: Timeline, count: int) -> list[int]:
+def frames_at(timeline: Timeline, count: int) -> list[int]:
     """Indices of the frames shown at `count` times spread uniformly over the duration (segment centres)."""
     centres = (np.arange(count) + 0.5) * timeline.duration / count
     idx = np.searchsorted(timeline.starts, centres, side="right") - 1
@@ -123,11 +123,11 @@ def _frames_linspace(timeline: Timeline, count: int, rule: str) -> list[int]:
 
 
 def _pick(timeline: Timeline, count: int, rule: str) -> list[int]:
-    return _frames_at(timeline, count) if rule == "centre" else _frames_linspace(timeline, count, rule)
+    return frames_at(timeline, count) if rule == "centre" else _frames_linspace(timeline, count, rule)
 
 
 
-def _even(n: int) -> int:
+def even(n: int) -> int:
     """Largest even number <= n, at least 2 (Qwen2.5-VL encodes frames in pairs)."""
     return max(2, n - n % 2)
 
@@ -140,22 +140,24 @@ def harness_frames(total: int, average_fps: float, duration: float, fps: float) 
 
 
 
-def _plan_count(num_frames: int, rule: str = "centre") -> Plan:
-    return lambda timeline: _pick(timeline, _even(min(num_frames, len(timeline.starts))), rule)
+def plan_count(num_frames: int, rule: str = "centre") -> Plan:
+    """The plan of `num_frames` frames (made even, at most the video's) spread over it by `rule`."""
+    return lambda timeline: _pick(timeline, even(min(num_frames, len(timeline.starts))), rule)
 
 
 
-def _plan_rate(fps: float, max_frames: int | None, rule: str = "centre") -> Plan:
+def plan_rate(fps: float, max_frames: int | None, rule: str = "centre") -> Plan:
+    """The plan of `fps` frames a second (made even, at most `max_frames`) spread over the video by `rule`."""
     def plan(timeline: Timeline) -> list[int]:
         total = len(timeline.starts)
         if rule != "centre":  # qwen-vl-utils smart_nframes: frames / average fps * fps, in [4, cap], even
             cap = min(max_frames or DEFAULT_MAX_FRAMES, total)
             wanted = harness_frames(total, timeline.average_fps, timeline.duration, fps)
-            return _pick(timeline, _even(int(min(max(wanted, HARNESS_MIN_FRAMES), cap))), rule)
+            return _pick(timeline, even(int(min(max(wanted, HARNESS_MIN_FRAMES), cap))), rule)
         count = int(math.floor(timeline.duration * fps + 1e-9))
         if max_frames is not None:
             count = min(count, max_frames)
-        return _pick(timeline, _even(min(count, total) if total >= 2 else count), rule)
+        return _pick(timeline, even(min(count, total) if total >= 2 else count), rule)
 
     return plan
 
@@ -196,7 +198,7 @@ def _nearest_keys(timeline: Timeline, indices: list[int]) -> list[int]:
     return keys[np.asarray(picked[::-1])].astype(int).tolist()
 
 
-def _keyframe_plan(plan: Plan) -> Plan:
+def keyframe_plan(plan: Plan) -> Plan:
     """`plan`, each frame replaced by the key frame nearest it (`_nearest_keys`)."""
     def keyed(timeline: Timeline) -> list[int]:
         return _nearest_keys(timeline, plan(timeline))
@@ -204,14 +206,15 @@ def _keyframe_plan(plan: Plan) -> Plan:
     return keyed
 
 
-def _rule(rule: str) -> str:
+def checked_rule(rule: str) -> str:
+    """`rule` itself where it is a sampling rule (`RULES`); a one-line VideoError otherwise."""
     if rule not in RULES:
         raise VideoError(f"unknown sampling rule {rule!r}: choose one of {', '.join(RULES)}")
     return rule
 
 
 
-def _segment(timeline: Timeline, start: float | None, end: float | None) -> tuple[int, int, float, float]:
+def segment(timeline: Timeline, start: float | None, end: float | None) -> tuple[int, int, float, float]:
     """The frames shown in [start, end] s (first, last + 1) and the part's start and length (s)."""
     lo = max(0.0, start or 0.0)
     hi = timeline.duration if end is None else min(float(end), timeline.duration)
@@ -223,13 +226,13 @@ def _segment(timeline: Timeline, start: float | None, end: float | None) -> tupl
 
 
 
-def _within(plan: Plan, start: float | None, end: float | None) -> Plan:
+def within(plan: Plan, start: float | None, end: float | None) -> Plan:
     """`plan` applied to the frames shown in [start, end] s only (indices stay the file's)."""
     if start is None and end is None:
         return plan
 
     def bounded(timeline: Timeline) -> list[int]:
-        first, last, lo, length = _segment(timeline, start, end)
+        first, last, lo, length = segment(timeline, start, end)
         keys = None if timeline.keys is None else timeline.keys[(timeline.keys >= first) & (timeline.keys < last)] - first
         part = Timeline(starts=timeline.starts[first:last] - lo, duration=length, average_fps=timeline.average_fps,
                         source=timeline.source, trusted=timeline.trusted, problem=timeline.problem, keys=keys)
@@ -239,6 +242,7 @@ def _within(plan: Plan, start: float | None, end: float | None) -> Plan:
 
 
 
-def _reason(exc: Exception) -> str:
+def error_reason(exc: Exception) -> str:
+    """An exception's message as one short line (its first, at most 120 characters; else its type's name)."""
     text = str(exc).strip()
     return (text.splitlines()[0] if text else type(exc).__name__)[:120]

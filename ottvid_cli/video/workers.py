@@ -1,4 +1,4 @@
-"""Sampled frames decoded by several threads at once, each with a container of its own (issue 39).
+"""Sampled frames decoded by several threads at once, each with a container of its own.
 
 The seeking decoder (`pyav._Seeker`) starts afresh at every key-frame interval that holds a sampled
 frame: it seeks whenever a key frame lies between it and the next sample. The samples of one interval

@@ -7,8 +7,9 @@ from dataclasses import dataclass
 import torch
 
 from ..config import OTTVidConfig
-from ..ottvid import Compressed, output_count
+from ..ottvid import output_count
 from ..stream import compress
+from ..types import Compressed
 from .registry import MethodReport, register
 
 

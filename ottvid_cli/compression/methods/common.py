@@ -14,7 +14,7 @@ from typing import Any, Mapping
 import torch
 
 from ..merge import Collapse, average_components
-from ..ottvid import Compressed, _validate
+from ..types import Compressed, check_shapes
 from .registry import MethodReport, target_count
 
 
@@ -44,7 +44,7 @@ def check_inputs(features: torch.Tensor, saliency: torch.Tensor | None,
         if features.dim() != 3:
             raise ValueError(f"features must be (T, N, D), got shape {tuple(features.shape)}")
         saliency = torch.zeros(features.shape[:2], device=features.device)
-    groups, tokens = _validate(features, saliency, grid)
+    groups, tokens = check_shapes(features, saliency, grid)
     s = saliency.float()
     # one host read for both checks; only a non-finite feature sum (NaN, Inf, or an overflow) pays for
     # the exact check

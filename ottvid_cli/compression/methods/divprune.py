@@ -2,7 +2,7 @@
 
 Steps (docs/methods.md): cosine distance 1 - cos between the tokens of each frame; the first pick
 is the most isolated token (largest distance to its nearest other token), then each pick is the
-token farthest from the picks so far (farthest-point sampling, spatial.py `_greedy_max_min`); the
+token farthest from the picks so far (farthest-point sampling, spatial.py `greedy_max_min`); the
 budget is split over the frames, the M mod T extra tokens going to the frames whose next pick is
 the farthest. Nothing is merged; saliency is not used.
 """
@@ -13,8 +13,8 @@ from dataclasses import dataclass
 
 import torch
 
-from ..ottvid import Compressed
-from ..spatial import _greedy_max_min, gram_cosine
+from ..spatial import gram_cosine, greedy_max_min
+from ..types import Compressed
 from .common import assemble, begin, check_flags, check_ratio, owner_of_kept, split_evenly
 from .registry import register
 
@@ -91,7 +91,7 @@ def divprune(features: torch.Tensor, saliency: torch.Tensor, grid: tuple[int, in
     if config.bug_compatible:
         order = official_picks(1.0 - sim, k_max)
     else:
-        order = _greedy_max_min(sim, torch.ones(sets, n, device=x.device), k_max, saliency_scaled=False)
+        order = greedy_max_min(sim, torch.ones(sets, n, device=x.device), k_max, saliency_scaled=False)
     counts = torch.full((sets,), k_max, dtype=torch.long, device=x.device)
     if config.exact and report.M % sets:
         counts = split_evenly(report.M, pick_gain(sim, order, k_max - 1))

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from ..ottvid import Compressed
+from ..types import Compressed
 from .common import assemble, begin, check_flags, check_ratio, descending, owner_of_kept
 from .registry import register, target_count
 

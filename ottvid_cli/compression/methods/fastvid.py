@@ -45,7 +45,7 @@ from typing import Any
 
 import torch
 
-from ..ottvid import Compressed
+from ..types import Compressed
 from .common import (Terms, assemble, begin, check_flags, check_ratio, descending, largest_remainder, rank_mask,
                      signal, sparse_mixing)
 from .registry import register

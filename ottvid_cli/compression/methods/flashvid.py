@@ -12,8 +12,8 @@ from dataclasses import dataclass
 
 import torch
 
-from ..ottvid import Compressed
 from ..spatial import gram_cosine
+from ..types import Compressed
 from .common import (assemble, check_flags, check_inputs, check_ratio, identity, largest_remainder,
                      new_report, own_terms, split_evenly)
 from .holitom import Timer, dpc_knn, pairwise_distances, place

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 import torch
 
-from ..ottvid import Compressed
+from ..types import Compressed
 from .common import (Terms, assemble, check_flags, check_inputs, check_ratio, identity, largest_remainder,
                      new_report, own_terms, placed_mixing, roots_of, spread_frames)
 from .registry import register

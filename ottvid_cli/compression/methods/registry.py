@@ -23,7 +23,7 @@ from typing import Any, Callable
 
 import torch
 
-from ..ottvid import Compressed
+from ..types import Compressed
 
 MethodFn = Callable[..., Compressed]  # (features, saliency, grid, config, signals=None) -> Compressed
 

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 import torch
 
-from ..ottvid import Compressed
+from ..types import Compressed
 from .common import assemble, begin, check_flags, check_ratio, descending, owner_of_kept, rank_mask, split_evenly
 from .registry import register
 

@@ -15,8 +15,8 @@ from typing import Any
 
 import torch
 
-from ..ottvid import Compressed
 from ..spatial import gram_cosine
+from ..types import Compressed
 from .common import (assemble, check_flags, check_inputs, check_ratio, identity, new_report, signal,
                      sparse_mixing, spread_frames)
 from .holitom import Timer

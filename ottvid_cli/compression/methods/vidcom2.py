@@ -17,7 +17,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from ..ottvid import Compressed
+from ..types import Compressed
 from .common import assemble, begin, check_flags, check_ratio, owner_of_kept, rank_mask
 from .evs import pruning_rate
 from .registry import register

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 import torch
 
-from ..ottvid import Compressed
+from ..types import Compressed
 from .common import (assemble, begin, check_flags, check_ratio, descending, joined_mean, rank_mask, roots_of,
                      rows_of, sparse_mixing, uniform_average)
 from .registry import register

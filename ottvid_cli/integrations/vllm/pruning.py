@@ -24,7 +24,7 @@ import torch
 
 from ...backbones.positions import vision_positions
 from ...compression import methods
-from ...compression.ottvid import Compressed
+from ...compression.types import Compressed
 
 DIGITS = 3  # base-256 digits per position: positions below 2**24
 BASE = 256

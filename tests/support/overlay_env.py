@@ -42,7 +42,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 LMMS_VERSION = "0.7.3"  # the lmms-eval release the plugin and docs/eval.md were checked against
 MARKER = "ottvid-overlay.json"
 PTH = "zz_ottvid_main_env.pth"
@@ -247,7 +247,7 @@ def prune(root: Path, keep: Path) -> list[Path]:
         try:
             sites = json.loads((env / MARKER).read_text()).get("main_sites") or []
         except (OSError, ValueError):
-            continue  # not ours to judge (being built by another session, or foreign)
+            continue  # not ours to judge (being built by another test run, or foreign)
         if sites and not all(os.path.isdir(site) for site in sites):
             shutil.rmtree(env, ignore_errors=True)
             gone.append(env)
@@ -296,7 +296,7 @@ def lmms_overlay(root: Path | None = None) -> Overlay:
     return overlay
 
 
-if __name__ == "__main__":  # build (or check) it by hand: python tests/overlay_env.py
+if __name__ == "__main__":  # build (or check) it by hand: python -m tests.support.overlay_env
     overlay = lmms_overlay()
     print(json.dumps({"path": str(overlay.path), "built": overlay.built, "seconds": round(overlay.seconds, 1),
                       "versions": overlay.versions, "origins": overlay.origins, "plugins": overlay.plugins}, indent=2))

@@ -1,7 +1,7 @@
-"""Run by the vLLM environment's python (tests/vllm_env.py), never imported by the tests: plugin requests on
+"""Run by the vLLM environment's python (tests/support/vllm_env.py), never imported by the tests: plugin requests on
 vLLM's CPU build under Model Runner V1 or V2, in this process; prints one JSON line of results.
 
-    python tests/vllm_v2_job.py job.json
+    python tests/support/vllm_v2_job.py job.json
 
 job: runner ("v1" or "v2"), model, q, overrides (hf_overrides), frames (.npy, (n, H, W, 3) uint8), fps, image
 (.npy, (H, W, 3) uint8), requests (in turn on the one engine, each {"prompt": chat text, "image": bool}: the
@@ -21,8 +21,6 @@ import json
 import os
 import sys
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # vllm_job, beside this file
-
 
 def main() -> None:
     with open(sys.argv[1]) as file:
@@ -30,7 +28,7 @@ def main() -> None:
     os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"  # the engine in this process: the model is reachable
     os.environ.setdefault("VLLM_TARGET_DEVICE", "cpu")
     os.environ.setdefault("VLLM_CPU_NUM_OF_RESERVED_CPU", "0")
-    from vllm_job import choose_runner, engine
+    from vllm_job import choose_runner, engine  # beside this file: a script's folder is first on sys.path
 
     choose_runner(job)
     import numpy as np

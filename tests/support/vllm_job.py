@@ -1,7 +1,7 @@
-"""Run by the vLLM environment's python (tests/vllm_env.py), never imported by the tests: one vLLM engine,
+"""Run by the vLLM environment's python (tests/support/vllm_env.py), never imported by the tests: one vLLM engine,
 in this process, on a job the test writes as JSON; prints one JSON line of results.
 
-    python tests/vllm_job.py job.json
+    python tests/support/vllm_job.py job.json
 
 job: model, q (the pruning rate, 0 for none), overrides (hf_overrides), frames (.npy, (n, H, W, 3) uint8),
 fps, prompt (the full chat text with the video placeholder), methods (names to run in turn on the one

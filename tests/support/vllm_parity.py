@@ -1,5 +1,5 @@
 """What the vLLM end-to-end tests share (tests/test_vllm_plugin.py, tests/test_vllm_qwen3.py): a job in the vLLM
-environment (tests/vllm_job.py) and ottvid_cli's own answer on the same frames."""
+environment (tests/support/vllm_job.py) and ottvid_cli's own answer on the same frames."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import numpy as np
 import torch
 
 from ottvid_cli.compression import methods
-from vllm_env import run_env
+from .vllm_env import run_env
 
 HERE = pathlib.Path(__file__).resolve().parent
 QUESTION = "What happens in the video?"
@@ -36,7 +36,7 @@ def write_clip(path: pathlib.Path, frames: int = 16, rate: int = 4, side: int = 
     return path
 
 
-RUNNERS = ["v1", "v2"]  # vLLM's Model Runner V1 and V2 (V2 through Triton's interpreter: tests/vllm_job.py)
+RUNNERS = ["v1", "v2"]  # vLLM's Model Runner V1 and V2 (V2 through Triton's interpreter: tests/support/vllm_job.py)
 RUNNER_CLASSES = {"v1": "vllm.v1.worker.cpu_model_runner.CPUModelRunner",
                   "v2": "vllm.v1.worker.cpu.model_runner.CPUModelRunner"}
 
@@ -56,7 +56,7 @@ def prompt_text(backbone) -> str:
 
 
 def run_job(vllm_env, tmp_path, **job) -> list[dict]:
-    """One job (tests/vllm_job.py) in the vLLM environment: its runs."""
+    """One job (tests/support/vllm_job.py) in the vLLM environment: its runs."""
     return run_jobs(vllm_env, tmp_path, job)[0]
 
 
@@ -112,7 +112,7 @@ def check_prefix_cache(client, model: str, clip: pathlib.Path, vision_end: int) 
 
 
 def check_image_before_video(run: dict, config) -> "np.ndarray":
-    """The image+video run (tests/vllm_job.py): the image's 2 x 2 tokens at (s, s + row, s + col), s one past
+    """The image+video run (tests/support/vllm_job.py): the image's 2 x 2 tokens at (s, s + row, s + col), s one past
     its `<|vision_start|>`, and what follows it at s + max(2, 2). Returns the positions (3, L) for the
     video's checks."""
     ids = run["prompt_token_ids"]

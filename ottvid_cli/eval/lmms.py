@@ -20,7 +20,8 @@ ends the process with exit status 1 and one line naming it (`PluginFailure`): lm
 catches any exception of a run, logs "Error during evaluation: ..." and exits 0, so a scripted
 evaluation could not tell a failed run from a finished one (docs/eval.md).
 
-Only this module imports lmms_eval; nothing else in ottvid needs it.
+Only this module imports lmms_eval; nothing else in ottvid needs it, and nothing in ottvid imports this
+module (lmms-eval loads it through the entry point; `ottvid_cli.eval` does not import it).
 """
 
 from __future__ import annotations
@@ -38,7 +39,7 @@ def manifest():
     """The entry point's payload: lmms-eval model id `ottvid` -> `OTTVidLMM`."""
     from lmms_eval.models.registry_v2 import ModelManifest
 
-    return ModelManifest(model_id="ottvid", simple_class_path="ottvid_cli.integrations.lmms.OTTVidLMM")
+    return ModelManifest(model_id="ottvid", simple_class_path="ottvid_cli.eval.lmms.OTTVidLMM")
 
 
 class PluginFailure(SystemExit):
@@ -87,8 +88,8 @@ class OTTVidLMM(lmms):
                              "method, ratio, frames, fps, max_frames, preset, device, dtype, attention, max_pixels, "
                              "decoder, max_new_tokens, siglip_head, prefetch, and the method's options)")
         from ..backbones import load_backbone
-        from ..eval.runner import FramePlan
         from ..method_args import method_options
+        from .runner import FramePlan
 
         methods.get(method)  # ValueError naming the known methods
         self.method = method
@@ -117,8 +118,8 @@ class OTTVidLMM(lmms):
     def _runs(self, path: str, loaded: Any = None):
         """The VideoRuns of `path`: the last video's again, or a new one (from `loaded`, the video
         decoded and preprocessed ahead, when given)."""
-        from ..eval.benchmarks import VideoRef
-        from ..eval.runner import VideoRuns
+        from .benchmarks import VideoRef
+        from .runner import VideoRuns
 
         key = str(path)
         if self._video is None or self._video[0] != key:
@@ -129,8 +130,8 @@ class OTTVidLMM(lmms):
         return self._video[1]
 
     def _load(self, path: str) -> Any:
-        from ..eval.benchmarks import VideoRef
-        from ..eval.runner import load_video
+        from .benchmarks import VideoRef
+        from .runner import load_video
 
         return load_video(self.backbone, VideoRef(path), self._sampling(), "")
 
@@ -158,7 +159,7 @@ class OTTVidLMM(lmms):
             raise PluginFailure(exc) from exc
 
     def _generate_until(self, requests) -> list[str]:
-        from ..eval.prefetch import ahead, default_depth
+        from .prefetch import ahead, default_depth
 
         runs: list[tuple[str, list]] = []  # (video, its consecutive requests)
         for request in requests:
