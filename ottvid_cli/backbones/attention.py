@@ -149,7 +149,15 @@ def use_packed_vision(model: Any) -> bool:
     vision = getattr(model.config, "vision_config", None)
     if vision is None or getattr(vision, "model_type", "") not in PACKED_TOWERS:
         return False
-    model.set_attn_implementation({"vision_config": register()})
+    try:
+        model.set_attn_implementation({"vision_config": register()})
+    except ValueError as exc:
+        # transformers >= 5.25 preloads every implementation named "flash" as flash-attn or a Hub kernel
+        # (modeling_utils `_check_and_adjust_attn_implementation`); ours is a registered function, which
+        # the vision attention looks up at run time: the sub-config takes it as older releases set it
+        if PACKED not in str(exc):
+            raise
+        vision._attn_implementation = PACKED
     return model.config.vision_config._attn_implementation == PACKED
 
 
