@@ -201,7 +201,7 @@ def measure_vision(args: argparse.Namespace) -> dict[str, Any]:
     import torch.nn.functional as F
     from torch.overrides import TorchFunctionMode
 
-    from ottvid_cli.backbones.attention import PACKED
+    from ottvid_cli.backbones.attention import PACKED, set_vision_attention
     from ottvid_cli.timing import Stopwatch
 
     backbone = build(args)
@@ -243,10 +243,10 @@ def measure_vision(args: argparse.Namespace) -> dict[str, Any]:
         variants.append(("fast tower (ours)", "fast"))
     for name, implementation in variants:
         if implementation == "fast":
-            model.set_attn_implementation({"vision_config": PACKED})
+            set_vision_attention(model, PACKED)
             fast(backbone)
         else:
-            model.set_attn_implementation({"vision_config": implementation})
+            set_vision_attention(model, implementation)
         Count.calls = 0
         with Count():
             outputs[name] = run()
@@ -263,7 +263,7 @@ def measure_vision(args: argparse.Namespace) -> dict[str, Any]:
         if reference is not None:
             scale = float(reference.abs().max())
             rows[name]["gap_to_fp32"] = float((outputs[name].float() - reference).abs().max()) / scale
-    model.set_attn_implementation({"vision_config": PACKED})
+    set_vision_attention(model, PACKED)
     ours = variants[-1][0]
     stock = outputs["stock sdpa"].float()
     diff = float((stock - outputs[ours].float()).abs().max())

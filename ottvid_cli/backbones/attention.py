@@ -149,16 +149,21 @@ def use_packed_vision(model: Any) -> bool:
     vision = getattr(model.config, "vision_config", None)
     if vision is None or getattr(vision, "model_type", "") not in PACKED_TOWERS:
         return False
-    try:
-        model.set_attn_implementation({"vision_config": register()})
-    except ValueError as exc:
-        # transformers >= 5.25 preloads every implementation named "flash" as flash-attn or a Hub kernel
-        # (modeling_utils `_check_and_adjust_attn_implementation`); ours is a registered function, which
-        # the vision attention looks up at run time: the sub-config takes it as older releases set it
-        if PACKED not in str(exc):
-            raise
-        vision._attn_implementation = PACKED
+    set_vision_attention(model, register())
     return model.config.vision_config._attn_implementation == PACKED
+
+
+def set_vision_attention(model: Any, implementation: str) -> None:
+    """`model.set_attn_implementation({"vision_config": implementation})`, also where transformers (5.25
+    and later) refuses a registered function named "flash": it preloads every such name as flash-attn or
+    a Hub kernel (modeling_utils `_check_and_adjust_attn_implementation`), while the vision attention
+    looks the registered function up at run time. The sub-config then takes it as older releases set it."""
+    try:
+        model.set_attn_implementation({"vision_config": implementation})
+    except ValueError as exc:
+        if implementation not in str(exc):
+            raise
+        model.config.vision_config._attn_implementation = implementation
 
 
 # vision towers whose attention runs over packed segments (cu_seqlens)
