@@ -1,11 +1,11 @@
 """Per-stage time and peak memory of ottvid_cli.compression.compress on realistic shapes.
 
-    python benchmarks/compression.py                  # all shapes x ratios 0.1 .. 0.25, fp32, CPU
-    python benchmarks/compression.py --shapes qwen --ratios 0.1 --repeats 9
-    python benchmarks/compression.py --method all     # every registered method next to its official code
-    python benchmarks/compression.py --method fastvid unicomp --shapes qwen --ratios 0.1
-    python benchmarks/compression.py --shapes qwen --ratios 0.1 --neighbour vllm   # quiet, then beside a busy vLLM
-    python benchmarks/compression.py --shapes qwen --ratios 0.1 --inside vllm      # quiet, then in vLLM's worker
+    python -m benchmarks.compression                  # all shapes x ratios 0.1 .. 0.25, fp32, CPU
+    python -m benchmarks.compression --shapes qwen --ratios 0.1 --repeats 9
+    python -m benchmarks.compression --method all     # every registered method next to its official code
+    python -m benchmarks.compression --method fastvid unicomp --shapes qwen --ratios 0.1
+    python -m benchmarks.compression --shapes qwen --ratios 0.1 --neighbour vllm   # quiet, then beside a busy vLLM
+    python -m benchmarks.compression --shapes qwen --ratios 0.1 --inside vllm      # quiet, then in vLLM's worker
 
 Each shape/ratio runs in a fresh subprocess so that peak memory is its own: on CPU the growth of
 the process's peak RSS over its RSS before the call, on CUDA torch.cuda.max_memory_allocated
@@ -14,7 +14,7 @@ three warm-up runs. Inputs are video-like tokens (benchmarks/synthetic.py): with
 features Sinkhorn would converge in a few iterations, which real video tokens do not.
 
 --neighbour measures every row twice: quiet, then beside another process that keeps the same cores
-busy, started once for all rows. "vllm": vLLM's CPU server (the environment tests/support/vllm_env.py builds;
+busy, started once for all rows. "vllm": vLLM's CPU server (the environment benchmarks/envs/vllm_env.py builds;
 docs/vllm.md, "Testing on the CPU") serving the tiny test Qwen2.5-VL, with requests of 128 generated
 tokens sent back to back; its worker's OpenMP threads are bound to these cores, as vLLM binds them.
 "spin": the stand-in where that environment is missing: a process whose OpenMP threads are bound the
@@ -41,6 +41,8 @@ import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
+
+from benchmarks import command, environ
 
 SHAPES = {
     "qwen": (16, 256, 3584, "Qwen2.5-VL, 32 frames"),
@@ -83,10 +85,8 @@ def run_one(shape: str, ratio: float, repeats: int, device: str, threads: int | 
     if all_threads:  # no stage on one thread: every op on torch's threads
         scoping.SERIAL_ELEMENTS = -1
 
-    sys.path.insert(0, os.path.dirname(__file__))
-    from provenance import of_tensor
-    from synthetic import video_tokens
-
+    from benchmarks.provenance import of_tensor
+    from benchmarks.synthetic import video_tokens
     from ottvid_cli.compression import OTTVidConfig, compress
 
     t, n, d, _ = SHAPES[shape]
@@ -128,10 +128,10 @@ def cores() -> list[int]:
 
 
 def vllm_env():
-    """The vLLM CPU environment the plugin's tests use (tests/support/vllm_env.py, its one builder: built
+    """The vLLM CPU environment the plugin's tests use (benchmarks/envs/vllm_env.py, its one builder: built
     on first use, about 4 minutes and 6 GB, then cached); an exit with the reason when it cannot be."""
-    sys.path.insert(0, str(ROOT))
-    from tests.support.vllm_env import VllmEnvError, serving, vllm_env as build
+    from benchmarks.envs.vllm_env import VllmEnvError, serving
+    from benchmarks.envs.vllm_env import vllm_env as build
 
     try:
         return build(), serving
@@ -186,24 +186,20 @@ def neighbour(kind: str) -> Iterator[str]:
                 sender.join(timeout=120)
 
 
-def in_worker(worker, benchmarks: str, rows: list, repeats: int, all_threads: bool) -> list[dict]:
+def in_worker(worker, rows: list, repeats: int, all_threads: bool) -> list[dict]:
     """Run in vLLM's worker (`LLM.collective_rpc`): each (shape, ratio) measured there, with the thread
-    settings vLLM gave the worker."""
-    sys.path.insert(0, benchmarks)
-    from compression import run_one
-
+    settings vLLM gave the worker. The worker finds `benchmarks` through PYTHONPATH (`inside_vllm`)."""
+    from benchmarks.compression import run_one
     from ottvid_cli.compression import threads as scoping
 
     found = [run_one(shape, ratio, repeats, "cpu", all_threads=all_threads) for shape, ratio in rows]
     for row in found:  # whether threads.serial can act here (vLLM replaces torch.set_num_threads once bound)
-        row["scoped"] = scoping._scoped_threads()
+        row["scoped"] = scoping.scoped_threads()
     return found
 
 
 def worker_rows(args: argparse.Namespace) -> None:
     """--worker: (in the vLLM environment) start vLLM on the tiny model, measure inside its worker, print JSON."""
-    here = Path(__file__).resolve().parent  # not on the path: benchmarks/vllm.py would shadow vllm
-    sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != here]
     from vllm import LLM
 
     from ottvid_cli.tiny import build_tiny_qwen2_5_vl
@@ -213,8 +209,7 @@ def worker_rows(args: argparse.Namespace) -> None:
         llm = LLM(model=str(model), dtype="float32", enforce_eager=True, max_model_len=4096,
                   kv_cache_memory_bytes=64 * 2**20, limit_mm_per_prompt={"video": 1}, seed=0)
         rows = [(shape, ratio) for shape in args.shapes for ratio in args.ratios]
-        found = llm.collective_rpc(in_worker, args=(str(Path(__file__).parent), rows, args.repeats,
-                                                    args.all_threads))[0]
+        found = llm.collective_rpc(in_worker, args=(rows, args.repeats, args.all_threads))[0]
     for row in found:
         print(json.dumps(row), flush=True)
 
@@ -223,12 +218,12 @@ def inside_vllm(args: argparse.Namespace) -> list[dict]:
     """Every row measured inside vLLM's CPU worker (a separate process, as `vllm serve` runs it; its
     OpenMP threads bound to these cores), through the vLLM environment's python."""
     env_python = vllm_python()
-    environ = {**os.environ, "PYTHONPATH": str(ROOT), "VLLM_TARGET_DEVICE": "cpu", "VLLM_CPU_NUM_OF_RESERVED_CPU": "0",
-               "HF_HUB_OFFLINE": "1", "VLLM_ALLOW_INSECURE_SERIALIZATION": "1",  # collective_rpc with a function
-               "VLLM_CPU_OMP_THREADS_BIND": ",".join(map(str, cores())), "TOKENIZERS_PARALLELISM": "false"}
-    cmd = [str(env_python), __file__, "--worker", "--shapes", *args.shapes, "--ratios", *map(str, args.ratios),
-           "--repeats", str(args.repeats), *(["--all-threads"] if args.all_threads else [])]
-    done = subprocess.run(cmd, capture_output=True, text=True, env=environ)
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "VLLM_TARGET_DEVICE": "cpu", "VLLM_CPU_NUM_OF_RESERVED_CPU": "0",
+           "HF_HUB_OFFLINE": "1", "VLLM_ALLOW_INSECURE_SERIALIZATION": "1",  # collective_rpc with a function
+           "VLLM_CPU_OMP_THREADS_BIND": ",".join(map(str, cores())), "TOKENIZERS_PARALLELISM": "false"}
+    cmd = command("compression", "--worker", "--shapes", *args.shapes, "--ratios", *map(str, args.ratios),
+                  "--repeats", str(args.repeats), *(["--all-threads"] if args.all_threads else []), python=env_python)
+    done = subprocess.run(cmd, capture_output=True, text=True, env=env)
     if done.returncode:
         raise SystemExit(f"measuring inside vLLM's worker failed:\n{done.stderr[-3000:]}")
     rows = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
@@ -260,7 +255,7 @@ def main() -> None:
                              "ours next to the official code on the same tensors, CPU, first ratio")
     args = parser.parse_args()
     if args.method:
-        from methods import main as per_method
+        from benchmarks.methods import main as per_method
 
         shapes = [s for s in args.shapes if s != "ground"]  # the official code is not run at grounding length
         names = [] if "all" in args.method else args.method
@@ -289,10 +284,10 @@ def measure(args: argparse.Namespace, beside: str) -> list[dict]:
     rows = []
     for shape in args.shapes:
         for ratio in args.ratios:
-            cmd = [sys.executable, __file__, "--one", shape, str(ratio), "--repeats", str(args.repeats),
-                   "--device", args.device, *(["--threads", str(args.threads)] if args.threads else []),
-                   *(["--all-threads"] if args.all_threads else [])]
-            row = json.loads(subprocess.run(cmd, check=True, capture_output=True, text=True).stdout)
+            cmd = command("compression", "--one", shape, str(ratio), "--repeats", str(args.repeats),
+                          "--device", args.device, *(["--threads", str(args.threads)] if args.threads else []),
+                          *(["--all-threads"] if args.all_threads else []))
+            row = json.loads(subprocess.run(cmd, check=True, capture_output=True, text=True, env=environ()).stdout)
             row["beside"] = beside
             rows.append(row)
             if args.json:
@@ -326,7 +321,7 @@ def print_table(rows: list[dict]) -> None:
         if i == 0:
             print("-+-".join("-" * w for w in widths))
     if rows:
-        from provenance import line
+        from benchmarks.provenance import line
 
         print(f"\n{line(rows[0]['environment'])}; memory: {rows[0]['memory_kind']}")
     for i, what in enumerate(neighbours, 1):

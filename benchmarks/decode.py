@@ -1,9 +1,9 @@
 """Decoding long videos: ottvid's two sampling plans next to torchcodec's exact decoder and
 the floor (every frame decoded once), time and peak memory, on clips this script makes itself.
 
-    python benchmarks/decode.py                          # 5 min 1080p (B-frames, none), 1 min 4K, 90 s one key frame
-    python benchmarks/decode.py --minutes 10 --out /tmp/decode.json
-    python benchmarks/decode.py --quick --json           # a tiny smoke run (320x180 clips of 20 s)
+    python -m benchmarks.decode                          # 5 min 1080p (B-frames, none), 1 min 4K, 90 s one key frame
+    python -m benchmarks.decode --minutes 10 --out /tmp/decode.json
+    python -m benchmarks.decode --quick --json           # a tiny smoke run (320x180 clips of 20 s)
 
 Clips are made with PyAV alone (libavfilter's testsrc2 encoded with libx264, preset veryfast, no scene
 cuts) and kept in --clips under names that hold their parameters, so reruns reuse them. Per clip:
@@ -45,6 +45,8 @@ import sys
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
+
+from benchmarks import command, environ
 
 FPS = 30
 DEFAULT_CLIPS = Path.home() / ".cache" / "ottvid" / "bench-clips"
@@ -267,9 +269,9 @@ def _memory(reset: bool, before: float) -> dict:
 
 def measure(spec: dict, timeout: float) -> dict:
     """`run_one(spec)` in a fresh subprocess; on failure a row with the error."""
-    cmd = [sys.executable, __file__, "--one", json.dumps(spec)]
+    cmd = command("decode", "--one", json.dumps(spec))
     try:
-        done = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+        done = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=environ())
     except subprocess.TimeoutExpired:
         return {"error": f"timed out after {timeout:.0f} s"}
     if done.returncode:
@@ -383,8 +385,7 @@ def clip_notes(done: dict[str, dict]) -> list[str]:
 
 def provenance() -> dict:
     """What ran: provenance.environment (CPU, uint8 frames) plus the decoders' versions and the CPU count."""
-    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-    from provenance import environment
+    from benchmarks.provenance import environment
 
     env = environment("cpu", "uint8")
     for name in ("av", "decord", "torchcodec"):
@@ -417,7 +418,7 @@ def code_hash() -> str:
 
 
 def print_table(result: dict) -> None:
-    from provenance import line
+    from benchmarks.provenance import line
 
     header = ["clip", "measurement", "decoder", "frames", "size", "seconds", "peak MB", "growth MB", "check"]
     lines = [header]

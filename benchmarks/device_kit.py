@@ -1,7 +1,7 @@
 """Prepare `.device/`, what a GPU machine without network access needs to run benchmarks/gpu.py in one
 command.
 
-    python benchmarks/device_kit.py            # on a machine where pip reaches the package index
+    python -m benchmarks.device_kit            # on a machine where pip reaches the package index
     # then copy the checkout with .device/ to the GPU machine and run there: bash benchmarks/device_run.sh
 
 The kit is sized for GPU machines that have Python 3.12, PyTorch and Triton but reach no network, and
@@ -30,11 +30,10 @@ import shutil
 import subprocess
 import sys
 
-ROOT = pathlib.Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "benchmarks"))
+from benchmarks.gpu import AUTHORS
+from benchmarks.methods import MIRROR, OFFICIAL_SOURCES
 
-from gpu import AUTHORS  # noqa: E402
-from methods import MIRROR, OFFICIAL_SOURCES  # noqa: E402
+ROOT = pathlib.Path(__file__).resolve().parent.parent
 
 # name: version (None: the one installed here). POT only for the tests' references (test_fused.py imports
 # test_compress, which imports it); 0.9.6, since 0.9.7's wheel is 33 MB, half of LIMIT_MB

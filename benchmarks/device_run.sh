@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # benchmarks/gpu.py on a GPU machine without network access, in one command. Prepare the kit first, on a
 # machine with network access (docs/gpu.md, "On a GPU machine without network access"):
-#     python benchmarks/device_kit.py
+#     python -m benchmarks.device_kit
 # then copy the checkout with its .device/ folder to the GPU machine and run there:
 #     bash benchmarks/device_run.sh
 # Arguments go to benchmarks/gpu.py (default: every section, the targets first, the peers last).
@@ -12,7 +12,7 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 out=${OUT:-/tmp/ottvid-device}
 mkdir -p "$out"
-[ -d .device/whl ] || { echo "no .device/whl: run python benchmarks/device_kit.py on a machine with network access" \
+[ -d .device/whl ] || { echo "no .device/whl: run python -m benchmarks.device_kit on a machine with network access" \
     "and copy .device/ with the checkout" >&2; exit 2; }
 # the machine's own torch, triton, numpy, tokenizers...; transformers, av, qwen-vl-utils from the kit
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/ottvid-site \
@@ -27,7 +27,7 @@ export PYTHONPATH=/tmp/ottvid-site:$PWD OTTVID_MIRROR=$PWD/.device/mirror HF_HUB
 # each with a share of the threads), off unless asked: OTTVID_DEVICE_DECODE=1 runs it before the GPU
 # sections, =only runs nothing else. ~3 minutes: 1-minute clips made with PyAV, no torchcodec or decord there.
 if [ "${OTTVID_DEVICE_DECODE:-0}" != 0 ]; then
-    timeout 420 python3 benchmarks/decode.py --minutes 1 --kinds 1080p-bframes 1080p-no-bframes 4k \
+    timeout 420 python3 -m benchmarks.decode --minutes 1 --kinds 1080p-bframes 1080p-no-bframes 4k \
         --clips /tmp/ottvid-clips --workers 1 2 4 8 16 --timeout 120 2>&1 | tee "$out/decode.txt"
     [ "$OTTVID_DEVICE_DECODE" = only ] && exit 0
 fi
@@ -43,9 +43,9 @@ case "${OTTVID_DEVICE_TESTS:-1}" in
 esac
 # Where one request's time goes, kernel by kernel (benchmarks/gpu_trace.py); OTTVID_DEVICE_TRACE=0 skips it.
 if [ "${OTTVID_DEVICE_TRACE:-1}" != 0 ]; then
-    timeout 240 python3 benchmarks/gpu_trace.py 2>&1 | grep -v '^USDT' | tee "$out/trace.txt"
+    timeout 240 python3 -m benchmarks.gpu_trace 2>&1 | grep -v '^USDT' | tee "$out/trace.txt"
 fi
 if [ $# -eq 0 ]; then
     set -- --sections launches stages model ttft methods
 fi
-python3 benchmarks/gpu.py "$@" 2>&1 | tee "$out/gpu.txt"
+python3 -m benchmarks.gpu "$@" 2>&1 | tee "$out/gpu.txt"

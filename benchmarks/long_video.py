@@ -2,10 +2,10 @@
 wall time and the stages' times of whole `ottvid ground` runs on 10- and 60-minute clips and a 4K one,
 with the default chunking and with every frame in one chunk, on clips and a model this script makes itself.
 
-    python benchmarks/long_video.py                               # 10 min and 60 min 360p, 4K 30 s
-    python benchmarks/long_video.py --cases 10min --json /tmp/long.json
-    python benchmarks/long_video.py --cases 60min --chunk-frames auto 64 all
-    python benchmarks/long_video.py --quick                       # a smoke run: tiny clips, small frame counts
+    python -m benchmarks.long_video                               # 10 min and 60 min 360p, 4K 30 s
+    python -m benchmarks.long_video --cases 10min --json /tmp/long.json
+    python -m benchmarks.long_video --cases 60min --chunk-frames auto 64 all
+    python -m benchmarks.long_video --quick                       # a smoke run: tiny clips, small frame counts
 
 Cases (each run is `ottvid ground CLIP "the red circle" --model DIR --fps F --max-frames M --ratio 0.05
 --max-pixels 50176 [--chunk-frames C] --json --quiet`, in a process of its own):
@@ -65,11 +65,10 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(Path(__file__).resolve().parent))  # decode, provenance
+from benchmarks.decode import DEFAULT_CLIPS, code_hash
+from benchmarks.decode import provenance as decode_provenance
 
-from decode import DEFAULT_CLIPS, code_hash
-from decode import provenance as decode_provenance
+ROOT = Path(__file__).resolve().parent.parent
 
 QUERY = "the red circle"
 RATIO = 0.05
@@ -376,7 +375,7 @@ def benchmark(args: argparse.Namespace) -> dict:
             rows.append(measure(case, chunk, cmd, args.timeout, args.memory_limit_gb))
     ran = next((r for r in rows if r.get("device")), None)
     if ran:  # the device and dtype the runs used, from their JSON
-        from provenance import environment
+        from benchmarks.provenance import environment
 
         env.update(environment(ran["device"], ran["dtype"]))
     else:
@@ -391,9 +390,10 @@ def benchmark(args: argparse.Namespace) -> dict:
 
 
 def print_table(result: dict) -> None:
-    from provenance import line
     from rich.console import Console
     from rich.table import Table
+
+    from benchmarks.provenance import line
 
     console = Console(width=180)
     table = Table(title="ottvid ground on long videos")

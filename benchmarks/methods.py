@@ -1,10 +1,10 @@
 """Per-method time of the registered peer methods on the paper's shapes, next to the official code.
 
-    python benchmarks/methods.py                                   # every method, every shape, ratio 0.1
-    python benchmarks/methods.py --methods fastvid visionzip --shapes qwen --repeats 5 --dim 3584
-    python benchmarks/methods.py --methods fastvid fastvid-ov --shapes llava-ov   # two FastVID paths
-    python benchmarks/methods.py --methods fastvid-llava-video --shapes llava-video   # the third (64 x 169 only)
-    python benchmarks/methods.py --scaling                         # ours at T = 16 .. 128: linear in T?
+    python -m benchmarks.methods                                   # every method, every shape, ratio 0.1
+    python -m benchmarks.methods --methods fastvid visionzip --shapes qwen --repeats 5 --dim 3584
+    python -m benchmarks.methods --methods fastvid fastvid-ov --shapes llava-ov   # two FastVID paths
+    python -m benchmarks.methods --methods fastvid-llava-video --shapes llava-video   # the third (64 x 169 only)
+    python -m benchmarks.methods --scaling                         # ours at T = 16 .. 128: linear in T?
 
 Times are the median of --repeats runs after one warm-up, float32 on the CPU, video-like tokens
 (benchmarks/synthetic.py). "official" runs the authors' own function on the same tensors: its
@@ -46,8 +46,7 @@ import types
 
 import torch
 
-sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
-from provenance import line, of_tensor  # noqa: E402
+from benchmarks.provenance import line, of_tensor
 
 SHAPES = {
     "qwen": (16, 256, "Qwen2.5-VL, 32 frames"),
@@ -439,8 +438,7 @@ def median_ms(fn, repeats: int, timeout: float | None = None):
 
 
 def main(argv: list[str] | None = None) -> None:
-    from synthetic import video_tokens
-
+    from benchmarks.synthetic import video_tokens
     from ottvid_cli.compression import methods
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -502,8 +500,7 @@ def main(argv: list[str] | None = None) -> None:
 def scaling(names: list[str], ratio: float, dim: int, repeats: int, frames=(16, 32, 64, 128), tokens: int = 256) -> None:
     """Ours at growing T (N fixed): ms and ms per frame, and the last over the first per-frame time (1.0:
     exactly linear in T; a method quadratic in T doubles it with every doubling of T)."""
-    from synthetic import video_tokens
-
+    from benchmarks.synthetic import video_tokens
     from ottvid_cli.compression import methods
 
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, ratio {ratio}, N {tokens}, D {dim}, "

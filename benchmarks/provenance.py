@@ -2,7 +2,7 @@
 transformers' versions, read from the tensors or the model that ran, never assumed. Every benchmark
 prints `line(...)` with its results and puts `environment(...)` in its JSON.
 
-    from provenance import line, of_model
+    from benchmarks.provenance import line, of_model
     print(line(of_model(backbone.model)))   # ran on cuda:0 (NVIDIA H100 80GB HBM3), bfloat16, torch 2.9.1, ...
 """
 

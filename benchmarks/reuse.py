@@ -1,8 +1,8 @@
 """Time to first token of the first question about a video vs the next ones (session.Engine reuse),
 on the randomly initialised Qwen2.5-VL-7B-shaped model of benchmarks/ttft.py.
 
-    python benchmarks/reuse.py                                  # cockatoo.mp4, 32 frames, ratio 0.1
-    python benchmarks/reuse.py --llm-layers 4 --vision-blocks 4 --repeats 5 --json
+    python -m benchmarks.reuse                                  # cockatoo.mp4, 32 frames, ratio 0.1
+    python -m benchmarks.reuse --llm-layers 4 --vision-blocks 4 --repeats 5 --json
 
 Rows (median, min-max over --repeats; every "first" run uses a new Engine, so nothing is cached but
 the model and the file's content hash):
@@ -33,7 +33,7 @@ STAGES = ("decode", "preprocess", "vision", "compression", "prefill")
 
 def describe(backbone, llm_layers: int, vision_blocks: int) -> tuple[str, dict]:
     """(the model label, its environment): the device, dtype and versions the run really used."""
-    from provenance import line, of_model
+    from benchmarks.provenance import line, of_model
 
     env = of_model(backbone.model)
     return (f"random Qwen2.5-VL-7B shape, {llm_layers} LLM layers, {vision_blocks} vision blocks; "
@@ -60,6 +60,7 @@ def main() -> None:
 
     from ottvid_cli.backbones import load_backbone
     from ottvid_cli.cli.report import to_json
+    from ottvid_cli.request import Compression, Request
     from ottvid_cli.sampling import Sampling
     from ottvid_cli.session import Engine
     from ottvid_cli.tiny import build_tiny_qwen2_5_vl, seven_b_shape
@@ -77,8 +78,8 @@ def main() -> None:
         def timed(name: str, engine: Engine, ratio: float = args.ratio) -> None:
             marks = {}
             start = time.perf_counter()
-            result = engine.ask(args.video, next(questions), sampling=sampling, ratio=ratio,
-                                max_new_tokens=args.max_new_tokens,
+            result = engine.ask(args.video, next(questions),
+                                Request(sampling, Compression(ratio=ratio), args.max_new_tokens),
                                 on_step=lambda s: marks.setdefault(s, time.perf_counter()))
             ttft = (marks["generate"] - start) * 1e3 + result.timings_ms["prefill"]
             rows.setdefault(name, []).append({"ttft": ttft, "hit": result.cache_hit, "prefilled":

@@ -1,8 +1,8 @@
 """Load on `ottvid serve` over loopback: concurrent clients, a bounded number of requests.
 
-    python benchmarks/serve_load.py                          # the tiny random Qwen2.5-VL, 200 requests, 8 clients
-    python benchmarks/serve_load.py --model DIR --requests 400 --concurrency 16
-    python benchmarks/serve_load.py --server http://127.0.0.1:8000 --media-dir DIR   # a server already running
+    python -m benchmarks.serve_load                          # the tiny random Qwen2.5-VL, 200 requests, 8 clients
+    python -m benchmarks.serve_load --model DIR --requests 400 --concurrency 16
+    python -m benchmarks.serve_load --server http://127.0.0.1:8000 --media-dir DIR   # a server already running
 
 Without --server, a server is started as a subprocess (`python -m ottvid_cli serve --port 0`, on
 127.0.0.1 only) with --model, or with a tiny random Qwen2.5-VL built on the spot (its answers are
@@ -187,7 +187,7 @@ def main() -> None:
     s = summary(result, args.requests, args.concurrency)
     s["model"] = what
     s["frames"], s["max_tokens"], s["videos"] = args.frames, args.max_tokens, [v.name for v in videos]
-    from provenance import environment
+    from benchmarks.provenance import environment
 
     # the server reports its device and dtype in each reply; its versions are this interpreter's when started here
     here = environment("cpu", "-")

@@ -1,7 +1,7 @@
 """TTFT of Qwen2.5-VL with OTT-Vid vs vanilla, on a randomly initialised model of the 7B's shape.
 
-    python benchmarks/ttft.py                      # cockatoo.mp4, 32 frames, ratios 0.1 and 0.25
-    python benchmarks/ttft.py --llm-layers 4 --vision-blocks 4 --repeats 3
+    python -m benchmarks.ttft                      # cockatoo.mp4, 32 frames, ratios 0.1 and 0.25
+    python -m benchmarks.ttft --llm-layers 4 --vision-blocks 4 --repeats 3
 
 No checkpoint can be downloaded here, so the model is Qwen2.5-VL-7B's widths (text hidden 3584,
 28 heads / 4 KV heads, MLP 18944, vocab 152064; vision hidden 1280, 16 heads, MLP 3420) with few
@@ -54,7 +54,7 @@ def main() -> None:
                          warmup=args.warmup, decode=lambda: sample_frames(args.video, args.frames),
                          on_step=lambda s: status.update(f"profiling: {s} ..."))
     data = result.to_dict()
-    from provenance import line, of_model
+    from benchmarks.provenance import line, of_model
 
     data["model"] = f"random Qwen2.5-VL-7B shape, {args.llm_layers} LLM layers, {args.vision_blocks} vision blocks"
     data["environment"] = of_model(backbone.model)

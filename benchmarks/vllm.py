@@ -1,9 +1,10 @@
 """TTFT inside vLLM on the CPU: stock vLLM, vLLM's own EVS and OTT-Vid through ottvid's plugin.
 
-    # with the vLLM environment's python (tests/support/vllm_env.py builds it; docs/vllm.md, "Testing on the CPU")
-    PYTHONPATH=$PWD ~/.cache/ottvid/test-envs/vllm-cpu-.../bin/python benchmarks/vllm.py
-    ... benchmarks/vllm.py --pipeline              # and ottvid's own pipeline on the same frames
-    ... benchmarks/vllm.py --runs stock ottvid --rate 0.75 --json
+    # with the vLLM environment's python (benchmarks/envs/vllm_env.py builds it; docs/vllm.md, "Testing on the CPU")
+    PYTHONPATH=$PWD ~/.cache/ottvid/test-envs/vllm-cpu-.../bin/python -m benchmarks.vllm
+    ... -m benchmarks.vllm --pipeline              # and ottvid's own pipeline on the same frames
+    ... -m benchmarks.vllm --runs stock ottvid --rate 0.75 --json
+    ... -m benchmarks.vllm --concurrent 8 --frames 24   # 8 requests at once, 8 clips (benchmarks/vllm_concurrent.py)
 
 Each run is a fresh process (this script again) holding one vLLM engine in-process
 (VLLM_ENABLE_V1_MULTIPROCESSING=0) on one checkpoint, with the cost paid in full: no prefix caching,
@@ -39,19 +40,15 @@ import json
 import os
 import re
 import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
+from benchmarks import command, environ
+
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
-# This file is named vllm.py: run as a script, its folder comes first on sys.path, where `import vllm`
-# would find this file instead of vLLM. Take it off (`provenance` is loaded by its path). Only when run:
-# imported (by its tests), it leaves the importer's path alone.
-if __name__ == "__main__":
-    sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != HERE]
 
 RUNS = ("stock", "evs", "ottvid")
 PROMPT = "Describe what happens in the video."
@@ -91,10 +88,21 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--max-model-len", type=int, default=None, help="default 8192 (smoke: 4096, the tiny model's)")
     p.add_argument("--smoke", action="store_true",
                    help="the tiny test Qwen2.5-VL that vLLM's CPU attention takes (head_dim 64) instead: ~15 s a run")
-    p.add_argument("--json", action="store_true", help="print the measurements as JSON instead of the table")
+    p.add_argument("--concurrent", type=int, nargs="?", const=8, default=None, metavar="N",
+                   help="N requests at once, each on a different clip (N defaults to 8): wall time, requests/s and "
+                        "mean TTFT of each run, over --rounds rounds with the runs interleaved")
+    p.add_argument("--rounds", type=int, default=3, help="--concurrent: rounds, each a fresh engine per run")
+    p.add_argument("--clip-size", type=int, default=336,
+                   help="--concurrent: side of the generated square clips (one per request, each its own seed)")
+    p.add_argument("--videos", nargs="+", default=None, metavar="VIDEO",
+                   help="--concurrent: real clips instead of generated ones, at least N of them (the first N are used)")
+    p.add_argument("--json", nargs="?", const="-", default=None, metavar="PATH",
+                   help="print the measurements as JSON instead of the table; with PATH, write them there and "
+                        "print the table")
     p.add_argument("--table", metavar="JSON", help="print the table of measurements saved by --json; run nothing")
     p.add_argument("--child", choices=("prepare", *RUNS, "pipeline"), help=argparse.SUPPRESS)  # one step, here
     p.add_argument("--plan", help=argparse.SUPPRESS)  # the child's inputs (args.json / plan.json in the work folder)
+    p.add_argument("--tag", default="", help=argparse.SUPPRESS)  # the child's result is NAME + TAG .json
     return p
 
 
@@ -107,20 +115,26 @@ def check(args: argparse.Namespace) -> None:
             raise BenchmarkError(f"--{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}")
     if args.warmup < 0:
         raise BenchmarkError(f"--warmup must be >= 0, got {args.warmup}")
-    if not Path(args.video).is_file():
+    if args.json not in (None, "-") and not Path(args.json).resolve().parent.is_dir():
+        raise BenchmarkError(f"no folder for --json {args.json}")
+    if args.concurrent is not None:
+        problem = sibling("vllm_concurrent").problem(args)
+        if problem:
+            raise BenchmarkError(problem)
+    elif not Path(args.video).is_file():
         raise BenchmarkError(f"no video file at {args.video}")
 
 
 def provenance() -> Any:
-    """benchmarks/provenance.py, by its path (this script's folder is not on sys.path)."""
-    import importlib.util
+    """benchmarks/provenance.py (imported when first needed)."""
+    return sibling("provenance")
 
-    if "provenance" not in sys.modules:
-        spec = importlib.util.spec_from_file_location("provenance", HERE / "provenance.py")
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
-        sys.modules["provenance"] = module
-    return sys.modules["provenance"]
+
+def sibling(name: str) -> Any:
+    """The module benchmarks.NAME, imported when first needed."""
+    import importlib
+
+    return importlib.import_module(f"benchmarks.{name}")
 
 
 def threads_bind(given: str | None) -> str:
@@ -140,59 +154,111 @@ def threads_bind(given: str | None) -> str:
 def prepare(args: argparse.Namespace, folder: Path) -> dict[str, Any]:
     """Write the checkpoint and the clip into `folder`; returns the plan every child reads."""
     import numpy as np
+
+    from ottvid_cli.video import VideoError, sample_frames
+
+    try:
+        clip = sample_frames(args.video, args.frames)  # decoded once; every run gets these frames
+    except VideoError as exc:
+        raise BenchmarkError(str(exc)) from None
+    plan, adapter = build_model(args, folder)
+    n, height, width = clip.frames.shape[:3]
+    frames, size = resized(adapter, clip.frames)
+    np.save(folder / "frames.npy", frames)
+    np.save(folder / "decoded.npy", clip.frames)
+    plan.update({"repeats": args.repeats, "frames": str(folder / "frames.npy"), "decoded": str(folder / "decoded.npy"),
+                 "metadata": {**adapter.video_metadata(clip.timestamps, clip.duration, n), "do_sample_frames": False},
+                 "clip": {"path": clip.path, "timestamps": [float(t) for t in clip.timestamps],
+                          "indices": [int(i) for i in clip.indices],
+                          "duration": clip.duration, "total_frames": clip.total_frames,
+                          "average_fps": clip.average_fps, "decoder": clip.decoder, "decoded_size": [height, width],
+                          "size": list(size), "frames": n}})
+    return plan
+
+
+def prepare_concurrent(args: argparse.Namespace, folder: Path) -> dict[str, Any]:
+    """--concurrent: the checkpoint and N different clips (generated, or --videos decoded), each resized as
+    `ottvid ask` resizes it; returns the plan every child reads."""
+    import numpy as np
+
+    from ottvid_cli.video import VideoError, sample_frames
+
+    made = sibling("vllm_concurrent")
+    sources = []
+    for i in range(args.concurrent):
+        if args.videos:
+            try:
+                clip = sample_frames(args.videos[i], args.frames)
+            except VideoError as exc:
+                raise BenchmarkError(str(exc)) from None
+            sources.append((Path(clip.path).name, clip.frames, clip.timestamps, clip.duration))
+        else:
+            frames, timestamps, duration = made.synthetic_clip(i, args.frames, args.clip_size)
+            sources.append((f"generated clip {i}", frames, timestamps, duration))
+    plan, adapter = build_model(args, folder)
+    clips = []
+    for i, (name, decoded, timestamps, duration) in enumerate(sources):
+        n, height, width = decoded.shape[:3]
+        frames, size = resized(adapter, decoded)
+        np.save(folder / f"clip{i}.npy", frames)
+        clips.append({"name": name, "frames": str(folder / f"clip{i}.npy"), "count": n,
+                      "decoded_size": [height, width], "size": list(size),
+                      "metadata": {**adapter.video_metadata(list(timestamps), duration, n), "do_sample_frames": False}})
+    plan.update({"concurrent": args.concurrent, "clips": clips})
+    return plan
+
+
+def build_model(args: argparse.Namespace, folder: Path) -> tuple[dict[str, Any], Any]:
+    """Write the checkpoint into folder/model; the plan's common part and the sizing adapter
+    (ottvid's Qwen25VL on the model's config, without weights)."""
     import torch
-    from torchvision.transforms import InterpolationMode
-    from torchvision.transforms import functional as TF
     from transformers import AutoConfig, AutoProcessor, Qwen2_5_VLForConditionalGeneration
     from transformers.utils import logging as hf_logging
 
     from ottvid_cli.backbones.base import chat_text
     from ottvid_cli.backbones.qwen2_5_vl import Qwen25VL
-    from ottvid_cli.video import VideoError, sample_frames
     from ottvid_cli.tiny import build_tiny_qwen2_5_vl, seven_b_shape
 
     hf_logging.disable_progress_bar()
     hf_logging.set_verbosity_error()
-    try:
-        clip = sample_frames(args.video, args.frames)  # decoded once; every run gets these frames
-    except VideoError as exc:
-        raise BenchmarkError(str(exc)) from None
     model_dir = folder / "model"
     shape = SMOKE_SHAPE if args.smoke else seven_b_shape(args.llm_layers, args.vision_blocks)
     build_tiny_qwen2_5_vl(model_dir, **shape, dtype=args.dtype)
     processor = AutoProcessor.from_pretrained(model_dir)
     with torch.device("meta"):  # the adapter's sizing rules need the config, not the weights
         skeleton = Qwen2_5_VLForConditionalGeneration._from_config(AutoConfig.from_pretrained(model_dir))
-    adapter = Qwen25VL(skeleton, processor, name="sizing")
-    n, height, width = clip.frames.shape[:3]
+    plan = {"model": str(model_dir), "dtype": args.dtype, "rate": args.rate, "warmup": args.warmup,
+            "max_model_len": args.max_model_len or (4096 if args.smoke else 8192),
+            "prompt": chat_text(processor, PROMPT), "question": PROMPT,
+            "video_token_id": int(skeleton.config.video_token_id)}
+    return plan, Qwen25VL(skeleton, processor, name="sizing")
+
+
+def resized(adapter: Any, decoded: Any) -> tuple[Any, tuple[int, int]]:
+    """Frames (T, H, W, 3) uint8 resized once as `ottvid ask` resizes them (bicubic to `frame_size`);
+    (the frames, their (height, width))."""
+    import numpy as np
+    import torch
+    from torchvision.transforms import InterpolationMode
+    from torchvision.transforms import functional as TF
+
+    n, height, width = decoded.shape[:3]
     size = adapter.frame_size(height, width, n)
-    frames = torch.from_numpy(np.ascontiguousarray(clip.frames)).permute(0, 3, 1, 2)
+    frames = torch.from_numpy(np.ascontiguousarray(decoded)).permute(0, 3, 1, 2)
     frames = TF.resize(frames, list(size), interpolation=InterpolationMode.BICUBIC, antialias=True)
     frames = frames.clamp(0, 255).round().to(torch.uint8).permute(0, 2, 3, 1).contiguous().numpy()
-    np.save(folder / "frames.npy", frames)
-    np.save(folder / "decoded.npy", clip.frames)
-    plan = {"model": str(model_dir), "dtype": args.dtype, "rate": args.rate, "warmup": args.warmup,
-            "repeats": args.repeats, "max_model_len": args.max_model_len or (4096 if args.smoke else 8192),
-            "prompt": chat_text(processor, PROMPT), "question": PROMPT, "frames": str(folder / "frames.npy"),
-            "decoded": str(folder / "decoded.npy"),
-            "metadata": {**adapter.video_metadata(clip.timestamps, clip.duration, n), "do_sample_frames": False},
-            "clip": {"path": clip.path, "timestamps": [float(t) for t in clip.timestamps],
-                     "indices": [int(i) for i in clip.indices],
-                     "duration": clip.duration, "total_frames": clip.total_frames, "average_fps": clip.average_fps,
-                     "decoder": clip.decoder, "decoded_size": [height, width], "size": list(size), "frames": n},
-            "video_token_id": int(skeleton.config.video_token_id)}
-    return plan
+    return frames, size
 
 
-def child(name: str, folder: Path, args: argparse.Namespace) -> dict[str, Any]:
+def child(name: str, folder: Path, args: argparse.Namespace, tag: str = "") -> dict[str, Any]:
     """One step in a fresh process (this script with --child): "prepare" (the checkpoint and the clip,
     built there so that this process never holds the model) or a run; its result, or BenchmarkError
-    with the child's last error line."""
-    env = {**os.environ, **ENGINE_ENV, "VLLM_CPU_OMP_THREADS_BIND": threads_bind(args.threads)}
-    out = folder / f"{name}.json"
+    with the child's last error line. `tag` tells apart the results of one run's rounds."""
+    env = {**environ(), **ENGINE_ENV, "VLLM_CPU_OMP_THREADS_BIND": threads_bind(args.threads)}
+    out = folder / f"{name}{tag}.json"
     inputs = folder / ("args.json" if name == "prepare" else "plan.json")
-    run = subprocess.run([sys.executable, str(Path(__file__).resolve()), "--child", name, "--plan", str(inputs)],
-                         env=env, capture_output=True, text=True)
+    run = subprocess.run(command("vllm", "--child", name, "--plan", str(inputs), "--tag", tag), env=env,
+                         capture_output=True, text=True)
     if run.returncode != 0 or not out.is_file():
         (folder.parent / f"ottvid-vllm-bench-{name}.log").write_text(run.stdout + run.stderr)
         raise BenchmarkError(f"the {name} run failed (exit {run.returncode}): {last_error(run.stdout + run.stderr)} "
@@ -213,6 +279,8 @@ def last_error(output: str) -> str:
 
 def measure(args: argparse.Namespace, on_step=lambda text: None) -> dict[str, Any]:
     """Every asked run, each in its own process, on one checkpoint and one decoded clip."""
+    if args.concurrent is not None:
+        return measure_concurrent(args, on_step)
     with tempfile.TemporaryDirectory(prefix="ottvid-vllm-bench-") as tmp:
         folder = Path(tmp)
         on_step("building the model and decoding the clip")
@@ -224,6 +292,28 @@ def measure(args: argparse.Namespace, on_step=lambda text: None) -> dict[str, An
             results[name] = child(name, folder, args)
     return {"model": describe(args), "clip": plan["clip"], "rate": args.rate, "warmup": args.warmup,
             "repeats": args.repeats, "threads_bind": threads_bind(args.threads), "runs": results}
+
+
+def measure_concurrent(args: argparse.Namespace, on_step=lambda text: None) -> dict[str, Any]:
+    """--concurrent: --rounds rounds; in each, every asked run in a fresh process sends the N requests at
+    once. The runs take turns within a round, in an order rotated every round, so that a change of the
+    machine's load falls on all of them alike."""
+    with tempfile.TemporaryDirectory(prefix="ottvid-vllm-bench-") as tmp:
+        folder = Path(tmp)
+        on_step(f"building the model and the {args.concurrent} clips")
+        (folder / "args.json").write_text(json.dumps(vars(args)))
+        plan = child("prepare", folder, args)
+        results: dict[str, list[dict[str, Any]]] = {name: [] for name in args.runs}
+        for i in range(args.rounds):
+            for name in sibling("vllm_concurrent").order(args.runs, i):
+                on_step(f"round {i + 1} of {args.rounds}: {name}")
+                results[name].append({"round": i + 1, **child(name, folder, args, tag=f"-{i + 1}")})
+    data = {"model": describe(args), "clips": [{k: c[k] for k in ("name", "count", "decoded_size", "size")}
+                                               for c in plan["clips"]],
+            "concurrent": args.concurrent, "rounds": args.rounds, "rate": args.rate, "warmup": args.warmup,
+            "threads_bind": threads_bind(args.threads), "runs": results}
+    data["ottvid_over_evs"] = sibling("vllm_concurrent").ottvid_over_evs(data)
+    return data
 
 
 def describe(args: argparse.Namespace) -> str:
@@ -263,8 +353,13 @@ def run_vllm(name: str, plan: dict[str, Any]) -> dict[str, Any]:
     start = time.perf_counter()
     llm = LLM(**engine_kwargs(name, plan))
     start_ms = (time.perf_counter() - start) * 1e3
-    request = {"prompt": plan["prompt"], "multi_modal_data": {"video": (np.load(plan["frames"]), plan["metadata"])}}
     params = SamplingParams(max_tokens=1, temperature=0.0)
+    if "clips" in plan:  # --concurrent
+        result = sibling("vllm_concurrent").timed(llm, plan, params)
+        env = provenance().environment("cpu", plan["dtype"])
+        env["vllm"] = vllm.__version__
+        return {"start_ms": start_ms, **result, "environment": env, "load": os.getloadavg()[0]}
+    request = {"prompt": plan["prompt"], "multi_modal_data": {"video": (np.load(plan["frames"]), plan["metadata"])}}
     for _ in range(plan["warmup"]):
         llm.generate([request], params, use_tqdm=False)
     timed = []
@@ -304,16 +399,17 @@ def run_pipeline(plan: dict[str, Any]) -> dict[str, Any]:
             "load": os.getloadavg()[0]}
 
 
-def run_child(name: str, inputs: str) -> None:
-    """--child: one step in this process; its result into NAME.json beside its inputs (prepare: plan.json)."""
+def run_child(name: str, inputs: str, tag: str = "") -> None:
+    """--child: one step in this process; its result into NAME+TAG.json beside its inputs (prepare: plan.json)."""
     folder = Path(inputs).parent
     data = json.loads(Path(inputs).read_text())
     if name == "prepare":
-        result = prepare(argparse.Namespace(**data), folder)
+        args = argparse.Namespace(**data)
+        result = prepare(args, folder) if args.concurrent is None else prepare_concurrent(args, folder)
         (folder / "plan.json").write_text(json.dumps(result))
     else:
         result = run_pipeline(data) if name == "pipeline" else run_vllm(name, data)
-    (folder / f"{name}.json").write_text(json.dumps(result, default=float))
+    (folder / f"{name}{tag}.json").write_text(json.dumps(result, default=float))
 
 
 # ------------------------------------------------------------------------------------------------
@@ -392,7 +488,7 @@ def render(data: dict[str, Any]):
 
 def environment_line(data: dict[str, Any]) -> str:
     for run in data["runs"].values():
-        env = run["environment"]
+        env = (run[0] if isinstance(run, list) else run)["environment"]  # --concurrent: a list of rounds
         return provenance().line(env) + (f", vLLM {env['vllm']}" if "vllm" in env else "")
     return ""
 
@@ -403,7 +499,8 @@ def saved(path: str) -> dict[str, Any]:
         data = json.loads(Path(path).read_text())
     except (OSError, ValueError) as exc:
         raise BenchmarkError(f"cannot read measurements from {path}: {exc}") from None
-    if not isinstance(data, dict) or not {"model", "clip", "rate", "runs"} <= set(data):
+    if not isinstance(data, dict) or not ({"model", "clip", "rate", "runs"} <= set(data)
+                                          or {"model", "clips", "concurrent", "rate", "runs"} <= set(data)):
         raise BenchmarkError(f"{path} holds no measurements of benchmarks/vllm.py --json")
     return data
 
@@ -411,7 +508,7 @@ def saved(path: str) -> dict[str, Any]:
 def main(argv: list[str] | None = None) -> None:
     args = parser().parse_args(argv)
     if args.child:
-        run_child(args.child, args.plan)
+        run_child(args.child, args.plan, args.tag)
         return
     from rich.console import Console
 
@@ -426,11 +523,13 @@ def main(argv: list[str] | None = None) -> None:
     except BenchmarkError as exc:
         err.print(f"error: {exc}", markup=False, highlight=False)
         raise SystemExit(2) from None
-    if args.json:
+    if args.json == "-":
         print(json.dumps(data, indent=1, default=float))
         return
+    if args.json:
+        Path(args.json).write_text(json.dumps(data, indent=1, default=float))
     console = Console(width=200)
-    console.print(render(data))
+    console.print(sibling("vllm_concurrent").render(data) if "clips" in data else render(data))
     print(environment_line(data))
 
 

@@ -10,7 +10,7 @@ command line (`cli/ask.py`) does the reading and printing; nothing here prints.
 from __future__ import annotations
 
 from .pipeline import RunResult
-from .prepared import make_config
+from .request import Compression, Request
 from .sampling import Sampling
 from .session import Engine
 
@@ -50,13 +50,19 @@ class Chat:
         self.turns: list[tuple[str, str]] = []
 
     def ask(self, question: str, on_token=None, on_step=None) -> RunResult:
-        config = make_config(self.ratio, self.preset, self.engine.backbone, method=self.method,
-                             options=self.options) if self.options else None
-        result = self.engine.ask(self.video, question, sampling=self.sampling, method=self.method, ratio=self.ratio,
-                                 preset=self.preset, config=config, max_new_tokens=self.max_new_tokens,
-                                 on_token=on_token, on_step=on_step, history=self.turns if self.history else ())
+        """Answer `question` with the settings as they are (and, with history on, the earlier turns)."""
+        result = self.engine.ask(self.video, question, self.request(), on_token=on_token, on_step=on_step,
+                                 history=self.turns if self.history else ())
         self.turns.append((question, result.answer))
         return result
+
+    def compression(self) -> Compression:
+        """The method, ratio, preset and options as they are now."""
+        return Compression(self.method, self.ratio, self.preset, self.options)
+
+    def request(self) -> Request:
+        """What the next question asks of the engine: the frames, the compression and the reply's length."""
+        return Request(self.sampling, self.compression(), self.max_new_tokens)
 
     def settings(self) -> str:
         s = self.sampling
@@ -89,8 +95,8 @@ class Chat:
     def _command(self, line: str) -> str | None:
         from dataclasses import replace
 
-        from .settings import (DEFAULT_MAX_FRAMES, METHODS, PRESETS, SettingsError, check_choice, check_count,
-                               check_positive, check_ratio)
+        from .checks import DEFAULT_MAX_FRAMES, SettingsError, check_choice, check_count, check_positive, check_ratio
+        from .method_catalog import METHODS, PRESETS
 
         name, _, value = line.strip().partition(" ")
         name, value = name.lower(), value.strip()
@@ -166,7 +172,7 @@ class Chat:
     def _check_compression(self, saved: tuple) -> None:
         """A method, preset and ratio that do not go together are refused here, not at the next question."""
         try:
-            make_config(self.ratio, self.preset, self.engine.backbone, method=self.method, options=self.options)
+            self.compression().config(self.engine.backbone)
         except ValueError:
             self.ratio, self.method, self.preset, self.options = saved
             raise

@@ -20,7 +20,7 @@ from __future__ import annotations
 import re
 from importlib import metadata
 
-from .settings import ModelError
+from .model_source import ModelError
 
 MIN_TRANSFORMERS = "5.18"  # pyproject.toml's transformers>=5.18 (tests/test_lib_mismatch.py checks they agree)
 TORCHVISION_OFFSET = 15  # torchvision 0.(m + 15) is built for torch 2.m

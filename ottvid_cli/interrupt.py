@@ -47,6 +47,12 @@ def stop_when(cancel: Cancel | None) -> Iterator[None]:
         _scope.reset(token)
 
 
+def current() -> Cancel | None:
+    """The calling thread's scope's `cancel` (None outside a scope): a thread started for the caller can
+    honour it too."""
+    return _scope.get()
+
+
 def checkpoint(what: str = "the run") -> None:
     """Raise Interrupted if the current scope's `cancel` says stop; `what` names the loop stopped."""
     cancel = _scope.get()

@@ -6,52 +6,19 @@
 A value becomes the field's type: bool (true/false, yes/no, on/off, 1/0), int, float, str; a field
 that takes several (OTT-Vid's `alpha`: a name or a number) tries them in that order, str last.
 `none`/`null` is None where the field allows it. The config's own checks (ranges, choices) run in
-`check_config`. `method_options` is the one entry point (parse, type, check every method at every
-ratio); `build_config` builds the config once the model is loaded. The registry imports torch, so
-the command line calls `method_options` after its cheap checks and before loading the model.
+`request.Compression.check`. `method_options` is the one entry point (parse, type, check every method at
+every ratio); `Compression.config` builds the config once the model is loaded. The registry imports
+torch, so the command line calls `method_options` after its cheap checks and before loading the model.
 """
 
 from __future__ import annotations
 
 import math
-import types
-import typing
-from dataclasses import fields
 from typing import Any, Sequence
 
+from .request import Compression, MethodArgError, option_types, options_line
+
 TRUE, FALSE = ("true", "yes", "on", "1"), ("false", "no", "off", "0")
-
-
-class MethodArgError(ValueError):
-    """A bad `--method-arg`; the message is one line and names the method's options."""
-
-
-def option_types(method: str) -> dict[str, tuple[type, ...]]:
-    """Each config field of `method` and the types its value may take (NoneType included if optional)."""
-    from .compression import methods
-
-    config = methods.get(method).config
-    try:
-        hints = typing.get_type_hints(config)
-    except Exception:  # an annotation that does not resolve: the default's type
-        hints = {}
-    out = {}
-    for f in fields(config):
-        hint = hints.get(f.name)
-        if typing.get_origin(hint) in (typing.Union, getattr(types, "UnionType", typing.Union)):
-            out[f.name] = tuple(typing.get_args(hint))
-        elif isinstance(hint, type):
-            out[f.name] = (hint,)
-        else:
-            out[f.name] = (type(getattr(config(), f.name)),)
-    return out
-
-
-def _options_line(method: str, known) -> str:
-    known = list(known)
-    if not known:
-        return f"{method} takes no options" if method != "none" else "--method none compresses nothing: it has no options"
-    return f"{method} options: {', '.join(known)}"
 
 
 def _value(method: str, key: str, text: str, allowed: tuple[type, ...]) -> Any:
@@ -110,22 +77,11 @@ def parse_method_args(method: str | Sequence[str], items: Sequence[str] | None) 
         else:
             targets = [m for m in chosen if key in types_of[m]]
         if not targets or any(key not in types_of[m] for m in targets):
-            options = "; ".join(_options_line(m, [k for k in types_of[m] if k != "ratio"]) for m in chosen)
+            options = "; ".join(options_line(m, [k for k in types_of[m] if k != "ratio"]) for m in chosen)
             raise MethodArgError(f"--method-arg {item}: unknown option {key!r} ({options})")
         for m in targets:
             out[m][key] = _value(m, key, text, types_of[m][key])
     return out[chosen[0]] if isinstance(method, str) else out
-
-
-def check_config(method: str, ratio: float, options: dict[str, Any], preset: str = "paper") -> Any:
-    """The config of `method` at `ratio` with `options` (the config's own checks run); MethodArgError."""
-    from .pipeline import make_config
-
-    try:
-        return make_config(ratio, preset, method=method, options=options)
-    except (ValueError, TypeError) as exc:
-        known = [k for k in option_types(method) if k != "ratio"]
-        raise MethodArgError(f"--method {method}: {exc} ({_options_line(method, known)})") from None
 
 
 def method_options(methods: Sequence[str], ratios: Sequence[float], preset: str,
@@ -133,19 +89,11 @@ def method_options(methods: Sequence[str], ratios: Sequence[float], preset: str,
     """The one place a run's method options are read: `items` ("key=value" or "method.key=value" text,
     as `--method-arg` gives them) parsed, typed and checked for each of `methods` at each of `ratios`
     with `preset` (OTT-Vid's only). Returns {method: its options}; MethodArgError (one line). Needs no
-    model: call it before loading one, then `build_config` once it is loaded."""
+    model: call it before loading one, then `request.Compression(...).config(backbone)` once it is loaded."""
     if preset != "paper" and "ottvid" not in methods:
         raise MethodArgError(f"--preset {preset} is OTT-Vid's (the authors' code): it applies to --method ottvid only")
     options = parse_method_args(list(methods), items)
     for method in methods:
         for ratio in ratios:
-            check_config(method, ratio, options[method], preset if method == "ottvid" else "paper")
+            Compression(method, ratio, preset if method == "ottvid" else "paper", options[method]).check()
     return options
-
-
-def build_config(backbone: Any, method: str, ratio: float, preset: str, options: dict[str, Any]) -> Any:
-    """The full config of `method` at `ratio` with the options `method_options` returned (None for
-    none), once the model is loaded (the official preset takes the model's overrides)."""
-    from .pipeline import make_config
-
-    return make_config(ratio, preset if method == "ottvid" else "paper", backbone, method=method, options=options)

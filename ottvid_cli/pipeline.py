@@ -20,9 +20,9 @@ import torch
 from .chunked import checked_prompt, chunk_size, fit_tokens, planned_size, prepare_chunked
 from .compression import Compressed, OTTVidConfig, token_counts
 from .prepared import (PREPROCESS_LOCK, Prepared, check_method, compress_visual, default_config, frame_resize,
-                       make_config, pixel_range)
+                       pixel_range)
 from .sampling import Sampling
-from .settings import STAGES
+from .checks import STAGES
 from .tasks import grounding, qa
 from .timing import Stopwatch
 from .video import Video
@@ -30,7 +30,7 @@ from .video import Video
 DESCRIBE = "Describe the video."
 
 __all__ = ["DESCRIBE", "Drawing", "Loaded", "Prepared", "RunResult", "answer", "drawing", "frame_resize", "load",
-           "make_config", "plan_counts", "prepare"]
+           "plan_counts", "prepare"]
 
 
 @dataclass
@@ -166,6 +166,9 @@ class RunResult:
     prefix: Any = field(default=None, repr=False)  # the KV cache of the prompt's prefix this run used or kept
     prefilled_tokens: int | None = None  # tokens this run prefilled: the LLM input less a reused prefix
     span_note: str | None = None  # ground without a span: what the reply held ("one time, 7 s, not a start ...")
+    # the full prefill padded to a length bucket (`backbones.graphed_prefill`): {"path": "cuda_graph" | "padded",
+    # "bucket", "tokens"}; None: generate()'s own prefill (or a reused prefix)
+    prefill_graph: dict[str, Any] | None = None
 
     @property
     def clip(self) -> Video:
@@ -208,6 +211,7 @@ class RunResult:
                            **{k: self.timings_ms.get(k) for k in STAGES}},
             "cache_hit": self.cache_hit, "cache_source": self.cache_source if self.cache_hit else None,
             "random_model": bool(getattr(p.backbone, "random_model", False)),  # a tiny random model's answer
+            "prefill_graph": self.prefill_graph,
             **({"span_note": self.span_note} if self.task == "ground" else {}),
         }
 
@@ -220,20 +224,23 @@ def _warmup_ms(backbone: Any) -> dict[str, float]:
 
 def answer(prepared: Prepared, task: str, max_new_tokens: int, on_step=None, on_token=None,
            options: list[str] | None = None, prefix: Any = None, keep_prefix: bool = False,
-           cache_hit: bool = False, point: bool = False) -> RunResult:
+           cache_hit: bool = False, point: bool = False, prefill: Any = None) -> RunResult:
     """Generate the reply to `prepared.prompt` ("ask": with the chosen letter when `options` are given;
     "ground": with the span, one time read as a span only with `point`). `prefix` / `keep_prefix`:
-    prefix reuse (`KeptTokenGeneration.generate`); the prefix the run used or kept is `result.prefix`."""
+    prefix reuse (`KeptTokenGeneration.generate`); the prefix the run used or kept is `result.prefix`.
+    `prefill`: a `backbones.graphed_prefill.PrefillRunner` for the full prefill (None: generate()'s own)."""
     if on_step is not None:
         on_step("generate")
     generated = prepared.backbone.generate(prepared.inputs, prepared.features, prepared.kept,
                                            max_new_tokens=max_new_tokens, on_token=on_token,
-                                           compressed=prepared.compressed, prefix=prefix, keep_prefix=keep_prefix)
+                                           compressed=prepared.compressed, prefix=prefix, keep_prefix=keep_prefix,
+                                           **({"prefill": prefill} if prefill is not None else {}))
     timings = {**prepared.timings_ms, "prefill": generated.prefill_ms, "generate": generated.generate_ms}
     result = RunResult(task=task, answer=generated.text, letter=None, span=None,
                        tokens=prepared.tokens(generated.llm_input_tokens, generated.new_tokens),
                        timings_ms=timings, prepared=prepared, cache_hit=cache_hit, prefix=generated.prefix,
-                       prefilled_tokens=generated.prefilled_tokens)
+                       prefilled_tokens=generated.prefilled_tokens,
+                       prefill_graph=(generated.extra or {}).get("prefill"))
     if task == "ask":
         result.letter = qa.parse_letter(result.answer, options) if options else None
     else:

@@ -1,5 +1,5 @@
-"""A prepared video (`Prepared`) and the pieces every preparation shares: the compression settings of a
-method (`make_config`, `default_config`, `check_method`), the compression of encoder output
+"""A prepared video (`Prepared`) and the pieces every preparation shares: a method's default
+compression settings (`default_config`, `check_method`), the compression of encoder output
 (`compress_visual`), the frame size a backbone's frames leave the decoder at (`frame_resize`), and the
 preprocessing lock with the pixel range it guards (`PREPROCESS_LOCK`, `pixel_range`). `pipeline.prepare`
 (every frame at once) and `chunked.prepare_chunked` (a long video chunk by chunk) both build a `Prepared`."""
@@ -14,38 +14,10 @@ from typing import Any
 import torch
 
 from .compression import Compressed, OTTVidConfig, compress, methods
+from .request import Compression
 from .sampling import Sampling
-from .settings import PRESETS
 from .timing import Stopwatch
 from .video import Video
-
-
-def make_config(ratio: float = 0.1, preset: str = "paper", backbone: Any = None,
-                config: Any = None, method: str = "ottvid", options: dict[str, Any] | None = None) -> Any:
-    """The compression settings of `method`: `config` with this ratio (and `options`) when given;
-    else for ottvid the preset ("paper", or "official": the authors' code, with the backbone's
-    `official_overrides`), for another registered method its defaults with the backbone's
-    `method_defaults[method]` over them (e.g. FastVID's LLaVA-OneVision path on LLaVA-OneVision);
-    `options` set config fields (they win over the preset and the backbone's defaults). None for
-    method "none". ValueError for a bad preset or option."""
-    options = dict(options or {})
-    if method == "none":
-        methods.make_config("none", 1.0, **options)  # no options: a ValueError naming none's
-        return None
-    if config is not None:
-        changes = {**options, **({"ratio": ratio} if config.ratio != ratio else {})}
-        return replace(config, **changes) if changes else config
-    if preset not in PRESETS:
-        raise ValueError(f"preset must be one of {', '.join(PRESETS)}, got {preset!r}")
-    if method != "ottvid":
-        if preset != "paper":
-            raise ValueError(f"preset {preset!r} is OTT-Vid's (the authors' code): method {method} has its own "
-                             f"defaults, set with options")
-        defaults = dict((getattr(backbone, "method_defaults", None) or {}).get(method, {}))
-        return methods.make_config(method, ratio, **{**defaults, **options})
-    overrides = dict(getattr(backbone, "official_overrides", {}) or {}) if preset == "official" else {}
-    methods.make_config("ottvid", ratio, **options)  # unknown options: the registry's one-line error
-    return OTTVidConfig.preset(preset, ratio=ratio, **{**overrides, **options})
 
 
 @dataclass
@@ -150,10 +122,11 @@ def frame_resize(backbone, sampling: Sampling):
 
 
 def default_config(method: str, backbone: Any) -> Any:
-    """The compression settings `method` runs with when none are given (`make_config`'s; None for "none")."""
+    """The compression settings `method` runs with when none are given (`request.Compression.config`'s;
+    None for "none")."""
     if method == "none":
         return None
-    return make_config(backbone=backbone, method=method)
+    return Compression(method).config(backbone)
 
 
 def compress_visual(backbone, visual, method: str, config: OTTVidConfig | None,

@@ -18,7 +18,7 @@ import os
 import statistics
 import threading
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
@@ -26,7 +26,8 @@ import numpy as np
 import torch
 
 from .compression import OTTVidConfig
-from .pipeline import Prepared, Sampling, frame_resize, make_config, prepare
+from .pipeline import Prepared, Sampling, frame_resize, prepare
+from .request import Compression
 from .timing import Stopwatch, synchronize
 from .video import Timeline, Video
 from .video.timeline import even, frames_at
@@ -70,6 +71,14 @@ class ProfileResult:
         return {"model": self.model, "device": self.device, "frames": self.frames, "repeats": self.repeats,
                 "warmup": self.warmup, "first_call_ms": dict(self.first_call_ms),
                 "rows": [r.to_dict() for r in self.rows]}
+
+
+def _run_config(backbone, method: str, ratio: float, preset: str, template: Any = None) -> Any:
+    """The config of one run of the sweep: `template` (a config of `method`) at this run's ratio, set here
+    in the open, else the method's own (`Compression.config`: the preset, the backbone's defaults)."""
+    if template is not None and method != "none":
+        return Compression.of(replace(template, ratio=ratio), method).config(backbone)
+    return Compression(method, ratio, preset).config(backbone)
 
 
 def summary(values: list[float]) -> dict[str, float]:
@@ -118,7 +127,7 @@ def profile(backbone, video: str | Path | Video, prompt: str, ratios: list[float
     methods = [m for m in dict.fromkeys(methods) if m != "none"]
     plans = [("none", 1.0)] + [(m, r) for m in methods for r in ratios]
     templates = {"ottvid": config, **(configs or {})}
-    cfgs = [make_config(r, preset if m == "ottvid" else "paper", backbone, templates.get(m), m) for m, r in plans]
+    cfgs = [_run_config(backbone, m, r, preset if m == "ottvid" else "paper", templates.get(m)) for m, r in plans]
     step("vision encoder (once for every run)")
     encodings = []
     with _PeakMemory(device) as encoding_memory:

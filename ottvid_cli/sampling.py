@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .settings import DEFAULT_MAX_FRAMES, SAMPLING_RULES as RULES
+from .checks import DEFAULT_MAX_FRAMES, SAMPLING_RULES as RULES
 
 
 @dataclass(frozen=True)

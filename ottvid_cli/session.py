@@ -4,6 +4,10 @@
     first = engine.ask("video.mp4", "What happens?")        # decode, encode, compress, full prefill
     second = engine.ask("video.mp4", "Who is there?")       # cache hit: only the question is prefilled
     second.cache_hit, second.timings_ms["prefill"]
+    third = engine.ask("video.mp4", "Who?", Request(compression=Compression(ratio=0.25)))  # recompressed
+
+What is asked (frames, compression, reply length, choices) is one `request.Request`; `Engine.ask` and
+`ground` take it, and the per-call plumbing (streaming, stages, history, cancellation) as keywords.
 
 The first question about a video runs the whole pipeline and keeps (1) the prepared video (clip,
 the video part of the processor's inputs, visual tokens, compression) in a `cache.PreparedCache`
@@ -21,9 +25,11 @@ import threading
 from pathlib import Path
 from typing import Callable, Sequence
 
+from .backbones.graphed_prefill import prefill_runner
 from .cache import DEFAULT_DISK_BYTES, Entry, PreparedCache, compression_key, video_key
 from .interrupt import stop_when
-from .pipeline import Prepared, RunResult, answer, make_config, prepare
+from .pipeline import Prepared, RunResult, answer, prepare
+from .request import Compression, Request
 from .sampling import Sampling
 from .tasks import grounding, qa
 
@@ -34,15 +40,19 @@ class Engine:
     """A loaded backbone plus the reuse caches; thread-compatible (the server calls it from one worker thread)."""
 
     def __init__(self, backbone, cache_bytes: int = 2 << 30, cache_dir: str | Path | None = None,
-                 keep_saliency: bool = False, disk_bytes: int = DEFAULT_DISK_BYTES, keep_encoded: bool = False):
+                 keep_saliency: bool = False, disk_bytes: int = DEFAULT_DISK_BYTES, keep_encoded: bool = False,
+                 cuda_graphs: bool | None = None):
         """cache_bytes: bound of the in-memory cache (prepared videos, compressions, prefix KV caches);
         cache_dir: also keep encoded videos there (None: memory only), at most `disk_bytes` of them
         (least recently used deleted first); keep_saliency: compute the saliency even for method
         "none", so that any later method recompresses without encoding; keep_encoded: keep the encoder's
         output of a video prepared in chunks with OTT-Vid too (`pipeline.prepare`'s `keep`; without it a long
         video's features are not held, and another ratio or method prepares it again). Warnings about the
-        cache (a damaged entry rebuilt, a folder that cannot be written): `engine.cache.take_warnings()`."""
+        cache (a damaged entry rebuilt, a folder that cannot be written): `engine.cache.take_warnings()`.
+        cuda_graphs: run each full prefill padded to a length bucket, as a CUDA graph per bucket on CUDA
+        (`backbones.graphed_prefill`); None: on CUDA only; True elsewhere runs the padded prefill eagerly."""
         self.backbone = backbone
+        self.prefill = prefill_runner(backbone, cuda_graphs)  # None: generate()'s own prefill
         self.keep_encoded = keep_encoded
         self.pictures: int | None = None  # a video prepared in chunks keeps the frames of a picture this size
         self.cache = PreparedCache(cache_bytes, cache_dir, disk_bytes)
@@ -56,44 +66,44 @@ class Engine:
         from .warmup import warm_up
 
         with self._lock:
-            return warm_up(self.backbone, precompile=precompile)
+            return warm_up(self.backbone, precompile=precompile, prefill=self.prefill)
 
-    def ask(self, video, question: str, options: list[str] | None = None, sampling: Sampling | None = None,
-            method: str = "ottvid", ratio: float = 0.1, config=None, preset: str = "paper",
-            max_new_tokens: int = 64, on_token=None, on_step=None,
-            history: Sequence[tuple[str, str]] = (), cancel=None, video_name: str | None = None,
-            max_visual_tokens: int | None = None) -> RunResult:
-        """Answer a question about a video (with multiple-choice options if given: `letter` is the one
-        chosen), reusing what the caches hold. `sampling` defaults to the model's own frame count (32; 64
-        for LLaVA-Video); `method`, `ratio`, `config`, `preset`: the compression (`prepared.make_config`);
-        `on_token` receives the reply's text as it is generated (the result holds the full text either
-        way), `on_step` the name of each stage as it starts; `history`: earlier (question, answer) turns,
-        sent before this one; `max_visual_tokens`: the ratio is lowered so that at most this many visual
-        tokens reach the LLM; `cancel` (a threading.Event, or a callable returning True): once it is set,
-        the run stops at its next check (each 1 MiB hashed for the cache key, each packet decoded, each
-        Sinkhorn iteration or launch group) with `interrupt.Interrupted`; `video_name`: see `prepared`."""
+    def ask(self, video, question: str, request: Request | None = None, *, on_token=None, on_step=None,
+            history: Sequence[tuple[str, str]] = (), cancel=None, video_name: str | None = None) -> RunResult:
+        """Answer a question about a video, reusing what the caches hold. `request` (None: every default)
+        holds the frames (default: the model's own frame count, 32; 64 for LLaVA-Video), the compression
+        (`Compression.config` builds its config for this model), the reply's length (default 64 tokens)
+        and multiple-choice options (`choices`: `letter` is the one chosen). `on_token` receives the
+        reply's text as it is generated (the result holds the full text either way), `on_step` the name
+        of each stage as it starts; `history`: earlier (question, answer) turns, sent before this one;
+        `cancel` (a threading.Event, or a callable returning True): once it is set, the run stops at its
+        next check (each 1 MiB hashed for the cache key, each packet decoded, each Sinkhorn iteration or
+        launch group) with `interrupt.Interrupted`; `video_name`: see `prepared`."""
+        request = request or Request()
         if not question.strip():
             raise ValueError("the question is empty")
-        return self._run("ask", video, qa.build_prompt(question, options), sampling or Sampling(), method,
-                         make_config(ratio, preset, self.backbone, config, method), max_new_tokens, on_token, on_step,
-                         options=options, history=history, cancel=cancel, video_name=video_name,
-                         max_visual_tokens=max_visual_tokens)
+        if request.point:
+            raise ValueError("point is for ground, not ask")
+        options = list(request.choices) if request.choices is not None else None
+        return self._run("ask", video, qa.build_prompt(question, options), request.sampling or Sampling(),
+                         request.compression, request.tokens("ask"), on_token, on_step, options=options,
+                         history=history, cancel=cancel, video_name=video_name)
 
-    def ground(self, video, query: str, sampling: Sampling | None = None, method: str = "ottvid",
-               ratio: float = 0.1, config=None, preset: str = "paper", max_new_tokens: int = 48,
-               on_token=None, on_step=None, point: bool = False, cancel=None,
-               video_name: str | None = None, max_visual_tokens: int | None = None) -> RunResult:
+    def ground(self, video, query: str, request: Request | None = None, *, on_token=None, on_step=None,
+               cancel=None, video_name: str | None = None) -> RunResult:
         """Find when the described event happens, reusing what the caches hold: `span` is [start, end]
         seconds, or None if the reply holds no span (`span_note` says what it held: no time, or a single
-        one). `point`: the query names a moment; one time is asked for and read as [t, t]. `sampling`
-        defaults to 2 fps, at most 768 frames; the other arguments as for `ask` (`video_name`: see
-        `prepared`)."""
+        one). `request` as for `ask`, with `point` (the query names a moment; one time is asked for and
+        read as [t, t]); its frames default to 2 fps, at most 768, its reply to 48 tokens. The other
+        arguments as for `ask`."""
+        request = request or Request()
         if not query.strip():
             raise ValueError("the query is empty")
-        return self._run("ground", video, grounding.build_prompt(query, point), sampling or Sampling.grounding(),
-                         method, make_config(ratio, preset, self.backbone, config, method), max_new_tokens, on_token,
-                         on_step, point=point, cancel=cancel, video_name=video_name,
-                         max_visual_tokens=max_visual_tokens)
+        if request.choices:
+            raise ValueError("choices are for ask, not ground")
+        return self._run("ground", video, grounding.build_prompt(query, request.point),
+                         request.sampling or Sampling.grounding(), request.compression, request.tokens("ground"),
+                         on_token, on_step, point=request.point, cancel=cancel, video_name=video_name)
 
     def prepared(self, video, sampling: Sampling, method: str, config, prompt: str,
                  on_step: Callable[[str], None] | None = None, cancel=None,
@@ -138,9 +148,11 @@ class Engine:
             p = _served(p, "compression")
         return _named(_served(p).reprompt(prompt), video_name), entry, key, True
 
-    def _run(self, task: str, video, prompt: str, sampling: Sampling, method: str, config, max_new_tokens: int,
+    def _run(self, task: str, video, prompt: str, sampling: Sampling, compression: Compression, max_new_tokens: int,
              on_token, on_step, options=None, history=(), point: bool = False, cancel=None,
-             video_name: str | None = None, max_visual_tokens: int | None = None) -> RunResult:
+             video_name: str | None = None) -> RunResult:
+        method, max_visual_tokens = compression.method, compression.max_visual_tokens
+        config = compression.config(self.backbone)
         with self._lock, stop_when(cancel):  # the long loops check `cancel` too (interrupt.checkpoint)
             prepared, entry, key, hit = self.prepared(video, sampling, method, config, prompt, on_step, cancel,
                                                       video_name, max_visual_tokens)
@@ -150,7 +162,7 @@ class Engine:
             ckey = _compression_key(method, config, max_visual_tokens)
             prefix = entry.prefixes.get(ckey)
             result = answer(prepared, task, max_new_tokens, on_step, on_token, options=options, prefix=prefix,
-                            keep_prefix=prefix is None, cache_hit=hit, point=point)
+                            keep_prefix=prefix is None, cache_hit=hit, point=point, prefill=self.prefill)
             result.cache_source = source
             if prefix is None and result.prefix is not None:
                 entry.prefixes[ckey] = result.prefix

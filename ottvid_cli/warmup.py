@@ -76,12 +76,14 @@ def _precompile(prepared: Any) -> None:
                        config.sinkhorn_stop == "tol")
 
 
-def warm_up(backbone: Any, max_new_tokens: int = 2, precompile: bool = True) -> float:
+def warm_up(backbone: Any, max_new_tokens: int = 2, precompile: bool = True, prefill: Any = None) -> float:
     """Run one small question (and a second from its prefix) through `backbone`; returns the wall time
     in ms, also kept as `backbone.warmup_ms`. Nothing is cached: the engine's caches never see it.
     precompile: on CUDA with the Triton backend, compile every variant of the compression kernels a
     request of the default shape can need (its K block is chosen by the content: without this, the first
-    real request compiled one, 0.66 s on an H200); Triton keeps them on disk for later processes."""
+    real request compiled one, 0.66 s on an H200); Triton keeps them on disk for later processes.
+    prefill: the engine's `PrefillRunner`, which then captures the CUDA graph of the default request's
+    length bucket here (the first question runs through it)."""
     from .pipeline import answer, prepare
     from .sampling import Sampling
     from .tasks import qa
@@ -94,7 +96,7 @@ def warm_up(backbone: Any, max_new_tokens: int = 2, precompile: bool = True) -> 
                        prompt=qa.build_prompt(WARM_QUESTIONS[0]))
     if precompile:
         _precompile(prepared)
-    first = answer(prepared, "ask", max_new_tokens, keep_prefix=True)
+    first = answer(prepared, "ask", max_new_tokens, keep_prefix=True, prefill=prefill)
     if first.prefix is not None:
         answer(prepared.reprompt(qa.build_prompt(WARM_QUESTIONS[1])), "ask", max_new_tokens, prefix=first.prefix)
     synchronize(backbone.device)

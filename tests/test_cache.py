@@ -13,6 +13,7 @@ import torch
 
 from ottvid_cli.backbones import load_backbone
 from ottvid_cli.cache import Entry, PreparedCache, content_hash, default_cache_dir
+from ottvid_cli.request import Compression, Request
 from ottvid_cli.sampling import Sampling
 from ottvid_cli.session import Engine
 
@@ -60,29 +61,30 @@ def test_second_question_is_a_hit_with_the_answer_of_a_fresh_run(backbone, tmp_p
     copy = tmp_path / "renamed.mp4"
     shutil.copy(DATA / "bikes.mp4", copy)
     with EncoderCalls(backbone) as calls:
-        first = engine.ask(DATA / "bikes.mp4", "What happens?", sampling=EIGHT, max_new_tokens=6)
-        second = engine.ask(copy, "Who rides?", sampling=EIGHT, max_new_tokens=6)  # same bytes, other path
-        third = engine.ask(copy, "Who rides?", sampling=EIGHT, ratio=0.25, max_new_tokens=6)  # recompressed
+        first = engine.ask(DATA / "bikes.mp4", "What happens?", Request(EIGHT, max_new_tokens=6))
+        second = engine.ask(copy, "Who rides?", Request(EIGHT, max_new_tokens=6))  # same bytes, other path
+        third = engine.ask(copy, "Who rides?",
+                           Request(EIGHT, Compression(ratio=0.25), max_new_tokens=6))  # recompressed
     assert calls.count == 1
     assert (first.cache_hit, second.cache_hit, third.cache_hit) == (False, True, True)
     assert second.to_dict()["cache_hit"] is True and first.to_dict()["cache_hit"] is False
     assert second.timings_ms["vision"] == 0.0 and second.timings_ms["decode"] == 0.0
-    fresh = Engine(backbone).ask(copy, "Who rides?", sampling=EIGHT, max_new_tokens=6)  # a new engine: no cache
+    fresh = Engine(backbone).ask(copy, "Who rides?", Request(EIGHT, max_new_tokens=6))  # a new engine: no cache
     assert second.answer == fresh.answer and second.tokens == fresh.tokens
     assert second.prepared.prompt == fresh.prepared.prompt
-    fresh = Engine(backbone).ask(copy, "Who rides?", sampling=EIGHT, ratio=0.25, max_new_tokens=6)
+    fresh = Engine(backbone).ask(copy, "Who rides?", Request(EIGHT, Compression(ratio=0.25), max_new_tokens=6))
     assert third.answer == fresh.answer and third.tokens == fresh.tokens
-    other = engine.ask(DATA / "bikes.mp4", "What happens?", sampling=Sampling(frames=4), max_new_tokens=2)
+    other = engine.ask(DATA / "bikes.mp4", "What happens?", Request(Sampling(frames=4), max_new_tokens=2))
     assert not other.cache_hit  # another sampling is another entry
     assert len(engine.cache) == 2
 
 
 def test_memory_is_bounded_in_bytes(backbone):
     engine = Engine(backbone, cache_bytes=1)  # room for the entry in use only
-    engine.ask(DATA / "bikes.mp4", "What happens?", sampling=Sampling(frames=4), max_new_tokens=1)
-    engine.ask(DATA / "yoga.mp4", "What happens?", sampling=Sampling(frames=4), max_new_tokens=1)
+    engine.ask(DATA / "bikes.mp4", "What happens?", Request(Sampling(frames=4), max_new_tokens=1))
+    engine.ask(DATA / "yoga.mp4", "What happens?", Request(Sampling(frames=4), max_new_tokens=1))
     assert len(engine.cache) == 1
-    again = engine.ask(DATA / "bikes.mp4", "Again?", sampling=Sampling(frames=4), max_new_tokens=1)
+    again = engine.ask(DATA / "bikes.mp4", "Again?", Request(Sampling(frames=4), max_new_tokens=1))
     assert not again.cache_hit  # evicted
     cache = PreparedCache(10 << 20)
     entry = Entry(base=again.prepared)
@@ -92,12 +94,12 @@ def test_memory_is_bounded_in_bytes(backbone):
 
 def test_disk_entries_survive_a_new_engine_and_bad_ones_are_rebuilt(backbone, tmp_path):
     video = DATA / "yoga.mp4"
-    first = Engine(backbone, cache_dir=tmp_path).ask(video, "What happens?", sampling=EIGHT, max_new_tokens=6)
+    first = Engine(backbone, cache_dir=tmp_path).ask(video, "What happens?", Request(EIGHT, max_new_tokens=6))
     metas = list(tmp_path.glob("*.json"))
     assert len(metas) == 1 and len(list(tmp_path.glob("*.safetensors"))) == 1
     assert not list(tmp_path.glob(".*.tmp"))  # written atomically, nothing left behind
     with EncoderCalls(backbone) as calls:
-        loaded = Engine(backbone, cache_dir=tmp_path).ask(video, "What happens?", sampling=EIGHT, max_new_tokens=6)
+        loaded = Engine(backbone, cache_dir=tmp_path).ask(video, "What happens?", Request(EIGHT, max_new_tokens=6))
     assert calls.count == 0 and loaded.cache_hit
     assert loaded.answer == first.answer and loaded.tokens == first.tokens
     untimed = [{k: v for k, v in r.compression.items() if k != "timings_ms"} for r in (loaded, first)]
@@ -106,27 +108,29 @@ def test_disk_entries_survive_a_new_engine_and_bad_ones_are_rebuilt(backbone, tm
     data = next(tmp_path.glob("*.safetensors"))
     data.write_bytes(data.read_bytes()[:-100])  # truncated
     with EncoderCalls(backbone) as calls:
-        rebuilt = Engine(backbone, cache_dir=tmp_path).ask(video, "What happens?", sampling=EIGHT, max_new_tokens=6)
+        rebuilt = Engine(backbone, cache_dir=tmp_path).ask(video, "What happens?", Request(EIGHT, max_new_tokens=6))
     assert calls.count == 1 and not rebuilt.cache_hit and rebuilt.answer == first.answer
 
     meta = metas[0]
     for path in tmp_path.glob("*"):  # a clean store again, then a stale key (another model config)
         path.unlink()
-    Engine(backbone, cache_dir=tmp_path).ask(video, "What happens?", sampling=EIGHT, max_new_tokens=1)
+    Engine(backbone, cache_dir=tmp_path).ask(video, "What happens?", Request(EIGHT, max_new_tokens=1))
     doc = json.loads(meta.read_text())
     doc["key"]["model_config"] = "0" * 16
     meta.write_text(json.dumps(doc))
     with EncoderCalls(backbone) as calls:
-        stale = Engine(backbone, cache_dir=tmp_path).ask(video, "What happens?", sampling=EIGHT, max_new_tokens=1)
+        stale = Engine(backbone, cache_dir=tmp_path).ask(video, "What happens?", Request(EIGHT, max_new_tokens=1))
     assert calls.count == 1 and not stale.cache_hit
 
 
 def test_qwen3_vl_deepstack_comes_back_from_disk(tiny_qwen3_vl, tmp_path):
     backbone = load_backbone(str(tiny_qwen3_vl))
-    first = Engine(backbone, cache_dir=tmp_path).ask(DATA / "bikes.mp4", "What happens?", sampling=Sampling(frames=4),
-                                                     ratio=0.5, max_new_tokens=6)
+    first = Engine(backbone, cache_dir=tmp_path).ask(DATA / "bikes.mp4", "What happens?",
+                                                     Request(Sampling(frames=4), Compression(ratio=0.5),
+                                                             max_new_tokens=6))
     loaded = Engine(backbone, cache_dir=tmp_path).ask(DATA / "bikes.mp4", "What happens?",
-                                                      sampling=Sampling(frames=4), ratio=0.5, max_new_tokens=6)
+                                                      Request(Sampling(frames=4), Compression(ratio=0.5),
+                                                              max_new_tokens=6))
     assert loaded.cache_hit and loaded.answer == first.answer and loaded.tokens == first.tokens
 
 
@@ -163,7 +167,7 @@ def test_an_entry_naming_a_proc_fd_is_read_as_an_unknown_file(backbone, tmp_path
     from ottvid_cli.cache import _entry_digest, disk_entries
 
     video = DATA / "bikes.mp4"
-    Engine(backbone, cache_dir=tmp_path).ask(video, "What?", sampling=Sampling(frames=4), max_new_tokens=1)
+    Engine(backbone, cache_dir=tmp_path).ask(video, "What?", Request(Sampling(frames=4), max_new_tokens=1))
     meta_path = next(tmp_path.glob("*.json"))
     meta = json.loads(meta_path.read_text())
     assert meta["clip"]["path"] == str(video)
@@ -176,7 +180,7 @@ def test_an_entry_naming_a_proc_fd_is_read_as_an_unknown_file(backbone, tmp_path
     copy = tmp_path / "copy.mp4"
     shutil.copy(video, copy)
     engine = Engine(backbone, cache_dir=tmp_path)
-    hit = engine.ask(copy, "Who?", sampling=Sampling(frames=4), max_new_tokens=1)
+    hit = engine.ask(copy, "Who?", Request(Sampling(frames=4), max_new_tokens=1))
     assert hit.cache_hit and hit.to_dict()["video"] == str(copy) and engine.cache.take_warnings() == []
     key = next(iter(engine.cache.entries))
     assert "/proc/" not in str(engine.cache.entries[key].base.clip.path)
@@ -188,7 +192,7 @@ def test_an_entry_records_a_relative_name_as_an_absolute_path(backbone, tmp_path
     from ottvid_cli.cache import disk_entries
 
     monkeypatch.chdir(DATA)
-    Engine(backbone, cache_dir=tmp_path).ask("bikes.mp4", "What?", sampling=Sampling(frames=4), max_new_tokens=1)
+    Engine(backbone, cache_dir=tmp_path).ask("bikes.mp4", "What?", Request(Sampling(frames=4), max_new_tokens=1))
     monkeypatch.chdir(tmp_path)
     [entry] = disk_entries(tmp_path, details=True)
     assert entry.video == os.path.abspath(DATA / "bikes.mp4")
@@ -198,21 +202,21 @@ def test_a_corrupted_entry_is_a_miss_rewritten_with_one_warning(backbone, tmp_pa
     """Feature bytes overwritten with random float32 of the same size were used as good
     (cache_hit true, another answer, no warning, every run)."""
     video = DATA / "yoga.mp4"
-    first = Engine(backbone, cache_dir=tmp_path).ask(video, "What happens?", sampling=EIGHT, max_new_tokens=6)
+    first = Engine(backbone, cache_dir=tmp_path).ask(video, "What happens?", Request(EIGHT, max_new_tokens=6))
     data = next(tmp_path.glob("*.safetensors"))
     size = data.stat().st_size
     _overwrite_tensor(data, "visual.features")
     assert data.stat().st_size == size
     engine = Engine(backbone, cache_dir=tmp_path)
     with EncoderCalls(backbone) as calls:
-        again = engine.ask(video, "What happens?", sampling=EIGHT, max_new_tokens=6)
+        again = engine.ask(video, "What happens?", Request(EIGHT, max_new_tokens=6))
     assert calls.count == 1 and not again.cache_hit and again.tokens == first.tokens
     warnings = engine.cache.take_warnings()
     assert len(warnings) == 1 and "digest" in warnings[0] and data.stem in warnings[0], warnings
     assert engine.cache.take_warnings() == []
     engine = Engine(backbone, cache_dir=tmp_path)  # rewritten: good again
     with EncoderCalls(backbone) as calls:
-        third = engine.ask(video, "What happens?", sampling=EIGHT, max_new_tokens=6)
+        third = engine.ask(video, "What happens?", Request(EIGHT, max_new_tokens=6))
     assert calls.count == 0 and third.cache_hit and third.tokens == first.tokens
     assert engine.cache.take_warnings() == []
 
@@ -223,7 +227,7 @@ def test_a_damaged_entry_is_rewritten_not_left_to_miss_forever(backbone, tmp_pat
     """`_save` returned early when both files existed, so every later run missed; a fifo in place of a
     file blocked the reader forever; a huge sparse file was read whole."""
     video = DATA / "bikes.mp4"
-    Engine(backbone, cache_dir=tmp_path).ask(video, "What happens?", sampling=Sampling(frames=4), max_new_tokens=1)
+    Engine(backbone, cache_dir=tmp_path).ask(video, "What happens?", Request(Sampling(frames=4), max_new_tokens=1))
     meta, data = next(tmp_path.glob("*.json")), next(tmp_path.glob("*.safetensors"))
     if damage == "truncated":
         data.write_bytes(data.read_bytes()[:-100])
@@ -241,7 +245,7 @@ def test_a_damaged_entry_is_rewritten_not_left_to_miss_forever(backbone, tmp_pat
     engine = Engine(backbone, cache_dir=tmp_path)
     result = {}
     reader = threading.Thread(target=lambda: result.setdefault(
-        "run", engine.ask(video, "What happens?", sampling=Sampling(frames=4), max_new_tokens=1)), daemon=True)
+        "run", engine.ask(video, "What happens?", Request(Sampling(frames=4), max_new_tokens=1))), daemon=True)
     reader.start()
     reader.join(120)
     assert not reader.is_alive(), "reading the cache entry blocked"
@@ -251,7 +255,7 @@ def test_a_damaged_entry_is_rewritten_not_left_to_miss_forever(backbone, tmp_pat
     if damage.startswith("fifo"):
         assert "not a regular file" in warnings[0], warnings
     with EncoderCalls(backbone) as calls:
-        hit = Engine(backbone, cache_dir=tmp_path).ask(video, "What?", sampling=Sampling(frames=4), max_new_tokens=1)
+        hit = Engine(backbone, cache_dir=tmp_path).ask(video, "What?", Request(Sampling(frames=4), max_new_tokens=1))
     assert calls.count == 0 and hit.cache_hit
 
 
@@ -262,7 +266,7 @@ def test_a_folder_that_cannot_be_written_warns_once(backbone, tmp_path):
     blocker.write_text("mine")
     engine = Engine(backbone, cache_dir=blocker / "cache")
     for frames in (4, 2):
-        result = engine.ask(DATA / "bikes.mp4", "What?", sampling=Sampling(frames=frames), max_new_tokens=1)
+        result = engine.ask(DATA / "bikes.mp4", "What?", Request(Sampling(frames=frames), max_new_tokens=1))
         assert result.answer is not None
     warnings = engine.cache.take_warnings()
     assert len(warnings) == 1 and "cannot write the cache folder" in warnings[0], warnings
@@ -355,26 +359,26 @@ def test_the_folder_is_bounded_least_recently_used_first(backbone, tmp_path):
     four = Sampling(frames=4)
     sizes = {}
     for name in ("bikes.mp4", "yoga.mp4", "cockatoo.mp4"):  # each entry's size, in a folder of its own
-        Engine(backbone, cache_dir=tmp_path / name).ask(DATA / name, "What?", sampling=four, max_new_tokens=1)
+        Engine(backbone, cache_dir=tmp_path / name).ask(DATA / name, "What?", Request(four, max_new_tokens=1))
         sizes[name] = disk_entries(tmp_path / name)[0].bytes
     tmp_path = tmp_path / "bounded"
-    Engine(backbone, cache_dir=tmp_path).ask(DATA / "bikes.mp4", "What?", sampling=four, max_new_tokens=1)
+    Engine(backbone, cache_dir=tmp_path).ask(DATA / "bikes.mp4", "What?", Request(four, max_new_tokens=1))
     cap = sizes["bikes.mp4"] + sizes["cockatoo.mp4"] + sizes["yoga.mp4"] // 2  # room for two of the three
     assert max(sizes["bikes.mp4"] + sizes["yoga.mp4"], sizes["cockatoo.mp4"] + sizes["yoga.mp4"]) <= cap
     assert sum(sizes.values()) > cap  # (entries hold frames at the model's size: similar for every clip)
     (tmp_path / "notes.txt").write_text("not ours")
-    Engine(backbone, cache_dir=tmp_path, disk_bytes=cap).ask(DATA / "yoga.mp4", "What?", sampling=four,
-                                                             max_new_tokens=1)
+    Engine(backbone, cache_dir=tmp_path, disk_bytes=cap).ask(DATA / "yoga.mp4", "What?",
+                                                             Request(four, max_new_tokens=1))
     names = [e.name for e in disk_entries(tmp_path)]
     assert len(names) == 2
     time.sleep(0.05)
-    hit = Engine(backbone, cache_dir=tmp_path, disk_bytes=cap).ask(DATA / "bikes.mp4", "Who?", sampling=four,
-                                                                   max_new_tokens=1)
+    hit = Engine(backbone, cache_dir=tmp_path, disk_bytes=cap).ask(DATA / "bikes.mp4", "Who?",
+                                                                   Request(four, max_new_tokens=1))
     assert hit.cache_hit  # bikes is now the most recently used
     assert [e.name for e in disk_entries(tmp_path)] == [names[1], names[0]]
     time.sleep(0.05)
-    Engine(backbone, cache_dir=tmp_path, disk_bytes=cap).ask(DATA / "cockatoo.mp4", "What?", sampling=four,
-                                                             max_new_tokens=1)
+    Engine(backbone, cache_dir=tmp_path, disk_bytes=cap).ask(DATA / "cockatoo.mp4", "What?",
+                                                             Request(four, max_new_tokens=1))
     left = disk_entries(tmp_path, details=True)
     assert len(left) == 2 and names[1] not in {e.name for e in left}  # yoga, least recently used, went
     assert sum(e.bytes for e in left) <= cap

@@ -181,10 +181,11 @@ def test_json_stdout_holds_only_the_result(tiny_qwen):
 
 def test_library_rejects_unknown_method(tiny_qwen):
     from ottvid_cli.backbones import load_backbone
+    from ottvid_cli.request import Compression, Request
     from ottvid_cli.session import Engine
 
     with pytest.raises(ValueError):
-        Engine(load_backbone(str(tiny_qwen))).ask(DATA / "bikes.mp4", "q", method="fast")
+        Engine(load_backbone(str(tiny_qwen))).ask(DATA / "bikes.mp4", "q", Request(compression=Compression("fast")))
 
 
 def test_keyframes_take_the_files_key_frames_and_say_how_far(tiny_qwen):

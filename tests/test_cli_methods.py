@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from ottvid_cli import settings
+from ottvid_cli import method_catalog
 from ottvid_cli.compression import methods
 from tests.support.cli import invoke
 
@@ -28,7 +28,28 @@ def one_line_error(result, *words):
 
 
 def test_the_torch_free_names_are_the_registry():
-    assert settings.METHODS == tuple(methods.names())
+    """What the command line offers before importing torch is the registry's list, in its order: each
+    built-in method registered by the module `method_catalog.BUILTIN` names."""
+    assert method_catalog.METHODS == tuple(methods.names())
+    for name, module in method_catalog.BUILTIN.items():
+        assert methods.get(name).fn.__module__ == f"{method_catalog.PACKAGE}.{module}", name
+
+
+def test_a_method_registered_later_joins_the_registry_after_the_built_in_ones(monkeypatch):
+    from dataclasses import dataclass
+
+    from ottvid_cli.compression.methods import registry
+
+    @dataclass(frozen=True)
+    class KeepAll:
+        ratio: float = 1.0
+
+    monkeypatch.setattr(registry, "_REGISTRY", dict(registry._REGISTRY))  # the registration is undone after
+    methods.register("keep-all", KeepAll, "every token")(methods.get("none").fn)
+    assert methods.names() == [*method_catalog.METHODS, "keep-all"]
+    assert methods.get("keep-all").summary == "every token"
+    with pytest.raises(ValueError, match="already registered"):
+        methods.register("topk", KeepAll, "again")(methods.get("none").fn)
 
 
 @pytest.mark.parametrize("method", methods.names())

@@ -36,7 +36,7 @@ def test_a_group_alone_prints_its_help_on_stdout_and_exits_0(args):
 
 
 class _Engine:
-    backbone = None  # make_config reads the backbone's defaults: none here
+    backbone = None  # Compression.config reads the backbone's defaults: none here
 
 
 def test_chat_names_the_preset_only_for_ottvid():

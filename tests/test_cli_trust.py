@@ -9,8 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from ottvid_cli import settings
+from ottvid_cli import checks, defaults
+from ottvid_cli import model_source as source
 from ottvid_cli.cli import app
+from ottvid_cli.request import Request
 from tests.support.cli import invoke, runner
 
 DATA = Path(__file__).parent / "data"
@@ -168,19 +170,19 @@ def test_defaults_precedence(tmp_path):
     config.parent.mkdir()
     config.write_text('model = "org/from-config"\ndevice = "cpu"\nratio = 0.25\nframes = 6\n')
     env = {"XDG_CONFIG_HOME": str(tmp_path)}
-    d = settings.load_defaults(env)
+    d = defaults.load_defaults(env)
     assert (d.model, d.device, d.dtype, d.ratio, d.frames) == ("org/from-config", "cpu", "auto", 0.25, 6)
     assert d.source["ratio"] == str(config) and d.source["dtype"] == "built-in"
-    d = settings.load_defaults({**env, "OTTVID_MODEL": "org/from-env"})
+    d = defaults.load_defaults({**env, "OTTVID_MODEL": "org/from-env"})
     assert d.model == "org/from-env" and d.source["model"] == "OTTVID_MODEL"
     assert d.pick("model", "org/flag") == "org/flag" and d.pick("model", None) == "org/from-env"
     other = tmp_path / "other.toml"
     other.write_text("ratio = 0.5\n")
-    assert settings.load_defaults({**env, "OTTVID_CONFIG": str(other)}).ratio == 0.5
-    assert settings.config_path({"XDG_CONFIG_HOME": "/x"}) == Path("/x/ottvid/config.toml")
-    assert settings.config_path({"XDG_CONFIG_HOME": "/x", "OTTVID_CONFIG": "/y.toml"}) == Path("/y.toml")
-    assert settings.config_path({}).parts[-3:] == (".config", "ottvid", "config.toml")
-    assert settings.load_defaults({"XDG_CONFIG_HOME": str(tmp_path / "none")}).model == settings.DEFAULT_MODEL
+    assert defaults.load_defaults({**env, "OTTVID_CONFIG": str(other)}).ratio == 0.5
+    assert defaults.config_path({"XDG_CONFIG_HOME": "/x"}) == Path("/x/ottvid/config.toml")
+    assert defaults.config_path({"XDG_CONFIG_HOME": "/x", "OTTVID_CONFIG": "/y.toml"}) == Path("/y.toml")
+    assert defaults.config_path({}).parts[-3:] == (".config", "ottvid", "config.toml")
+    assert defaults.load_defaults({"XDG_CONFIG_HOME": str(tmp_path / "none")}).model == defaults.DEFAULT_MODEL
 
 
 @pytest.mark.parametrize(
@@ -196,8 +198,8 @@ def test_defaults_precedence(tmp_path):
 def test_malformed_config_is_one_line_naming_file_and_key(tmp_path, text, message):
     path = tmp_path / "c.toml"
     path.write_text(text)
-    with pytest.raises(settings.SettingsError) as caught:
-        settings.load_defaults({"OTTVID_CONFIG": str(path)})
+    with pytest.raises(checks.SettingsError) as caught:
+        defaults.load_defaults({"OTTVID_CONFIG": str(path)})
     assert str(path) in str(caught.value) and message in str(caught.value) and "\n" not in str(caught.value)
 
 
@@ -316,10 +318,10 @@ def test_answer_is_streamed_and_the_library_returns_the_full_text(tiny_qwen):
 
     backbone = load_backbone(str(tiny_qwen))
     pieces = []
-    result = Engine(backbone).ask(VIDEO, "What happens?", sampling=Sampling(frames=4), max_new_tokens=8,
-                                  on_token=pieces.append)
+    result = Engine(backbone).ask(VIDEO, "What happens?",
+                                  Request(Sampling(frames=4), max_new_tokens=8), on_token=pieces.append)
     assert len(pieces) >= 1 and "".join(pieces).strip() == result.answer
-    quiet = Engine(backbone).ask(VIDEO, "What happens?", sampling=Sampling(frames=4), max_new_tokens=8)
+    quiet = Engine(backbone).ask(VIDEO, "What happens?", Request(Sampling(frames=4), max_new_tokens=8))
     assert quiet.answer == result.answer
     assert quiet.to_dict()["timings_ms"]["load"] == backbone.load_ms > 0 and "load" not in quiet.timings_ms
 
@@ -439,25 +441,25 @@ def test_unreachable_hub_uses_the_cache_without_network(tiny_qwen, tmp_path, mon
     from ottvid_cli.backbones import load_backbone
 
     monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)
-    monkeypatch.setattr(settings, "hub_reachable", lambda: False)
+    monkeypatch.setattr(source, "hub_reachable", lambda: False)
     monkeypatch.setattr(constants, "HF_HUB_CACHE", str(tmp_path / "hub"))
-    with pytest.raises(settings.ModelError, match="hf download org/tiny"):
-        settings.model_source("org/tiny")
+    with pytest.raises(source.ModelError, match="hf download org/tiny"):
+        source.model_source("org/tiny")
     snapshot = tmp_path / "hub" / "models--org--tiny" / "snapshots" / "abc123"
     shutil.copytree(tiny_qwen, snapshot)
     (tmp_path / "hub" / "models--org--tiny" / "refs").mkdir()
     (tmp_path / "hub" / "models--org--tiny" / "refs" / "main").write_text("abc123")
-    assert settings.model_source("org/tiny") == str(snapshot)
+    assert source.model_source("org/tiny") == str(snapshot)
     backbone = load_backbone("org/tiny")
     assert backbone.name == "org/tiny" and backbone.load_ms > 0
 
 
 def test_path_like_model_that_does_not_exist():
     for model in ("./x-missing", "/x-missing", "~/x-missing"):
-        with pytest.raises(settings.SettingsError, match="model folder not found"):
-            settings.check_model(model)
-    with pytest.raises(settings.ModelError, match="model folder not found"):
-        settings.model_source("~/x-missing")
+        with pytest.raises(checks.SettingsError, match="model folder not found"):
+            checks.check_model(model)
+    with pytest.raises(source.ModelError, match="model folder not found"):
+        source.model_source("~/x-missing")
 
 
 def test_llava_streams_and_takes_its_official_overrides(tiny_llava_ov):

@@ -185,8 +185,8 @@ def test_inside_vllms_worker_the_count_is_vllms(vllm_env):
     from pathlib import Path
 
     root = Path(__file__).resolve().parent.parent
-    run = subprocess.run([sys.executable, str(root / "benchmarks" / "compression.py"), "--shapes", "qwen", "--ratios",
-                          "0.1", "--repeats", "1", "--inside", "vllm", "--json"],
+    run = subprocess.run([sys.executable, "-m", "benchmarks.compression", "--shapes", "qwen", "--ratios", "0.1",
+                          "--repeats", "1", "--inside", "vllm", "--json"],
                          capture_output=True, text=True, timeout=900, cwd=root)
     assert run.returncode == 0, run.stderr[-3000:]
     quiet, inside = [json.loads(line) for line in run.stdout.splitlines() if line.startswith("{")]

@@ -12,13 +12,13 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-SCRIPT = ROOT / "benchmarks" / "decode.py"
+SCRIPT = ["-m", "benchmarks.decode"]  # from the checkout (cwd=ROOT)
 KINDS = {"1080p-bframes", "one-keyframe"}
 
 
 @pytest.mark.slow
 def test_quick_run_measures_every_clip_and_decoder(tmp_path):
-    done = subprocess.run([sys.executable, str(SCRIPT), "--quick", "--json", "--clips", str(tmp_path), "--kinds",
+    done = subprocess.run([sys.executable, *SCRIPT, "--quick", "--json", "--clips", str(tmp_path), "--kinds",
                            *sorted(KINDS)],
                           capture_output=True, text=True, timeout=1800, cwd=ROOT)
     assert done.returncode == 0, done.stderr[-2000:]

@@ -4,16 +4,12 @@ through benchmarks/methods.py's checkout_file and benchmarks/gpu.py's authors_co
 import os
 import pathlib
 import subprocess
-import sys
 
 import pytest
 
-ROOT = pathlib.Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "benchmarks"))
+from benchmarks import device_kit, gpu, methods
 
-import device_kit  # noqa: E402
-import gpu  # noqa: E402
-import methods  # noqa: E402
+ROOT = pathlib.Path(__file__).resolve().parent.parent
 
 
 def git(repo: pathlib.Path, *args: str) -> str:

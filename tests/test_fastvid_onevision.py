@@ -7,6 +7,7 @@ import torch.nn.functional as F
 
 from ottvid_cli.compression import methods
 from ottvid_cli.compression.methods.fastvid import FastVIDConfig, onevision_plan
+from ottvid_cli.request import Compression, Request
 from test_methods import check_contract, official_or_skip, tokens
 
 OV = {"path": "llava_onevision"}
@@ -256,15 +257,15 @@ def test_prepare_uses_the_onevision_path_and_the_head(with_head, siglip_heads, c
 def test_user_options_win_over_the_backbone_defaults(with_head, clip):
     from ottvid_cli import pipeline
 
-    config = pipeline.make_config(0.1, backbone=with_head, method="fastvid", options={"path": "qwen2_5_vl"})
+    config = Compression("fastvid", 0.1, options={"path": "qwen2_5_vl"}).config(with_head)
     assert config.path == "qwen2_5_vl" and config.tau == 0.9  # the backbone's other default stays
-    assert pipeline.make_config(0.2, backbone=with_head, method="fastvid", options={"tau": 0.5}) == FastVIDConfig(
+    assert Compression("fastvid", 0.2, options={"tau": 0.5}).config(with_head) == FastVIDConfig(
         ratio=0.2, tau=0.5, path="llava_onevision")
     prepared = pipeline.prepare(with_head, clip, method="fastvid", config=config)
     assert prepared.compressed.report.details["path"] == "qwen2_5_vl"
     assert prepared.recompress(method="fastvid").config.path == "llava_onevision"  # defaults again
     # methods without a LLaVA-OneVision path keep their defaults; Qwen adapters carry none
-    assert pipeline.make_config(0.1, backbone=with_head, method="holitom") == methods.make_config("holitom")
+    assert Compression("holitom", 0.1).config(with_head) == methods.make_config("holitom")
     from ottvid_cli.backbones.qwen2_5_vl import Qwen25VL
     from ottvid_cli.backbones.qwen3_vl import Qwen3VL
 
@@ -304,10 +305,10 @@ def test_the_signals_come_back_from_the_disk_cache(with_head, tmp_path):
 
     video, sampling = Path(__file__).parent / "data" / "cockatoo.mp4", Sampling(frames=4)
     assert video_key(with_head, video, sampling)["siglip_head"] == with_head.siglip_head_name
-    first = Engine(with_head, cache_dir=tmp_path).ask(video, "What happens?", sampling=sampling, method="fastvid",
-                                                      max_new_tokens=2)
-    loaded = Engine(with_head, cache_dir=tmp_path).ask(video, "What happens?", sampling=sampling, method="fastvid",
-                                                       max_new_tokens=2)
+    first = Engine(with_head, cache_dir=tmp_path).ask(video, "What happens?",
+                                                      Request(sampling, Compression("fastvid"), max_new_tokens=2))
+    loaded = Engine(with_head, cache_dir=tmp_path).ask(video, "What happens?",
+                                                       Request(sampling, Compression("fastvid"), max_new_tokens=2))
     assert loaded.cache_hit and loaded.compression["details"]["signals"] == "siglip_head"
     for name in ("frame_features", "attention"):
         assert torch.equal(loaded.prepared.visual.signals[name].cpu(), first.prepared.visual.signals[name].cpu())

@@ -24,8 +24,6 @@ from ottvid_cli.compression.transport import sinkhorn, solve_transport, transpor
 import test_compress as base
 import test_official as official
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "benchmarks"))
-
 pytestmark = pytest.mark.skipif(not triton_importable(), reason="triton is not installed")
 
 
@@ -216,7 +214,7 @@ def _count(monkeypatch, call):
     """(operations that launch kernels, Triton launches, the op counter) of call(): benchmarks/gpu.py's
     count_operations (views, allocations, the interpreter's own copies and the budget allocation on
     its host copy of W_t not counted)."""
-    from gpu import count_operations
+    from benchmarks.gpu import count_operations
 
     return count_operations(call)
 
@@ -366,7 +364,7 @@ def test_precompile_compiles_every_k_block(kdev):
 
     kernels.precompile(kdev, pairs=2, tokens=8, max_iter=2, early_stop=True)
     kernels.precompile(kdev, pairs=2, tokens=8, max_iter=2, early_stop=False)
-    built = kernels._BUILT[("sinkhorn", kernels.interpreting())]
+    built = kernels.built_kernel("sinkhorn")
     if not kernels.interpreting():  # compiled: one variant per block size and stage, whatever the sizes
         assert {"pairs", "k", "done"} <= {built.arg_names[i] for i in built.do_not_specialize}
 

@@ -3,13 +3,8 @@ measured (the numbers themselves are the GPU's to judge; nothing here asserts a 
 
 import io
 import json
-import sys
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "benchmarks"))
-
-import gpu_model  # noqa: E402
+from benchmarks import gpu_model
 
 
 def test_smoke_runs_every_section(capsys):

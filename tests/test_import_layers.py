@@ -1,7 +1,8 @@
 """Imports only go down: no import cycle anywhere in ottvid_cli (module-level and function-level imports
 alike, relative imports resolved), and no library module imports the command-line package. The command
 line uses only the public API of `ottvid_cli.eval` (the names its `__all__` lists), and each room stays
-small: no command module over 500 lines, no module of the decoder package over 400.
+small: no command module over 500 lines, no module of the decoder package over 400. No module of
+ottvid_cli or benchmarks reads another's underscore name through an import (`kernels._launch`).
 
 The walk reads the source with `ast`, so it sees imports inside functions that a run would only reach
 on some paths. Imports under `if TYPE_CHECKING:` are not run and are left out.
@@ -47,22 +48,24 @@ def _imports(tree: ast.AST):
         stack.extend(ast.iter_child_nodes(node))
 
 
+def _stem(node: ast.ImportFrom, name: str, path: Path) -> str:
+    """The module a `from ... import` in module `name` (file `path`) imports from, relative levels resolved."""
+    here = name.split(".") if path.name == "__init__.py" else name.split(".")[:-1]
+    if node.level:
+        return ".".join(here[:len(here) - node.level + 1] + ([node.module] if node.module else []))
+    return node.module or ""
+
+
 def imported_names(root: Path, package: str):
     """(module, imported module, name) for every import of every module of `package`: `from a import b`
     gives (m, "a", "b"), `import a.b` gives (m, "a.b", None); relative imports resolved."""
     for name, path in _modules(root, package).items():
-        is_package = path.name == "__init__.py"
-        here = name.split(".") if is_package else name.split(".")[:-1]
         for node in _imports(ast.parse(path.read_text(), filename=str(path))):
             if isinstance(node, ast.Import):
                 for alias in node.names:
                     yield name, alias.name, None
                 continue
-            if node.level:
-                base = here[:len(here) - node.level + 1]
-                stem = ".".join(base + ([node.module] if node.module else []))
-            else:
-                stem = node.module or ""
+            stem = _stem(node, name, path)
             for alias in node.names:
                 yield name, stem, alias.name
 
@@ -248,6 +251,34 @@ def private_imports(root: Path, package: str) -> list[str]:
     return sorted(found)
 
 
+def private_attribute_reads(root: Path, package: str, others: tuple[str, ...] = ()) -> list[str]:
+    """'module: name._attr' for each read of an underscore attribute (dunder names aside) through a name the
+    module imports from `package` or from one of `others` (`from a import mod`, `import a.mod as m`, ...):
+    what a module keeps private, no other module reads through an import either."""
+    def ours(stem: str) -> bool:
+        return any(stem == p or stem.startswith(p + ".") for p in (package, *others))
+
+    found = []
+    for name, path in _modules(root, package).items():
+        tree = ast.parse(path.read_text(), filename=str(path))
+        bound = set()
+        for node in _imports(tree):
+            if isinstance(node, ast.Import):
+                bound |= {a.asname or a.name.partition(".")[0] for a in node.names if ours(a.name)}
+            elif ours(_stem(node, name, path)):
+                bound |= {a.asname or a.name for a in node.names}
+        for node in ast.walk(tree):
+            if not isinstance(node, ast.Attribute) or not node.attr.startswith("_") or node.attr.startswith("__"):
+                continue
+            chain, value = [node.attr], node.value
+            while isinstance(value, ast.Attribute):
+                chain.append(value.attr)
+                value = value.value
+            if isinstance(value, ast.Name) and value.id in bound:
+                found.append(f"{name}: {'.'.join([value.id, *reversed(chain)])}")
+    return sorted(found)
+
+
 def wide_functions(root: Path, limit: int) -> list[str]:
     """'file: function (N parameters)' for each function under `root` taking more than `limit`
     parameters, except Typer commands (one parameter an option, by Typer's design: a function
@@ -285,6 +316,29 @@ def test_no_arrow_runs_back_up_between_folders():
 
 def test_no_private_name_is_imported_across_modules():
     assert private_imports(ROOT, "ottvid_cli") == []
+
+
+def test_no_module_reads_a_private_attribute_through_an_import():
+    benchmarks = Path(__file__).resolve().parent.parent / "benchmarks"
+    assert private_attribute_reads(ROOT, "ottvid_cli") == []
+    assert private_attribute_reads(benchmarks, "benchmarks", others=("ottvid_cli",)) == []
+
+
+def test_the_check_finds_a_private_attribute_read_through_an_import(tmp_path):
+    root = tmp_path / "pkg"
+    (root / "a").mkdir(parents=True)
+    (root / "__init__.py").write_text("")
+    (root / "a" / "__init__.py").write_text("")
+    (root / "a" / "z.py").write_text("_state = {}\nBUILT = 1\n")
+    (root / "b.py").write_text("import os\nimport pkg.a.z\nfrom .a import z\nfrom .a import z as zed\n"
+                               "def f():\n    from other import mod\n    import pkg.a.z as w\n"
+                               "    return z._state, zed._state[1], pkg.a.z._state, w._state, z.__file__, z.BUILT, "
+                               "os._exit, mod._x\n")
+    assert private_attribute_reads(root, "pkg") == [
+        "pkg.b: pkg.a.z._state", "pkg.b: w._state", "pkg.b: z._state", "pkg.b: zed._state"]
+    assert private_attribute_reads(root, "pkg", others=("other",))[0] == "pkg.b: mod._x"
+    (root / "b.py").write_text("from .a import z\ndef f(z):\n    return z.BUILT, z.__file__\n")
+    assert private_attribute_reads(root, "pkg") == []
 
 
 def test_no_cli_function_takes_more_than_ten_parameters():

@@ -99,7 +99,7 @@ def test_a_transformers_older_than_the_minimum_is_one_line(tiny_qwen, tmp_path):
 
 
 def test_the_minimum_transformers_is_pyprojects():
-    assert f'"transformers>={compat.MIN_TRANSFORMERS},' in (ROOT / "pyproject.toml").read_text()
+    assert f'"transformers>={compat.MIN_TRANSFORMERS}",' in (ROOT / "pyproject.toml").read_text()
 
 
 def test_the_torchvision_of_a_torch_and_the_index_of_its_build():

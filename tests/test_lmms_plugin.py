@@ -98,10 +98,10 @@ print("ok")
 def test_model_args_take_the_method_s_options_as_method_arg_does(tiny_qwen, lmms_env, tmp_path):
     check = f"""
 from ottvid_cli.eval.lmms import OTTVidLMM
-from ottvid_cli.eval.runner import _config
+from ottvid_cli.request import Compression
 model = OTTVidLMM(pretrained={str(tiny_qwen)!r}, method="fastvid", ratio=0.25, frames=4, d=0.3, exact=False)
 assert model.options == {{"fastvid": {{"d": 0.3, "exact": False}}}}, model.options
-config = _config(model.backbone, "fastvid", 0.25, "paper", model.options["fastvid"])
+config = Compression("fastvid", 0.25, options=model.options["fastvid"]).config(model.backbone)
 assert config.d == 0.3 and config.exact is False and config.ratio == 0.25, config
 for bad, words in (({{"bogus": 1}}, "unknown model_args for ottvid: bogus"), ({{"d": "abc"}}, "option d takes")):
     try:

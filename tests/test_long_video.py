@@ -20,6 +20,7 @@ from ottvid_cli.backbones import load_backbone
 from ottvid_cli.interrupt import Interrupted, stop_when
 from ottvid_cli.pipeline import prepare
 from ottvid_cli.progress import reporting
+from ottvid_cli.request import Compression, Request
 from ottvid_cli.sampling import Sampling
 from ottvid_cli.session import Engine
 
@@ -60,12 +61,14 @@ def same_run(a, b):
 
 @pytest.mark.parametrize("chunk", [2, 6, 14])
 def test_ground_in_chunks_is_ground_at_once(qwen, chunk):
-    every = Engine(qwen).ground(CLIP, "a bike", Sampling.grounding(fps=3, chunk_frames="all"), ratio=0.2,
-                                max_new_tokens=8)
+    every = Engine(qwen).ground(CLIP, "a bike",
+                                Request(Sampling.grounding(fps=3, chunk_frames="all"), Compression(ratio=0.2),
+                                        max_new_tokens=8))
     seen = []
     with reporting(lambda stage, done, total: seen.append((stage, done, total))):
-        chunks = Engine(qwen).ground(CLIP, "a bike", Sampling.grounding(fps=3, chunk_frames=chunk), ratio=0.2,
-                                     max_new_tokens=8)
+        chunks = Engine(qwen).ground(CLIP, "a bike",
+                                     Request(Sampling.grounding(fps=3, chunk_frames=chunk), Compression(ratio=0.2),
+                                             max_new_tokens=8))
     same_run(chunks, every)
     total = len(every.frames["indices"])
     assert chunks.prepared.streamed and not every.prepared.streamed
@@ -79,10 +82,11 @@ def test_ground_in_chunks_is_ground_at_once(qwen, chunk):
 
 @pytest.mark.parametrize("method", ["none", "fastvid", "visionzip"])
 def test_other_methods_compress_the_joined_chunks(qwen, method):
-    every = Engine(qwen).ask(CLIP, "what?", sampling=Sampling(frames=12, chunk_frames="all"), method=method,
-                             ratio=0.25, max_new_tokens=6)
-    chunks = Engine(qwen).ask(CLIP, "what?", sampling=Sampling(frames=12, chunk_frames=4), method=method,
-                              ratio=0.25, max_new_tokens=6)
+    every = Engine(qwen).ask(CLIP, "what?",
+                             Request(Sampling(frames=12, chunk_frames="all"), Compression(method, 0.25),
+                                     max_new_tokens=6))
+    chunks = Engine(qwen).ask(CLIP, "what?",
+                              Request(Sampling(frames=12, chunk_frames=4), Compression(method, 0.25), max_new_tokens=6))
     same_run(chunks, every)
     assert not chunks.prepared.streamed and not chunks.prepared.visual.features.is_meta
 
@@ -102,30 +106,32 @@ def test_a_kept_encoder_output_recompresses(qwen):
 @pytest.mark.parametrize("method", ["ottvid", "none"])
 def test_every_backbone_answers_the_same_in_chunks(request, fixture, method):
     backbone = load_backbone(str(request.getfixturevalue(fixture)), device="cpu")
-    every = Engine(backbone).ask(CLIP, "what?", sampling=Sampling(frames=12, chunk_frames="all"), method=method,
-                                 ratio=0.25, max_new_tokens=6)
-    chunks = Engine(backbone).ask(CLIP, "what?", sampling=Sampling(frames=12, chunk_frames=4), method=method,
-                                  ratio=0.25, max_new_tokens=6)
+    every = Engine(backbone).ask(CLIP, "what?",
+                                 Request(Sampling(frames=12, chunk_frames="all"), Compression(method, 0.25),
+                                         max_new_tokens=6))
+    chunks = Engine(backbone).ask(CLIP, "what?",
+                                  Request(Sampling(frames=12, chunk_frames=4), Compression(method, 0.25),
+                                          max_new_tokens=6))
     same_run(chunks, every)
 
 
 def test_the_engine_prepares_a_streamed_video_again_for_another_ratio(qwen):
     engine = Engine(qwen)
     s = Sampling(frames=12, chunk_frames=4)
-    first = engine.ask(CLIP, "what?", sampling=s, ratio=0.25, max_new_tokens=4)
-    second = engine.ask(CLIP, "who?", sampling=s, ratio=0.25, max_new_tokens=4)
-    third = engine.ask(CLIP, "what?", sampling=s, ratio=0.5, max_new_tokens=4)
+    first = engine.ask(CLIP, "what?", Request(s, Compression(ratio=0.25), max_new_tokens=4))
+    second = engine.ask(CLIP, "who?", Request(s, Compression(ratio=0.25), max_new_tokens=4))
+    third = engine.ask(CLIP, "what?", Request(s, Compression(ratio=0.5), max_new_tokens=4))
     assert first.prepared.streamed and not first.cache_hit
     assert second.cache_hit  # the same compression: served
     assert not third.cache_hit and third.tokens["visual_after"] > first.tokens["visual_after"]
-    alone = Engine(qwen).ask(CLIP, "what?", sampling=Sampling(frames=12, chunk_frames="all"), ratio=0.5,
-                             max_new_tokens=4)
+    alone = Engine(qwen).ask(CLIP, "what?",
+                             Request(Sampling(frames=12, chunk_frames="all"), Compression(ratio=0.5), max_new_tokens=4))
     assert third.answer == alone.answer and third.tokens == alone.tokens
 
 
 def test_max_visual_tokens_lowers_the_ratio(qwen):
-    run = Engine(qwen).ground(CLIP, "a bike", Sampling.grounding(fps=3, chunk_frames=6), ratio=0.5, max_new_tokens=4,
-                              config=None)
+    run = Engine(qwen).ground(CLIP, "a bike", Request(Sampling.grounding(fps=3, chunk_frames=6), Compression(ratio=0.5),
+                                                      max_new_tokens=4))
     limited = prepare(qwen, CLIP, Sampling.grounding(fps=3, chunk_frames=6), max_visual_tokens=30,
                       config=run.prepared.config)
     assert limited.compressed.features.shape[0] <= 30 < run.tokens["visual_after"]

@@ -7,8 +7,6 @@ registry. `none` only accepts ratio 1: it is checked at ratio 1 only.
 from __future__ import annotations
 
 import dataclasses
-import importlib.util
-import pathlib
 
 import pytest
 import torch
@@ -28,11 +26,9 @@ DTYPES = [torch.float32, torch.bfloat16, torch.float16]
 
 def official_or_skip(name: str):
     """The official implementation of `name` run from its fetched checkout (benchmarks/methods.py), or skip."""
-    path = pathlib.Path(__file__).resolve().parents[1] / "benchmarks" / "methods.py"
-    spec = importlib.util.spec_from_file_location("benchmark_methods", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    run = module.official(name)
+    from benchmarks import methods as bench_methods
+
+    run = bench_methods.official(name)
     if run is None:
         pytest.skip(f"the official {name} checkout is not available")
     return run

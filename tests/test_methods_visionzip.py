@@ -7,6 +7,7 @@ import pytest
 import torch
 
 from ottvid_cli.compression import methods
+from ottvid_cli.request import Compression
 from test_methods import check_contract, official_or_skip, tokens
 
 # one frame of 8 tokens (grid 2 x 4): tokens 1 and 6 are the most salient; 0 and 4 become targets;
@@ -242,8 +243,8 @@ def test_llava_onevision_selects_the_official_layout_by_default(tiny_llava_ov, t
     backbone = load_backbone(str(tiny_llava_ov))
     default = pipeline.prepare(backbone, clip, method="visionzip")
     assert default.config.layout == "official" and default.compressed.order is not None
-    config = pipeline.make_config(backbone=backbone, method="visionzip", options={"layout": "position"})
+    config = Compression("visionzip", options={"layout": "position"}).config(backbone)
     assert config.layout == "position" and pipeline.prepare(backbone, clip, method="visionzip",
                                                             config=config).compressed.order is None
     qwen = load_backbone(str(tiny_qwen))
-    assert pipeline.make_config(backbone=qwen, method="visionzip").layout == "position"
+    assert Compression("visionzip").config(qwen).layout == "position"

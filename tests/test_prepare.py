@@ -7,6 +7,7 @@ import torch
 
 from ottvid_cli import pipeline
 from ottvid_cli.compression import OTTVidConfig
+from ottvid_cli.request import Compression, Request
 from ottvid_cli.sampling import Sampling
 from ottvid_cli.session import Engine
 
@@ -57,8 +58,8 @@ def test_prepare_takes_a_decoded_clip_and_ask_matches(backbone):
     clip = Sampling(frames=4).decode(DATA / "yoga.mp4", backbone.default_frames)
     prepared = pipeline.prepare(backbone, clip, Sampling(frames=4))
     assert prepared.clip is clip and prepared.timings_ms["decode"] is None
-    a = Engine(backbone).ask(clip, "What?", sampling=Sampling(frames=4), max_new_tokens=3)
-    b = Engine(backbone).ask(DATA / "yoga.mp4", "What?", sampling=Sampling(frames=4), max_new_tokens=3)
+    a = Engine(backbone).ask(clip, "What?", Request(Sampling(frames=4), max_new_tokens=3))
+    b = Engine(backbone).ask(DATA / "yoga.mp4", "What?", Request(Sampling(frames=4), max_new_tokens=3))
     assert a.answer == b.answer and a.tokens == b.tokens
 
 
@@ -87,13 +88,14 @@ def test_grounding_default_caps_at_768():
     assert Sampling.grounding() == Sampling(fps=2.0, max_frames=768)
 
 
-def test_make_config_presets():
+def test_compression_config_presets():
     class Llava:
         official_overrides = {"k_rounding": "round"}
 
-    assert pipeline.make_config(0.2) == OTTVidConfig(ratio=0.2)
-    assert pipeline.make_config(0.2, "official", Llava()) == OTTVidConfig.official(ratio=0.2, k_rounding="round")
+    assert Compression(ratio=0.2).config() == OTTVidConfig(ratio=0.2)
+    assert Compression(ratio=0.2, preset="official").config(Llava()) == OTTVidConfig.official(ratio=0.2,
+                                                                                                k_rounding="round")
     custom = OTTVidConfig(ratio=0.3, gamma=0.5)
-    assert pipeline.make_config(0.1, config=custom) == OTTVidConfig(ratio=0.1, gamma=0.5)
+    assert Compression.of(custom).config() is custom
     with pytest.raises(ValueError):
-        pipeline.make_config(0.1, "fast")
+        Compression(ratio=0.1, preset="fast").config()

@@ -9,6 +9,7 @@ import torch
 from ottvid_cli import pipeline
 from ottvid_cli.backbones import load_backbone
 from ottvid_cli.compression import OTTVidConfig, compress
+from ottvid_cli.request import Compression, Request
 from ottvid_cli.video import sample_frames
 
 DATA = Path(__file__).parent / "data"
@@ -156,8 +157,8 @@ def test_generated_tokens_continue_after_the_last_prompt_position(backbone, prep
 def test_pipeline_counts_and_timings(backbone):
     from ottvid_cli.session import Engine
 
-    result = Engine(backbone).ask(DATA / "yoga.mp4", "Is the camera moving?", sampling=pipeline.Sampling(frames=16),
-                                  ratio=0.25, max_new_tokens=8)
+    result = Engine(backbone).ask(DATA / "yoga.mp4", "Is the camera moving?",
+                                  Request(pipeline.Sampling(frames=16), Compression(ratio=0.25), max_new_tokens=8))
     tokens = result.tokens
     assert tokens["visual_after"] == round(0.25 * tokens["visual_before"])
     assert tokens["llm_input"] == tokens["text"] + tokens["visual_after"]
@@ -171,8 +172,8 @@ def test_pipeline_counts_and_timings(backbone):
 def test_method_none_keeps_every_token(backbone):
     from ottvid_cli.session import Engine
 
-    result = Engine(backbone).ask(DATA / "yoga.mp4", "Is the camera moving?", sampling=pipeline.Sampling(frames=16),
-                                  method="none", max_new_tokens=8)
+    result = Engine(backbone).ask(DATA / "yoga.mp4", "Is the camera moving?",
+                                  Request(pipeline.Sampling(frames=16), Compression("none"), max_new_tokens=8))
     assert result.compression is None and result.timings_ms["compression"] is None
     assert result.tokens["visual_after"] == result.tokens["visual_before"]
 

@@ -13,6 +13,7 @@ from ottvid_cli.backbones import load_backbone
 from ottvid_cli.backbones.positions import qwen3_vl_positions
 from ottvid_cli.backbones.qwen3_vl import Qwen3VL, qwen3_vision_flops
 from ottvid_cli.compression import Compressed, OTTVidConfig, compress
+from ottvid_cli.request import Compression, Request
 from ottvid_cli.tasks import grounding
 from ottvid_cli.video import sample_frames
 from tests.support.cli import runner
@@ -121,6 +122,29 @@ def test_variable_frame_rate_times_are_used_not_an_average_rate(dense):
     inputs = dense.preprocess(frames, times, 8.0, "When?")
     assert STAMP.findall(decoded(dense, inputs["input_ids"][0])) == ["0.1", "2.5", "7.2"]
     assert inputs["video_grid_thw"][0, 0].item() == 3
+
+
+def test_the_group_blocks_replace_the_whole_video_placeholder(dense):
+    """The prompt as Qwen3-VL was trained, written out by hand: each group's `<t seconds><|vision_start|>` +
+    its tokens + `<|vision_end|>` in place of the template's `<|vision_start|><|video_pad|><|vision_end|>`,
+    no outer pair left around them (transformers 5.10 to 5.24's processors kept one); the same from the
+    pixels (`preprocess`), without them (`prompt_inputs`) and after a follow-up question (`reprompt`)."""
+    frames = np.random.default_rng(0).integers(0, 255, (4, 64, 64, 3), dtype=np.uint8)
+    times = [0.0, 0.5, 1.0, 1.5]
+    pads = "<|video_pad|>" * 4  # 64 x 64 at patch 16, merge 2: 2 x 2 merged tokens a group
+    video = f"<0.2 seconds><|vision_start|>{pads}<|vision_end|><1.2 seconds><|vision_start|>{pads}<|vision_end|>"
+
+    def expected(*turns):
+        return "".join(f"<|im_start|>user\n{video if i == 0 else ''}{question}<|im_end|>\n"
+                       + (f"<|im_start|>assistant\n{answer}<|im_end|>\n" if answer is not None else "")
+                       for i, (question, answer) in enumerate(turns)) + "<|im_start|>assistant\n"
+
+    inputs = dense.preprocess(frames, times, 2.0, "When?")
+    assert decoded(dense, inputs["input_ids"][0]) == expected(("When?", None))
+    text_side = dense.prompt_inputs(4, (64, 64), times, 2.0, "When?")
+    assert text_side["input_ids"].tolist() == inputs["input_ids"].tolist()
+    follow_up = dense.reprompt(inputs, "When?", "And then?", history=[("When?", "Soon.")])
+    assert decoded(dense, follow_up["input_ids"][0]) == expected(("When?", "Soon."), ("And then?", None))
 
 
 def visual_per_group(inputs):
@@ -377,8 +401,9 @@ def test_the_pipeline_sends_deepstack_merged_by_the_assignment(dense):
         lambda module, args, kwargs: seen.append(kwargs.get("mm_encoder_outputs")), with_kwargs=True)
     try:
         # tau_c above any cost: every temporal match merges, so chains exist on a random model too
-        result = Engine(dense).ask(DATA / "bikes.mp4", "What happens?", sampling=Sampling(frames=FRAMES), ratio=0.25,
-                                   config=OTTVidConfig(ratio=0.25, tau_c=10.0), max_new_tokens=2)
+        result = Engine(dense).ask(DATA / "bikes.mp4", "What happens?",
+                                   Request(Sampling(frames=FRAMES),
+                                           Compression.of(OTTVidConfig(ratio=0.25, tau_c=10.0)), max_new_tokens=2))
     finally:
         hook.remove()
     prepared = result.prepared
@@ -407,8 +432,10 @@ def test_the_pipeline_sends_deepstack_merged_by_a_weighted_method(dense, method,
     hook = dense.model.register_forward_pre_hook(
         lambda module, args, kwargs: seen.append(kwargs.get("mm_encoder_outputs")), with_kwargs=True)
     try:
-        result = Engine(dense).ask(DATA / "bikes.mp4", "What happens?", sampling=Sampling(frames=FRAMES), ratio=0.25,
-                                   method=method, config=methods.make_config(method, 0.25, **options), max_new_tokens=2)
+        result = Engine(dense).ask(DATA / "bikes.mp4", "What happens?",
+                                   Request(Sampling(frames=FRAMES),
+                                           Compression.of(methods.make_config(method, 0.25, **options), method),
+                                           max_new_tokens=2))
     finally:
         hook.remove()
     c, visual = result.prepared.compressed, result.prepared.visual
@@ -442,9 +469,10 @@ def test_vllms_pruning_methods_through_the_pipeline(dense, method, exact):
     hook = dense.model.register_forward_pre_hook(
         lambda module, args, kwargs: seen.append(kwargs.get("mm_encoder_outputs")), with_kwargs=True)
     try:
-        result = Engine(dense).ask(DATA / "bikes.mp4", "What happens?", sampling=Sampling(frames=FRAMES), ratio=0.25,
-                                   method=method, config=methods.make_config(method, 0.25, exact=exact),
-                                   max_new_tokens=2)
+        result = Engine(dense).ask(DATA / "bikes.mp4", "What happens?",
+                                   Request(Sampling(frames=FRAMES),
+                                           Compression.of(methods.make_config(method, 0.25, exact=exact), method),
+                                           max_new_tokens=2))
     finally:
         hook.remove()
     c, visual = result.prepared.compressed, result.prepared.visual

@@ -7,11 +7,10 @@ import pytest
 import torch
 
 from ottvid_cli import pipeline
-from ottvid_cli.backbones import load_backbone
 from ottvid_cli.backbones.base import prefix_length
 from ottvid_cli.compression import OTTVidConfig
-from ottvid_cli.sampling import Sampling
 from ottvid_cli.tasks import qa
+from tests.support.prepared import bikes
 
 DATA = Path(__file__).parent / "data"
 QUESTIONS = [("What happens in the video?", None), ("Who is riding?", None),
@@ -22,18 +21,15 @@ QUESTIONS = [("What happens in the video?", None), ("Who is riding?", None),
 ATOL, RTOL = 1e-4, 1e-4
 
 
-@pytest.fixture(scope="module", params=["qwen2_5_vl", "qwen3_vl", "llava_onevision"])
-def backbone(request):
-    fixture = {"qwen2_5_vl": "tiny_qwen", "qwen3_vl": "tiny_qwen3_vl", "llava_onevision": "tiny_llava_ov"}
-    return load_backbone(str(request.getfixturevalue(fixture[request.param])))
+@pytest.fixture(scope="module")
+def backbone(each_backbone):
+    """Every architecture in turn (conftest's `each_backbone`)."""
+    return each_backbone
 
 
 @pytest.fixture(scope="module")
 def prepared(backbone):
-    # ratio 0.25 with a high merge threshold: dropped and merged tokens both occur
-    frames = 4 if backbone.frames_per_group == 1 else 8  # LLaVA: 196 tokens a frame
-    return pipeline.prepare(backbone, DATA / "bikes.mp4", Sampling(frames=frames), "ottvid",
-                            OTTVidConfig(ratio=0.25, tau_c=10.0), prompt=qa.build_prompt(*QUESTIONS[0]))
+    return bikes(backbone, qa.build_prompt(*QUESTIONS[0]))
 
 
 def test_reprompt_builds_what_the_processor_builds(backbone, prepared):

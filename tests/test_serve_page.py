@@ -507,9 +507,9 @@ class _Spans:
                     "ratio": 0.1, "tokens": {"visual_before": 100, "visual_after": 10, "llm_input": 30, "generated": 5},
                     "frames": {"count": 4, "duration": 10.0}, "timings_ms": {"generate": 1.0}}
 
-    def ground(self, video, query, on_token=None, on_step=None, point=False, **kwargs):
-        self.points.append(point)
-        if point:
+    def ground(self, video, query, request=None, on_token=None, on_step=None, **kwargs):
+        self.points.append(request.point)
+        if request.point:
             on_token("At 4.0 seconds.")
             return self.Result("ground", "At 4.0 seconds.", [4.0, 4.0])
         on_token("From 2.5 to 5.0 seconds.")
@@ -650,12 +650,12 @@ class _Reports(_Spans):
             data["timings_ms"] = {"load": 2000.0, "warmup": 800.0, "decode": 10.0, "vision": 20.0, "generate": 5.0}
             return {**data, **self.extra}
 
-    def ask(self, video, question, on_token=None, on_step=None, options=None, **kwargs):
+    def ask(self, video, question, request=None, on_token=None, on_step=None, **kwargs):
         on_token("B. a cat" if question == "letter" else "I cannot tell.")
         letter = {"letter": "B"} if question == "letter" else {"letter": None}
         return self.Result("ask", "B. a cat" if question == "letter" else "I cannot tell.", None, letter)
 
-    def ground(self, video, query, on_token=None, on_step=None, point=False, **kwargs):
+    def ground(self, video, query, request=None, on_token=None, on_step=None, **kwargs):
         on_token("At 7 seconds.")
         note = "the reply holds one time, 7 s, not a start and an end"
         return self.Result("ground", "At 7 seconds.", None, {"span_note": note})

@@ -290,7 +290,7 @@ def test_a_library_s_value_error_is_internal_and_ottvid_s_own_is_a_400(start, fo
     response = post(server, body(video, model=MODEL))
     assert response.status_code == 500 and response.json()["error"]["code"] == "internal_error", response.text
     assert "tokens" not in response.json()["error"]["message"]
-    gated.fail = None  # ottvid's own check of the request (pipeline.make_config): its message is for the client
+    gated.fail = None  # ottvid's own check of the request (Compression.config): its message is for the client
     refused = post(server, body(video, model=MODEL, ottvid={"frames": 4, "method": "topk", "preset": "official"}))
     assert refused.status_code == 400 and refused.json()["error"]["code"] == "invalid_value"
     assert "preset 'official' is OTT-Vid's" in refused.json()["error"]["message"]

@@ -10,6 +10,7 @@ from PIL import Image
 from ottvid_cli import pipeline, show
 from ottvid_cli.backbones import load_backbone
 from ottvid_cli.cli import app
+from ottvid_cli.request import Compression
 from tests.support.cli import invoke, runner
 
 DATA = Path(__file__).parent / "data"
@@ -19,7 +20,7 @@ DATA = Path(__file__).parent / "data"
 def inspected(tiny_qwen):
     backbone = load_backbone(str(tiny_qwen))
     p = pipeline.prepare(backbone, DATA / "bikes.mp4", pipeline.Sampling(frames=32), "ottvid",
-                         pipeline.make_config(0.25, backbone=backbone))
+                         Compression(ratio=0.25).config(backbone))
     return backbone, p.clip, p.visual, p.compressed
 
 
@@ -214,7 +215,7 @@ def test_another_methods_picture_shows_kept_merged_and_dropped_apart(tiny_qwen, 
 
     backbone = load_backbone(str(tiny_qwen))
     prepared = pipeline.prepare(backbone, DATA / "bikes.mp4", pipeline.Sampling(frames=16), method,
-                                pipeline.make_config(0.25, "paper", backbone, method=method))
+                                Compression(method, 0.25).config(backbone))
     compressed, clip, (gh, gw) = prepared.compressed, prepared.clip, prepared.visual.grid
     image, layout = show.picture(clip, compressed, (gh, gw), backbone.frames_per_group)
     pixels = np.asarray(image, dtype=np.float64)

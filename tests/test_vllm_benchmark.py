@@ -1,5 +1,5 @@
 """benchmarks/vllm.py: its options, the engine each run asks for, and its table, without vLLM (the test
-environment has none); and, slow, the whole script with --smoke in the vLLM environment (tests/support/vllm_env.py)."""
+environment has none); and, slow, the whole script with --smoke in the vLLM environment (benchmarks/envs/vllm_env.py)."""
 
 import importlib.util
 import io
@@ -12,19 +12,11 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-SCRIPT = ROOT / "benchmarks" / "vllm.py"
+SCRIPT = ["-m", "benchmarks.vllm"]  # run from the checkout: its root, not benchmarks/, first on sys.path
 VIDEO = str(ROOT / "tests" / "data" / "cockatoo.mp4")
 
 
-def _load():
-    # not `import vllm`: the file's name is vLLM's
-    spec = importlib.util.spec_from_file_location("vllm_benchmark", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-bench = _load()
+bench = importlib.import_module("benchmarks.vllm")
 
 
 def _timed(ttft, engine, prompt, video):
@@ -81,18 +73,18 @@ def test_every_run_pays_in_full_and_asks_for_its_pruning():
     (["--video", "/nonexistent/clip.mp4"], "no video file at /nonexistent/clip.mp4"),
 ])
 def test_bad_options_are_refused_in_one_line_before_any_work(argv, message):
-    run = subprocess.run([sys.executable, str(SCRIPT), *argv], capture_output=True, text=True, timeout=120, cwd=ROOT)
+    run = subprocess.run([sys.executable, *SCRIPT, *argv], capture_output=True, text=True, timeout=120, cwd=ROOT)
     assert run.returncode == 2
     assert "Traceback" not in run.stderr and run.stdout == ""
     assert message in " ".join(run.stderr.split())
 
 
 def test_the_script_imports_vllm_not_itself(tmp_path):
-    # run as a script, benchmarks/ would come first on sys.path and `import vllm` would find this file
-    # ("cannot import name 'LLM' from 'vllm'"); the test environment has no vLLM, so a run's child must
-    # report the real package missing
+    # were benchmarks/ first on sys.path, `import vllm` would find this file ("cannot import name 'LLM' from
+    # 'vllm'"); as `-m benchmarks.vllm` it is not, and the test environment has no vLLM, so a run's child
+    # must report the real package missing
     (tmp_path / "plan.json").write_text("{}")
-    run = subprocess.run([sys.executable, str(SCRIPT), "--child", "stock", "--plan", str(tmp_path / "plan.json")],
+    run = subprocess.run([sys.executable, *SCRIPT, "--child", "stock", "--plan", str(tmp_path / "plan.json")],
                          capture_output=True, text=True, timeout=120, cwd=ROOT,
                          env={**os.environ, "PYTHONPATH": str(ROOT)})
     assert run.returncode != 0
@@ -127,7 +119,7 @@ def test_table_from_saved_measurements(tmp_path, capsys):
 def test_a_file_that_is_not_saved_measurements_is_refused(tmp_path):
     bad = tmp_path / "other.json"
     bad.write_text(json.dumps({"rows": []}))
-    run = subprocess.run([sys.executable, str(SCRIPT), "--table", str(bad)], capture_output=True, text=True,
+    run = subprocess.run([sys.executable, *SCRIPT, "--table", str(bad)], capture_output=True, text=True,
                          timeout=120, cwd=ROOT)
     assert run.returncode == 2 and "Traceback" not in run.stderr
     assert "holds no measurements of benchmarks/vllm.py --json" in " ".join(run.stderr.split())
@@ -156,9 +148,9 @@ def test_threads_bind_names_the_cores_this_process_may_use():
 def test_smoke_in_the_vllm_environment(vllm_env, tmp_path):
     """The whole script on the tiny model (head_dim 64) in vLLM's environment: every run's video tokens
     are the counts each asks for (V, vLLM's EVS count, round(0.1 V)); no time is asserted."""
-    from tests.support.vllm_env import run_env
+    from benchmarks.envs.vllm_env import run_env
 
-    run = subprocess.run([str(vllm_env.python), str(SCRIPT), "--smoke", "--frames", "8", "--json"],
+    run = subprocess.run([str(vllm_env.python), *SCRIPT, "--smoke", "--frames", "8", "--json"],
                          capture_output=True, text=True, timeout=900, cwd=ROOT, env=run_env())
     assert run.returncode == 0, run.stderr[-3000:]
     data = json.loads(run.stdout)

@@ -1,6 +1,6 @@
 """`ottvid ask / ground --server URL` against vLLM's own OpenAI server.
 
-One real `vllm serve` (vLLM's CPU build, in the cached environment of tests/support/vllm_env.py) with ottvid's
+One real `vllm serve` (vLLM's CPU build, in the cached environment of benchmarks/envs/vllm_env.py) with ottvid's
 plugin on (`--video-pruning-rate 0.9 --hf-overrides '{"ottvid_method": "ottvid"}'`: conftest's
 `vllm_server`, shared with tests/test_vllm_plugin.py; a start takes ~30 s) serves a tiny Qwen2.5-VL; the
 command line runs as real subprocesses of this environment. The tiny model's output layer is set so that

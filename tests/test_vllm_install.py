@@ -1,6 +1,6 @@
 """docs/vllm.md's install commands as written: the GPU block's pip commands resolve in a fresh
 environment (`--dry-run --report`: vLLM's CUDA build cannot run here, its resolution can), and the CPU
-recipe is what builds the vLLM tests' environment (tests/support/vllm_env.py runs that block; checked here that it
+recipe is what builds the vLLM tests' environment (benchmarks/envs/vllm_env.py runs that block; checked here that it
 is the block the doc marks)."""
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.vllm_env import DOC, RECIPE_MARK, recipe
+from benchmarks.envs.vllm_env import DOC, RECIPE_MARK, recipe
 
 pytestmark = pytest.mark.slow
 

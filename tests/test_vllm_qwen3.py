@@ -1,4 +1,4 @@
-"""The vLLM plugin's Qwen3-VL, dense and MoE, end to end in vLLM's CPU build (tests/support/vllm_env.py).
+"""The vLLM plugin's Qwen3-VL, dense and MoE, end to end in vLLM's CPU build (benchmarks/envs/vllm_env.py).
 
 Parity with ottvid's own Qwen3-VL pipeline on the same checkpoint and the same frames (given as frames) at
 ratio 0.25 (q = 0.75), every registered method, one engine per model: vLLM's prompt holds the video's
@@ -180,7 +180,7 @@ def test_qwen3_an_image_beside_the_video_by_hand(dense_runs, dense):
 def qwen3_server(vllm_env, tiny_qwen3_vllm, tmp_path_factory):
     """vLLM's own OpenAI server serving the tiny Qwen3-VL with docs/vllm.md's spellings (q = 0.9), local videos
     under `media`, 8 frames a video."""
-    from tests.support.vllm_env import VllmEnvError, serving
+    from benchmarks.envs.vllm_env import VllmEnvError, serving
 
     media = tmp_path_factory.mktemp("vllm_qwen3_media")
     log = tmp_path_factory.mktemp("vllm_qwen3_server_log") / "server.log"
@@ -213,8 +213,8 @@ def test_qwen3_server_with_the_issue_spellings_and_the_openai_client(qwen3_serve
     assert len(ids) == reply.usage.prompt_tokens
     config = dense.model.config
     assert ids.count(config.video_token_id) == round(0.1 * V) == 6
-    # the template's own <|vision_start|> and <|vision_end|> around 4 groups' blocks
-    assert ids.count(config.vision_start_token_id) == ids.count(config.vision_end_token_id) == 1 + FRAMES // 2
+    # 4 groups' blocks in place of the template's <|vision_start|><|video_pad|><|vision_end|>, as trained
+    assert ids.count(config.vision_start_token_id) == ids.count(config.vision_end_token_id) == FRAMES // 2
 
 
 def test_qwen3_text_after_a_cached_video_keeps_its_positions(qwen3_server, tiny_qwen3_vllm, dense):

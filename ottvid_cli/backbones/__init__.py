@@ -6,7 +6,8 @@ from typing import Any
 
 from safetensors import SafetensorError
 
-from ..settings import DEFAULT_MODEL, ModelError, first_sentence, missing_weights_message, model_config, model_source
+from ..defaults import DEFAULT_MODEL
+from ..model_source import ModelError, first_sentence, missing_weights_message, model_config, model_source
 from ..tiny import built, is_random_model, is_tiny
 from .base import (Backbone, Generated, VisualTokens, attention_implementation, is_local, load_processor,
                    resolve_device, resolve_dtype)

@@ -11,16 +11,24 @@ register `PACKED` through the public `AttentionInterface` and give it to the vis
 ones to a varlen kernel where one serves (flash-attn's when installed, PyTorch's own on CUDA for
 short segments), else one batched call per distinct length (at most four for one video: interior,
 right, bottom and corner windows).
+
+Under `recording(module)` the attention of the marked module (the last vision block's) also returns the
+attention each token receives (the saliency, docs/method.md): `packed_sdpa_saliency` for the packed towers,
+`recording_attention` (`RECORDING`, transformers' sdpa otherwise) for SigLIP's batch of frames.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import weakref
+from collections.abc import Iterator
 from typing import Any
 
 import torch
 import torch.nn.functional as F
+
+from .saliency import attention_and_received
 
 PACKED = "ottvid_packed_flash"  # "flash" in the name: transformers then passes the packed segments
 CUDNN_ENV = "OTTVID_CUDNN_SDPA"  # "1": leave PyTorch's cuDNN SDPA backend enabled (docs/attention.md)
@@ -90,6 +98,74 @@ def packed_sdpa(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, cu_
     return out
 
 
+def packed_sdpa_saliency(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, cu_seqlens: torch.Tensor,
+                         scale: float | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """`packed_sdpa` that also returns the attention each token receives: (output (S, H, d), received (S,)
+    float32, for key j of segment s the mean over heads and the queries of s of their softmax attention
+    to j; 0 outside [cu[0], cu[-1])). Both come from one pass over the scores
+    (`saliency.attention_and_received`): equal segments in one batch, unequal ones one batch per length."""
+    plan = _plan(cu_seqlens)
+    scale = query.shape[-1] ** -0.5 if scale is None else scale
+    tokens, heads = query.shape[0], query.shape[1]
+    received = torch.zeros(tokens, device=query.device, dtype=torch.float32)
+    if not plan.lengths:
+        return torch.zeros_like(query), received
+    if plan.equal:  # one batch: (segments, H, length, d)
+        count, length = len(plan.lengths), plan.lengths[0]
+        span = slice(plan.start, plan.end)
+        q, k, v = (t[span].reshape(count, length, *t.shape[1:]).transpose(1, 2) for t in (query, key, value))
+        out, got = attention_and_received(q, k, v, scale)
+        out = out.transpose(1, 2).reshape(-1, heads, value.shape[-1])
+        received[span] = got.reshape(-1)
+        if plan.start == 0 and plan.end == tokens:
+            return out, received
+        full = query.new_zeros(tokens, heads, value.shape[-1])
+        full[span] = out
+        return full, received
+    full = query.new_zeros(tokens, heads, value.shape[-1])
+    for length, index in plan.groups:  # one batch per distinct length
+        q, k, v = (t[index].transpose(1, 2) for t in (query, key, value))  # (m, H, length, d)
+        out, got = attention_and_received(q, k, v, scale)
+        full[index] = out.transpose(1, 2).to(full.dtype)
+        received[index] = got
+    return full, received
+
+
+SALIENCY = "ottvid_saliency"  # the attribute a vision attention module holds while it records its saliency
+
+
+@contextlib.contextmanager
+def recording(module: torch.nn.Module) -> Iterator[dict[str, torch.Tensor]]:
+    """Within the block: each call of `module`'s packed attention (`attend`: `packed_attention` through
+    the vision sub-config, fast_vision's `PackedRotaryAttention`) also computes the attention each token
+    receives, into the record yielded: "received" (S,) float32 (`packed_sdpa_saliency`, the tower's
+    token order) and "cu_seqlens". `records_saliency(module)` says whether it will."""
+    record: dict[str, torch.Tensor] = {}
+    setattr(module, SALIENCY, record)
+    try:
+        yield record
+    finally:
+        delattr(module, SALIENCY)
+
+
+def records_saliency(module: torch.nn.Module) -> bool:
+    """Whether this vision attention module's attention records under `recording`: the packed one, or
+    `RECORDING` (SigLIP towers)."""
+    return getattr(getattr(module, "config", None), "_attn_implementation", None) in (PACKED, RECORDING)
+
+
+def attend(module: torch.nn.Module, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
+           cu_seqlens: torch.Tensor, scale: float | None = None) -> torch.Tensor:
+    """`packed_sdpa` for `module`'s attention; under `recording(module)` `packed_sdpa_saliency`, whose
+    received attention goes to the record."""
+    record = getattr(module, SALIENCY, None)
+    if record is None:
+        return packed_sdpa(query, key, value, cu_seqlens, scale)
+    out, record["received"] = packed_sdpa_saliency(query, key, value, cu_seqlens, scale)
+    record["cu_seqlens"] = cu_seqlens
+    return out
+
+
 def _varlen_kernel(query: torch.Tensor, plan: _Plan):
     """A one-call kernel for unequal segments, or None: flash-attn's varlen function when installed, else
     PyTorch's `varlen_attn` for segments of at most 128 tokens (where it runs its flash kernel, not
@@ -131,7 +207,42 @@ def packed_attention(module: torch.nn.Module, query: torch.Tensor, key: torch.Te
     if query.shape[0] != 1 or key.shape[1] != query.shape[1]:
         raise ValueError("packed attention takes one packed sequence with as many key as query heads")
     q, k, v = (t[0].transpose(0, 1) for t in (query, key, value))  # (S, H, d)
-    return packed_sdpa(q, k, v, cu_seq_lens_q, scaling).unsqueeze(0), None
+    return attend(module, q, k, v, cu_seq_lens_q, scaling).unsqueeze(0), None
+
+
+RECORDING = "ottvid_sdpa_saliency"  # transformers' sdpa, which records the saliency under `recording`
+
+
+def recording_attention(module: torch.nn.Module, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
+                        attention_mask: torch.Tensor | None = None, scaling: float | None = None,
+                        dropout: float = 0.0, is_causal: bool | None = False,
+                        **kwargs) -> tuple[torch.Tensor, None]:
+    """An `AttentionInterface` function for towers that attend over a batch of whole frames (SigLIP):
+    transformers' own sdpa function, except under `recording(module)`, where query, key, value
+    (B, H, n, d) -> ((B, n, H, d), None) by `saliency.attention_and_received`, and the record gets
+    "received" (B, n), each frame's attention received per patch (mean over heads and queries)."""
+    record = getattr(module, SALIENCY, None)
+    if record is None or attention_mask is not None or is_causal or dropout or key.shape[1] != query.shape[1]:
+        from transformers.integrations.sdpa_attention import sdpa_attention_forward
+
+        return sdpa_attention_forward(module, query, key, value, attention_mask, dropout=dropout, scaling=scaling,
+                                      is_causal=is_causal, **kwargs)
+    scale = query.shape[-1] ** -0.5 if scaling is None else scaling
+    out, record["received"] = attention_and_received(query, key, value, scale)
+    return out.transpose(1, 2).contiguous(), None
+
+
+def use_recording_vision(model: Any) -> bool:
+    """Give a SigLIP vision tower (`config.vision_config`) the `RECORDING` attention (registered here);
+    True when set."""
+    from transformers import AttentionInterface
+
+    vision = getattr(model.config, "vision_config", None)
+    if vision is None or getattr(vision, "model_type", "") not in RECORDING_TOWERS:
+        return False
+    AttentionInterface.register(RECORDING, recording_attention)
+    set_vision_attention(model, RECORDING)
+    return model.config.vision_config._attn_implementation == RECORDING
 
 
 def register() -> str:
@@ -168,6 +279,8 @@ def set_vision_attention(model: Any, implementation: str) -> None:
 
 # vision towers whose attention runs over packed segments (cu_seqlens)
 PACKED_TOWERS = ("qwen2_5_vl_vision", "qwen3_vl_vision", "qwen3_vl_moe_vision")
+# vision towers that attend over a batch of whole frames, given `RECORDING`
+RECORDING_TOWERS = ("siglip_vision_model",)
 
 
 def choose_cuda_backends(device: torch.device) -> dict[str, bool]:

@@ -10,7 +10,7 @@ from typing import Any, Callable, Protocol, Sequence
 import torch
 
 
-from ..settings import ModelError  # defined without torch, so the CLI can catch it before importing torch
+from ..model_source import ModelError  # defined without torch, so the CLI can catch it before importing torch
 
 
 @dataclass
@@ -152,22 +152,29 @@ def _prefix_positions(llm: dict[str, Any], length: int) -> torch.Tensor | None:
     return positions[..., :length].clone() if positions is not None else None
 
 
-def _new_cache(model: Any) -> Any:
+def new_cache(model: Any) -> Any:
+    """An empty transformers DynamicCache for `model`."""
     from transformers import DynamicCache
 
     return DynamicCache(config=model.config)
 
 
+_new_cache = new_cache
+
+
 CACHE_RENAMED = "5.24"  # transformers renamed generate's and the models' `past_key_values=` to `cache=`
 
 
-def _with_cache(cache: Any) -> dict[str, Any]:
+def with_cache(cache: Any) -> dict[str, Any]:
     """The keyword that hands `cache` to generate() or a model's forward in the installed transformers:
     `cache=` from 5.24 on (`past_key_values=` there is deprecated, with a FutureWarning), else
     `past_key_values=`."""
     if cache is None:
         return {}
     return {_cache_keyword(): cache}
+
+
+_with_cache = with_cache
 
 
 def _cache_keyword() -> str:
@@ -313,7 +320,7 @@ class KeptTokenGeneration:
     @torch.inference_mode()
     def generate(self, inputs: Any, features: torch.Tensor, kept: torch.Tensor, max_new_tokens: int = 64,
                  on_token: Callable[[str], None] | None = None, compressed: Any = None,
-                 prefix: "Prefix | None" = None, keep_prefix: bool = False) -> Generated:
+                 prefix: "Prefix | None" = None, keep_prefix: bool = False, prefill: Any = None) -> Generated:
         """Greedy generation from the kept visual tokens; measures prefill (time to first token) and
         decoding. `on_token` receives the reply's new text as each token is generated. `compressed`
         (the `Compressed` the features came from) goes to `llm_inputs` for models that compress more
@@ -323,7 +330,11 @@ class KeptTokenGeneration:
         the tokens after it (the question) are prefilled, from a copy of its KV cache, at the
         positions a full prefill gives them. With `keep_prefix`, the full prefill's KV cache is cut
         back to the prefix after generating and returned as `Generated.prefix` (None if the cache
-        cannot be cut exactly). A prefix that does not match this prompt is not used (full prefill)."""
+        cannot be cut exactly). A prefix that does not match this prompt is not used (full prefill).
+
+        `prefill`: a `graphed_prefill.PrefillRunner`, which runs a full prefill padded to a length
+        bucket (a CUDA graph per bucket on CUDA) before generate() continues from its KV cache; not
+        used with a prefix (only the question is prefilled then) or when the runner stands aside."""
         from ..timing import synchronize
 
         llm = self._llm_inputs(inputs, features, kept, compressed)
@@ -338,12 +349,16 @@ class KeptTokenGeneration:
         extra = _with_cache(cache)
         tokenizer = self.processor.tokenizer
         stream = _TokenStream(self.device, tokenizer, on_token)
+        padded = prefill is not None and prefix is None and prefill.active
         start = time.perf_counter()
-        out = self.model.generate(**llm, **extra, max_new_tokens=max_new_tokens, do_sample=False, streamer=stream,
-                                  pad_token_id=tokenizer.pad_token_id)
+        if padded:  # the prefill at a bucket length, then generate() from its cropped KV cache
+            new, cache = prefill.generate(llm, max_new_tokens, stream, tokenizer.pad_token_id)
+        else:
+            out = self.model.generate(**llm, **extra, max_new_tokens=max_new_tokens, do_sample=False,
+                                      streamer=stream, pad_token_id=tokenizer.pad_token_id)
+            new = out[:, llm["input_ids"].shape[1]:]
         synchronize(self.device)
         end = time.perf_counter()
-        new = out[:, llm["input_ids"].shape[1]:]
         text = reply_text(tokenizer, new[0].tolist())
         first = stream.first if stream.first is not None else end
         kept_prefix = None
@@ -353,7 +368,8 @@ class KeptTokenGeneration:
         return Generated(text=text, llm_input_tokens=int(llm["input_ids"].shape[1]), new_tokens=int(new.shape[1]),
                          prefill_ms=(first - start) * 1e3, generate_ms=(end - first) * 1e3,
                          prefix=prefix if prefix is not None else kept_prefix,
-                         prefilled_tokens=int(llm["input_ids"].shape[1]) - (length if prefix is not None else 0))
+                         prefilled_tokens=int(llm["input_ids"].shape[1]) - (length if prefix is not None else 0),
+                         extra={"prefill": dict(prefill.last)} if padded else {})
 
     @torch.inference_mode()
     def prefill_prefix(self, inputs: Any, features: torch.Tensor, kept: torch.Tensor,

@@ -34,7 +34,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .attention import PACKED, packed_sdpa
+from .attention import PACKED, attend
 
 ENV = "OTTVID_FAST_VISION"
 MULTIPLE = 64  # the MLP's inner width is padded to a multiple of this
@@ -205,7 +205,7 @@ class PackedRotaryAttention(nn.Module):
             query, key = rotary(qkv, self.num_heads, cos, sin)
         else:
             query, key = self.reference(query, key, cos, sin)
-        out = packed_sdpa(query, key, values, cu_seqlens, self.scaling)  # (S, heads, d)
+        out = attend(self, query, key, values, cu_seqlens, self.scaling)  # (S, heads, d); records under `recording`
         return self.proj(out.reshape(tokens, -1))
 
 

@@ -12,6 +12,7 @@ returns FastVID's signals: each frame's pooled global feature and the head's att
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
@@ -25,6 +26,7 @@ from ..timing import Stopwatch
 from .base import (KeptTokenGeneration, ModelError, VisualTokens, attention_implementation, chat_text,
                    load_processor, resolve_device, resolve_dtype)
 from ..video.resize import FrameResize
+from .attention import recording, records_saliency, use_recording_vision
 from .saliency import mean_attention_received
 
 
@@ -99,8 +101,11 @@ class LlavaOneVision(KeptTokenGeneration):
         dev = resolve_device(device)
         processor = load_processor(model_id, AutoConfig.from_pretrained(model_id).video_token_index)  # before the weights
         model = LlavaOnevisionForConditionalGeneration.from_pretrained(
-            model_id, dtype=resolve_dtype(dtype, dev), attn_implementation=attention_implementation(attention)
+            model_id, dtype=resolve_dtype(dtype, dev), attn_implementation=attention_implementation(attention),
+            use_kernels=False,  # transformers 5.25 on: no Hub kernels swapped in (docs/attention.md)
         ).to(dev).eval()
+        if attention == "auto":  # sdpa, whose last layer also gives the saliency (`encode`)
+            use_recording_vision(model)
         settings_file = os.path.join(model_id, "ottvid.json")
         settings = json.loads(open(settings_file).read()) if os.path.isfile(settings_file) else None
         head = None
@@ -118,7 +123,7 @@ class LlavaOneVision(KeptTokenGeneration):
         from transformers import SiglipVisionModel
 
         try:
-            vision = SiglipVisionModel.from_pretrained(source, dtype=dtype)
+            vision = SiglipVisionModel.from_pretrained(source, dtype=dtype, use_kernels=False)
         except (OSError, ValueError) as exc:
             reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
             raise ModelError(f"cannot load the SigLIP head {source}: {reason[:200]}") from None
@@ -262,19 +267,24 @@ class LlavaOneVision(KeptTokenGeneration):
         watch = watch or Stopwatch(self.device)
         capture: dict[str, torch.Tensor] = {}
         handles = []
+        stack = contextlib.ExitStack()
         if saliency:
             attn = self.last_vision_attention()
-            handles = [attn.q_proj.register_forward_hook(lambda m, a, out: capture.__setitem__("q", out)),
-                       attn.k_proj.register_forward_hook(lambda m, a, out: capture.__setitem__("k", out))]
+            if records_saliency(attn):  # the layer's attention gives "received" as it runs
+                capture = stack.enter_context(recording(attn))
+            else:  # transformers' own kernels: q and k kept for `_saliency` to recompute it
+                handles = [attn.q_proj.register_forward_hook(lambda m, a, out: capture.__setitem__("q", out)),
+                           attn.k_proj.register_forward_hook(lambda m, a, out: capture.__setitem__("k", out))]
             if self.siglip_head is not None:  # the tower's selected hidden state, as the projector receives it
                 projector = self.model.model.multi_modal_projector
                 handles.append(projector.register_forward_pre_hook(
                     lambda m, args: capture.__setitem__("hidden", args[0])))
         frames = inputs["pixel_values_videos"].shape[1]
         try:
-            with watch("vision"):
+            with stack, watch("vision"):
                 tokens = self._features(inputs["pixel_values_videos"])
         finally:
+            stack.close()
             for handle in handles:
                 handle.remove()
         sal = None
@@ -327,16 +337,20 @@ class LlavaOneVision(KeptTokenGeneration):
 
     def _saliency(self, capture: dict[str, torch.Tensor], frames: int) -> torch.Tensor:
         """Attention each patch receives in SigLIP's last layer (mean over heads and queries, per
-        frame, in query chunks), pooled onto the 14 x 14 grid with the model's own bilinear pooling."""
-        attn = self.last_vision_attention()
-        q, k = capture["q"], capture["k"]  # (T, S, C)
-        t, s, _ = q.shape
-        heads = attn.num_heads
-        query = q.reshape(t * s, heads, -1)
-        key = k.reshape(t * s, heads, -1)
-        received = mean_attention_received(query, key, [i * s for i in range(t + 1)], attn.scale)
-        maps = received.reshape(t, 1, *self.patch_grid)
-        return self._pool(maps).reshape(t, -1).clamp_min(0.0)  # pooled like the features
+        frame), pooled onto the 14 x 14 grid with the model's own bilinear pooling. As the layer computed
+        it with its output ("received", `attention.recording`), else recomputed from its q and k in
+        query chunks."""
+        received = capture.get("received")
+        if received is None:
+            attn = self.last_vision_attention()
+            q, k = capture["q"], capture["k"]  # (T, S, C)
+            t, s, _ = q.shape
+            heads = attn.num_heads
+            query = q.reshape(t * s, heads, -1)
+            key = k.reshape(t * s, heads, -1)
+            received = mean_attention_received(query, key, [i * s for i in range(t + 1)], attn.scale)
+        maps = received.reshape(frames, 1, *self.patch_grid)
+        return self._pool(maps).reshape(frames, -1).clamp_min(0.0)  # pooled like the features
 
     def llm_inputs(self, inputs: Any, features: torch.Tensor, kept: torch.Tensor,
                    compressed: Any = None) -> dict[str, Any]:

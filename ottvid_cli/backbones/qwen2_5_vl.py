@@ -2,15 +2,17 @@
 encoder and the LLM, every kept token at its original 3-D M-RoPE position.
 
 Only transformers' own classes are used; the hooks are public ones: the vision tower's attention
-registered through `AttentionInterface` (`attention.py`: one call per block), a forward pre-hook on the
-last vision block's attention (to read its normalised input, segment boundaries and rotary
-embeddings), `get_video_features` and `generate(position_ids=..., mm_encoder_outputs=...)`. Positions are
+registered through `AttentionInterface` (`attention.py`: one call per block, whose last block also
+records the attention its tokens receive), or, with another attention implementation, a forward
+pre-hook on the last vision block's attention (its segment boundaries and rotary embeddings) and a
+hook on its qkv layer; `get_video_features` and `generate(position_ids=..., mm_encoder_outputs=...)`. Positions are
 computed here by the rule the checkpoints were trained with (`positions.py`), never read from the
 installed transformers.
 """
 
 from __future__ import annotations
 
+import contextlib
 from typing import Any, Sequence
 
 import numpy as np
@@ -19,7 +21,7 @@ import torch
 from ..timing import Stopwatch
 from ..video.resize import FrameResize, bicubic
 from . import fast_vision
-from .attention import use_packed_vision
+from .attention import recording, records_saliency, use_packed_vision
 from .base import (KeptTokenGeneration, VisualTokens, attention_implementation, chat_text, check_aspect,
                    load_processor, resolve_device, resolve_dtype)
 from .positions import qwen2_5_vl_positions
@@ -104,7 +106,8 @@ class Qwen25VL(KeptTokenGeneration):
         torch_dtype = resolve_dtype(dtype, dev)
         processor = load_processor(model_id, AutoConfig.from_pretrained(model_id).video_token_id)  # before the weights
         model = cls.model_class(model_id).from_pretrained(
-            model_id, dtype=torch_dtype, attn_implementation=attention_implementation(attention)
+            model_id, dtype=torch_dtype, attn_implementation=attention_implementation(attention),
+            use_kernels=False,  # transformers 5.25 on: no Hub kernels swapped in (docs/attention.md)
         ).to(dev).eval()
         if attention == "auto":  # the vision tower's windows / frame groups in one call per block
             use_packed_vision(model)
@@ -122,6 +125,11 @@ class Qwen25VL(KeptTokenGeneration):
     def newline_tokens(self, groups: int) -> int:
         """Qwen2.5-VL puts no separator tokens among the visual tokens."""
         return 0
+
+    def prompt_text(self, prompt: str, history: Sequence[tuple[str, str]] = ()) -> str:
+        """The chat text the processor expands (`base.chat_text`): Qwen2.5-VL's video stays
+        `<|vision_start|><|video_pad|><|vision_end|>`, the pad expanded to the video's tokens."""
+        return chat_text(self.processor, prompt, history)
 
     # ----------------------------------------------------------------------------------------
     # preprocessing
@@ -171,7 +179,7 @@ class Qwen25VL(KeptTokenGeneration):
         """
         video = self.video_frames(frames, source_size)
         metadata = self.video_metadata(timestamps, duration, video.shape[0])
-        text = chat_text(self.processor, prompt, history)
+        text = self.prompt_text(prompt, history)
         inputs = self.processor(text=[text], videos=[video], video_metadata=[metadata], do_sample_frames=False,
                                 do_resize=False, cap_pixels_per_frame=True, return_tensors="pt")
         return inputs.to(self.device)
@@ -227,7 +235,7 @@ class Qwen25VL(KeptTokenGeneration):
         metadata = VideoMetadata(**self.video_metadata(timestamps, duration, groups * self.frames_per_group))
         grid = torch.tensor([[groups, *self.patch_grid(frame_size)]])
         entries = self.video_entries(grid, metadata)
-        text = chat_text(self.processor, prompt, history)
+        text = self.prompt_text(prompt, history)
         inputs = processor_text_inputs(self.processor, text, {**entries, "video_metadata": [metadata]}, entries)
         return inputs.to(self.device)
 
@@ -298,31 +306,19 @@ class Qwen25VL(KeptTokenGeneration):
         """Run the vision encoder (and merger); returns (T, N, D) tokens, (T, N) saliency, (H, W) grid.
 
         With a stopwatch, the encoder's and the saliency's times are recorded as "vision" and "saliency".
+        With the packed vision attention the last block computes the attention its tokens receive as it
+        runs (`capture_saliency`), inside "vision"; "saliency" then merges and reorders it.
         """
         watch = watch or Stopwatch(self.device)
         grid_thw = inputs["video_grid_thw"]
         capture: dict[str, Any] = {}
-        handles = []
-        if saliency:
-            attn = self.model.model.visual.blocks[-1].attn
-
-            def grab(module, args, kwargs):
-                capture["cu_seqlens"] = kwargs["cu_seqlens"]
-                capture["rotary"] = kwargs["position_embeddings"]
-
-            def grab_qkv(module, args, output):
-                capture["qkv"] = output
-
-            handles = [attn.register_forward_pre_hook(grab, with_kwargs=True),
-                       attn.qkv.register_forward_hook(grab_qkv)]
-        try:
+        with contextlib.ExitStack() as stack:
+            if saliency:
+                capture = self.capture_saliency(stack)
             with watch("vision"):
                 out = self.model.model.get_video_features(
                     pixel_values_videos=inputs["pixel_values_videos"], video_grid_thw=grid_thw
                 )
-        finally:
-            for handle in handles:
-                handle.remove()
         features = out.pooler_output
         if isinstance(features, (tuple, list)):
             features = features[0] if len(features) == 1 else torch.cat(list(features))
@@ -339,21 +335,47 @@ class Qwen25VL(KeptTokenGeneration):
         """Encoder outputs besides the main tokens that the LLM needs (none for Qwen2.5-VL)."""
         return {}
 
+    def capture_saliency(self, stack: contextlib.ExitStack) -> dict[str, Any]:
+        """Make the last vision block give what `_saliency` reads during the next forward; `stack` undoes
+        it. With the packed attention (`attention.records_saliency`) the block computes, as it attends,
+        the attention each token receives (`attention.recording`: post-rotary q and k, one pass over the
+        scores). Any other attention implementation runs transformers' own kernels, so hooks keep the
+        block's qkv output, rotary cos / sin and segments for `_saliency` to recompute it."""
+        attn = self.model.model.visual.blocks[-1].attn
+        if records_saliency(attn):
+            return stack.enter_context(recording(attn))
+        capture: dict[str, Any] = {}
+
+        def grab(module, args, kwargs):
+            capture["cu_seqlens"] = kwargs["cu_seqlens"]
+            capture["rotary"] = kwargs["position_embeddings"]
+
+        def grab_qkv(module, args, output):
+            capture["qkv"] = output
+
+        stack.callback(attn.register_forward_pre_hook(grab, with_kwargs=True).remove)
+        stack.callback(attn.qkv.register_forward_hook(grab_qkv).remove)
+        return capture
+
     def _saliency(self, capture: dict[str, Any], grid_thw: torch.Tensor) -> torch.Tensor:
         """Mean attention each merged token receives in the last vision block, in raster order.
 
-        q, k are recomputed from that block's input (attention weights are not returned by sdpa or
-        flash attention), the softmax is taken within each segment of that block (a temporal group
-        for a full-attention block) in chunks of queries, averaged over heads and queries, summed
-        over each 2 x 2 merge group, and the window ordering of the vision tower is undone.
+        The attention each patch receives within its segment of that block (a temporal group for a
+        full-attention block), mean over heads and queries: as the block computed it ("received",
+        `capture_saliency`), else recomputed from its qkv output (attention weights are not returned by
+        sdpa or flash attention: rotary, then the softmax in chunks of queries). Then summed over each
+        2 x 2 merge group, and the window ordering of the vision tower undone.
         """
-        attn = self.model.model.visual.blocks[-1].attn
-        seq = capture["qkv"].shape[0]
-        qkv = capture["qkv"].reshape(seq, 3, attn.num_heads, -1).permute(1, 0, 2, 3)
-        cos, sin = capture["rotary"]
-        query, key = self.apply_rotary(qkv[0], qkv[1], cos, sin)
-        boundaries = [int(v) for v in capture["cu_seqlens"].tolist()]
-        received = mean_attention_received(query, key, boundaries, attn.scaling)  # (seq,) window order
+        received = capture.get("received")
+        if received is None:
+            attn = self.model.model.visual.blocks[-1].attn
+            seq = capture["qkv"].shape[0]
+            qkv = capture["qkv"].reshape(seq, 3, attn.num_heads, -1).permute(1, 0, 2, 3)
+            cos, sin = capture["rotary"]
+            query, key = self.apply_rotary(qkv[0], qkv[1], cos, sin)
+            boundaries = [int(v) for v in capture["cu_seqlens"].tolist()]
+            received = mean_attention_received(query, key, boundaries, attn.scaling)  # (seq,) window order
+        seq = received.shape[0]
         unit = self.merge * self.merge
         per_token = received.reshape(seq // unit, unit).sum(-1)  # one value per merged token
         return self.window_to_raster(per_token, grid_thw)

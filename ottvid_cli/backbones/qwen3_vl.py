@@ -4,6 +4,8 @@
   `<|vision_start|>` ... `<|vision_end|>` block. We pass our decoder's real frame times as the video
   metadata so that t is the mean of the group's two real timestamps. Compression drops video tokens
   only: every timestamp and marker stays, also around a group left with no token.
+- The group blocks replace the chat template's whole `<|vision_start|><|video_pad|><|vision_end|>`, as
+  the model was trained (`prompt_text`; transformers 5.10 to 5.24 kept that outer pair around them).
 - M-RoPE has no time axis: each group is its own (1, H', W') grid (`positions.qwen3_vl_positions`).
 - DeepStack: `get_video_features` also returns one tensor per `deepstack_visual_indexes`, added
   to the first LLM layers at the visual positions. `encode` returns them in
@@ -92,6 +94,20 @@ class Qwen3VL(Qwen25VL):
         times = [float(t) for t in timestamps][:frames]
         times += [times[-1]] * (frames - len(times))
         return {"fps": 1.0, "frames_indices": times, "total_num_frames": frames, "duration": duration}
+
+    def prompt_text(self, prompt: str, history: Sequence[tuple[str, str]] = ()) -> str:
+        """The chat text with the template's `<|vision_start|><|video_pad|><|vision_end|>` made a bare
+        `<|video_pad|>`, so that the processor's per-group blocks (`<t seconds><|vision_start|>` tokens
+        `<|vision_end|>`) replace all three, as Qwen3-VL was trained (transformers 4.57's
+        `Qwen3VLProcessor.__call__`; 5.25's `get_text_with_replacements` does the same). transformers 5.10
+        to 5.24 expand only the pad, which left one more `<|vision_start|>` / `<|vision_end|>` around the
+        blocks; made bare here, every supported version gives the same text."""
+        text = super().prompt_text(prompt, history)
+        processor = self.processor
+        wrapper = processor.vision_start_token + processor.video_token + processor.vision_end_token
+        if wrapper not in text:
+            raise ValueError(f"the chat template did not write the video as {wrapper}")
+        return text.replace(wrapper, processor.video_token, 1)
 
     def video_entries(self, grid: torch.Tensor, metadata: Any) -> dict[str, Any]:
         """The video-side entries `preprocess` returns besides the pixel values: the grid only

@@ -85,7 +85,8 @@ def ground(
     answer(request)
 
 
-@with_options("video", "history", *CHOSEN, *LOCAL, "keyframes", "chunk_frames", "max_new_tokens", *CACHE)
+@with_options("video", "history", *CHOSEN, *LOCAL, "keyframes", "chunk_frames", "max_new_tokens", *CACHE,
+              "cuda_graphs")
 def chat(
     video: Video,
     history: bool = typer.Option(False, "--history", rich_help_panel="Question",
@@ -110,7 +111,8 @@ def chat(
     method_opts = method_options([method], [1.0 if method == "none" else ratio], chosen.preset, chosen.method_args)
     progress = Progress(quiet)
     backbone = load_model(request.model, progress)
-    engine = make_engine(backbone, cache_dir, keep_saliency=True, max_gb=request.cache.cache_max_gb)
+    engine = make_engine(backbone, cache_dir, keep_saliency=True, max_gb=request.cache.cache_max_gb,
+                         cuda_graphs=request.model.cuda_graphs)
     warm_up_model(engine, progress)
     progress.stop()
     session = Chat(engine, video, sampling, ratio, method, chosen.preset, request.generation.max_new_tokens, history,

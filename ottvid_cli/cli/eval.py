@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 
 import typer
 
-from ..settings import check_chunk_frames, check_count
+from ..checks import check_chunk_frames, check_count
 from .errors import EXIT_RUN, err, fail, out
 from .options import EvalFps, EvalFrames, EvalMaxPixels, MaxFrames, Methods, Ratios, checked, with_options
 from .progress import Progress

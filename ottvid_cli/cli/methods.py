@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import typer
 
-from ..settings import PRESETS
+from ..method_catalog import PRESETS
 from .errors import tables
 from .options import Json
 

@@ -12,13 +12,11 @@ from typing import Annotated, Any, Optional
 
 import typer
 
-from ..settings import (
+from ..checks import (
     ATTENTIONS,
     DECODERS,
     DEFAULT_MAX_FRAMES,
     DTYPES,
-    METHODS,
-    PRESETS,
     SettingsError,
     check_choice,
     check_chunk_frames,
@@ -29,6 +27,7 @@ from ..settings import (
     check_positive,
     check_ratio,
 )
+from ..method_catalog import METHODS, PRESETS
 from .errors import fail
 
 
@@ -87,9 +86,8 @@ EvalMaxPixels = Annotated[int, typer.Option("--max-pixels", metavar="N", rich_he
                                             help="Pixels per frame at most (Qwen2.5-VL, Qwen3-VL), instead of "
                                                  "lmms-eval's sizing.")]
 SiglipHead = Annotated[str, typer.Option("--siglip-head", metavar="ID_OR_DIR", rich_help_panel=_MODEL,
-                                         help="LLaVA-OneVision / LLaVA-Video only: a SigLIP checkpoint with its "
-                                              "attention-pooling head (e.g. google/siglip-so400m-patch14-384), which "
-                                              "FastVID and UniComp read as their official code does (docs/llava.md).")]
+                                         help="LLaVA-OneVision / LLaVA-Video: a SigLIP checkpoint with its pooling "
+                                              "head, which FastVID and UniComp read (docs/llava.md).")]
 Keyframes = Annotated[bool, typer.Option("--keyframes", rich_help_panel="Frames",
                                          help="Take the key frame nearest each planned time, read without decoding "
                                               "any other frame: far faster on long videos; each frame may sit up to "
@@ -198,6 +196,9 @@ WarmUp = Annotated[Optional[bool], typer.Option(
     "--warm-up/--no-warm-up", show_default="on a GPU", rich_help_panel=_MODEL,
     help="First run one small question through the model, so that its one-time start-up costs (on a GPU: "
          "seconds) are reported apart, as warmup, and not in the question's times.")]
+CudaGraphs = Annotated[Optional[bool], typer.Option(
+    "--cuda-graphs/--no-cuda-graphs", show_default="on with CUDA", rich_help_panel=_MODEL,
+    help="Use CUDA graphs.")]
 _SERVER = "Server"
 Server = Annotated[str, typer.Option("--server", metavar="URL", rich_help_panel=_SERVER,
                                      help="Address of a running `ottvid serve`, or of an OpenAI-compatible server "
@@ -234,6 +235,7 @@ SHARED: dict[str, tuple[Any, Any]] = {
     "keyframes": (Keyframes, False), "chunk_frames": (ChunkFrames, None),
     "max_visual_tokens": (MaxVisualTokens, None), "max_new_tokens": (MaxNewTokens, 64),
     "cache_dir": (CacheDir, None), "cache_max_gb": (CacheMaxGb, None), "warm_up": (WarmUp, None),
+    "cuda_graphs": (CudaGraphs, None),
     "server": (Server, None), "api_key": (ApiKey, None),
 }
 
@@ -241,7 +243,7 @@ SHARED: dict[str, tuple[Any, Any]] = {
 CHOSEN = ("ratio", "frames", "fps", "max_frames", "model", "method", "method_args", "preset")
 LOCAL = ("quiet", "device", "dtype", "attention", "max_pixels", "siglip_head", "decoder")
 CACHE = ("cache_dir", "cache_max_gb")
-REMOTE = ("warm_up", "server", "api_key")
+REMOTE = ("warm_up", "cuda_graphs", "server", "api_key")
 
 
 def with_options(*layout: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:

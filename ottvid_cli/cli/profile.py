@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import typer
 
-from ..settings import check_count, check_positive
+from ..checks import check_count, check_positive
 from . import early
 from .errors import EXIT_WRITE, check_libraries, fail, tables
 from .keyframes import check as keyframes_check
 from .options import CHOSEN, LOCAL, Json, Methods, Ratio, Ratios, Video, checked, png, with_options
 from .progress import Progress
 from .request import parse, sampling_of, settled
-from .steps import check_output, check_video, joined, load_model, method_config, method_options, run, write_picture
+from .steps import check_output, check_video, joined, load_model, method_options, run, write_picture
 
 
 def counts(
@@ -68,7 +68,7 @@ def show(
     from ..progress import reporting
     from .report import render_show, to_json
 
-    config = method_config(backbone, method, ratio, preset, method_opts)
+    config = chosen.compression(method_opts).config(backbone)
 
     def work():
         with reporting(progress.advance):
@@ -145,7 +145,7 @@ def profile(
     else:
         source = video if video is not None else prof.synthetic_clip(seconds, width, height, sampling,
                                                                      backbone.default_frames)
-    configs = {m: method_config(backbone, m, ratios[0], preset, method_opts[m]) for m in methods}
+    configs = {m: request.method.compression(method_opts[m], m, ratios[0]).config(backbone) for m in methods}
     result = run(lambda: prof.profile(backbone, source, prompt, ratios, sampling=sampling, repeats=repeats,
                                       warmup=warmup, preset=preset, on_step=progress.step, methods=methods,
                                       configs=configs, decode=redecode), progress)

@@ -1,6 +1,7 @@
 """What a model command was asked, as one value: parse -> request -> engine -> render. Each command
 builds its `Request` once from its options (`parse`) and hands it on (`steps.answer`, `steps.remote`,
-chat, show, profile, serve). Building one checks nothing: the checks run in the steps, in the order
+chat, show, profile, serve); `Request.library` makes from it the library's `request.Request`, what each
+question asks of the engine. Building one checks nothing: the checks run in the steps, in the order
 their errors are said. Also here, what the steps settle before any slow import: the defaults
 (`settle`, `settled`), the frames (`sampling_of`) and the cache folder (`cache_path`)."""
 
@@ -10,14 +11,16 @@ import os
 from dataclasses import dataclass, fields, replace
 from typing import Any
 
-from ..settings import DEFAULT_MAX_FRAMES, SettingsError
+from ..checks import DEFAULT_MAX_FRAMES, SettingsError
+from ..request import Compression
+from ..request import Request as Question
 from .errors import fail
 
 
 @dataclass(frozen=True)
 class ModelChoice:
     """Which model runs, and how it is loaded: --model, --device, --dtype, --attention, --max-pixels,
-    --siglip-head (None: the config file's, else the built-in default)."""
+    --siglip-head, --cuda-graphs (None: the config file's, else the built-in default)."""
 
     model: str | None = None
     device: str | None = None
@@ -25,6 +28,7 @@ class ModelChoice:
     attention: str = "auto"
     max_pixels: int | None = None
     siglip_head: str | None = None
+    cuda_graphs: bool | None = None  # None: the config file's, else on with CUDA
 
 
 @dataclass(frozen=True)
@@ -48,6 +52,16 @@ class MethodChoice:
     preset: str = "paper"
     method_args: list[str] | None = None
     max_visual_tokens: int | None = None
+
+    def compression(self, options: dict[str, Any] | None = None, method: str | None = None,
+                    ratio: float | None = None) -> Compression:
+        """The library's `Compression` of this choice (settled: its ratio is set) with `options`, the
+        method's options as `steps.method_options` read them from --method-arg; `method` / `ratio`: one
+        run of several (profile). --method none keeps every token (ratio 1); the preset is OTT-Vid's alone."""
+        method = method or self.method
+        ratio = 1.0 if method == "none" else (ratio if ratio is not None else self.ratio)
+        return Compression(method, ratio, self.preset if method == "ottvid" else "paper", options or {},
+                           self.max_visual_tokens)
 
 
 @dataclass(frozen=True)
@@ -96,6 +110,15 @@ class Request:
     api_key: str | None = None
     accept_few_frames: bool = False
 
+    def library(self, sampling: Any, options: dict[str, Any] | None = None) -> Question:
+        """What each question of this command line asks of the engine (`session.Engine.ask` / `ground`):
+        `sampling` (`sampling_of`'s), the compression with `options` (`MethodChoice.compression`), the
+        reply's length, ask's --choice and ground's --point."""
+        asked = self.generation
+        return Question(sampling, self.method.compression(options), asked.max_new_tokens,
+                        choices=(asked.choices or None) if self.task != "ground" else None,
+                        point=asked.point if self.task == "ground" else False)
+
 
 def _group(kind: type, values: dict[str, Any]) -> Any:
     """An option group of `kind` from the values its fields name (the others at their defaults)."""
@@ -119,7 +142,7 @@ def settle(model: str | None, device: str | None, dtype: str | None, ratio: floa
            fps: float | None, config_frames: bool = True) -> tuple[Any, Any, Any, Any, Any]:
     """(model, device, dtype, ratio, frames): each flag, else OTTVID_MODEL (model), else the config
     file, else the built-in default. The config's frames apply when neither --frames nor --fps is given."""
-    from ..settings import load_defaults
+    from ..defaults import load_defaults
 
     try:
         d = load_defaults()
@@ -131,11 +154,15 @@ def settle(model: str | None, device: str | None, dtype: str | None, ratio: floa
 
 
 def settled(request: Request, config_frames: bool = True) -> Request:
-    """`request` with its model, device, dtype, ratio and frames settled (`settle`)."""
+    """`request` with its model, device, dtype, ratio and frames settled (`settle`), and --cuda-graphs
+    (the flag, else the config file's `cuda_graphs`, else None: on with CUDA)."""
+    from ..defaults import load_defaults
+
     m, s = request.model, request.sampling
     model, device, dtype, ratio, frames = settle(m.model, m.device, m.dtype, request.method.ratio, s.frames, s.fps,
                                                  config_frames)
-    return replace(request, model=replace(m, model=model, device=device, dtype=dtype),
+    graphs = load_defaults().pick("cuda_graphs", m.cuda_graphs)  # the file read cleanly in `settle`
+    return replace(request, model=replace(m, model=model, device=device, dtype=dtype, cuda_graphs=graphs),
                    method=replace(request.method, ratio=ratio), sampling=replace(s, frames=frames))
 
 

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 
 import typer
 
-from ..settings import DEFAULT_MAX_FRAMES, MAX_SINKHORN_ITER, check_count, check_positive
+from ..checks import DEFAULT_MAX_FRAMES, MAX_SINKHORN_ITER, check_count, check_positive
 from .errors import EXIT_RUN, err, fail
 from .options import CACHE, LOCAL, checked, with_options
 from .progress import Progress
@@ -41,7 +41,7 @@ class Serving:
 
 
 @with_options("model", "host", "port", "api_key", "allowed_media_dir", "max_upload_mb", "max_queue", "timeout",
-              "max_prompt_chars", "max_request_frames", "max_sinkhorn_iter", "allowed_host", *CACHE, *LOCAL)
+              "max_prompt_chars", "max_request_frames", "max_sinkhorn_iter", "allowed_host", *CACHE, *LOCAL, "cuda_graphs")
 def serve(
     host: str = typer.Option("127.0.0.1", "--host", metavar="ADDRESS", rich_help_panel=_SERVING,
                              help="Address to listen on; 0.0.0.0 exposes the model to your network (then set "
@@ -131,7 +131,8 @@ def run_server(request: Request, serving: Serving) -> None:
                              timeout=serving.timeout, max_pixels=request.model.max_pixels,
                              decoder=request.sampling.decoder, host=host,
                              **{k: v for k, v in limits.items() if v is not None})
-    app = create_app(make_engine(backbone, cache_dir, max_gb=request.cache.cache_max_gb), settings)
+    app = create_app(make_engine(backbone, cache_dir, max_gb=request.cache.cache_max_gb,
+                                 cuda_graphs=request.model.cuda_graphs), settings)
     bound_host, bound_port = sock.getsockname()[:2]
     shown = f"[{bound_host}]" if ":" in bound_host else bound_host
     err.print(f"ottvid serve: {model} on http://{shown}:{bound_port}/v1 (the page: http://{shown}:{bound_port}/; "

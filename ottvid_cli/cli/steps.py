@@ -87,18 +87,10 @@ def method_options(methods: list[str], ratios: list[float], preset: str, method_
         fail(str(exc))
 
 
-def method_config(backbone: Any, method: str, ratio: float, preset: str, options: dict) -> Any:
-    """The full config of `method` at `ratio` (None for none) once the model is loaded (the official
-    preset takes the model's overrides): `method_args.build_config`."""
-    from ..method_args import build_config
-
-    return build_config(backbone, method, ratio, preset, options)
-
-
 def load_model(choice: ModelChoice, progress: Progress) -> Any:
     """Load the model `choice` names, settled (and a SigLIP head, LLaVA only; progress on stderr); the
     time it took is the backbone's `load_ms`."""
-    from ..settings import ModelError, model_source
+    from ..model_source import ModelError, model_source
 
     model, siglip_head = choice.model, choice.siglip_head
     progress.step(f"loading {model}")
@@ -217,12 +209,12 @@ def answer(request: Request) -> None:
 
     def prepare_model():
         backbone = load_model(request.model, progress)
-        config = method_config(backbone, method, ratio, preset, options)
         if task == "ground" and not getattr(backbone, "grounds", False):
             progress.stop()
             fail(f"ground needs a Qwen2.5-VL model: {backbone.name} is not trained to give time spans "
                  f"(the paper evaluates grounding on Qwen2.5-VL only)")
-        engine = make_engine(backbone, cache_dir, max_gb=request.cache.cache_max_gb)
+        engine = make_engine(backbone, cache_dir, max_gb=request.cache.cache_max_gb,
+                             cuda_graphs=request.model.cuda_graphs)
         if shown.output is not None:  # a video prepared in chunks keeps the frames the picture shows
             from ..show import MAX_TILES
 
@@ -230,13 +222,14 @@ def answer(request: Request) -> None:
         warm_up = asked.warm_up
         if warm_up or (warm_up is None and backbone.device.type != "cpu"):  # --warm-up; by default on accelerators
             warm_up_model(engine, progress, precompile=False)
-        return config, engine
+        return engine
 
     loaded = early.overlapped(decoding, prepare_model)
     source: Any = video
     if decoding is not None:
         source = joined(decoding, progress)
-    config, engine = loaded
+    engine = loaded
+    question = request.library(sampling, options)  # what each question asks of the engine
     documents, failure = [], ""
     for i, text in enumerate(texts):
         started = began if i == 0 else time.perf_counter()
@@ -244,14 +237,11 @@ def answer(request: Request) -> None:
             out.print(f"{'question' if task == 'ask' else 'query'} {i + 1}: {text}", highlight=False, markup=False)
         stream = Stream(progress, "answer: " if task == "ask" else "model said: ")
         call = engine.ask if task == "ask" else engine.ground
-        extra = {"options": asked.choices or None} if task == "ask" else {"point": asked.point}
 
         def work():
             with reporting(progress.advance):
-                return call(source, text, sampling=sampling, ratio=ratio, method=method, preset=preset, config=config,
-                            max_new_tokens=asked.max_new_tokens, on_step=progress.step,
-                            on_token=None if shown.as_json else stream, video_name=video,
-                            max_visual_tokens=chosen.max_visual_tokens, **extra)
+                return call(source, text, question, on_step=progress.step, on_token=None if shown.as_json else stream,
+                            video_name=video)
 
         result = run(work, progress)
         stream.close()
@@ -304,7 +294,7 @@ def remote(request: Request) -> None:
              "--decoder": s.decoder, "--output": request.output.output, "--cache-dir": request.cache.cache_dir,
              "--siglip-head": m.siglip_head, "--cache-max-gb": request.cache.cache_max_gb,
              "--warm-up/--no-warm-up": asked.warm_up, "--chunk-frames": s.chunk_frames,
-             "--max-visual-tokens": request.method.max_visual_tokens}
+             "--max-visual-tokens": request.method.max_visual_tokens, "--cuda-graphs/--no-cuda-graphs": m.cuda_graphs}
     for flag, value in local.items():
         if value not in (None, "auto"):
             fail(f"{flag} does not apply with --server: the server runs the model with its own settings")
@@ -424,15 +414,16 @@ def _given_flags() -> list[str]:
 
 
 def make_engine(backbone: Any, cache_dir: str | None, keep_saliency: bool = False,
-                max_gb: float | None = None) -> Any:
+                max_gb: float | None = None, cuda_graphs: bool | None = None) -> Any:
     """The reuse engine over a loaded backbone: prepared videos in memory, and on disk in `cache_dir`
-    (at most `max_gb` GiB of them, else the cache's default bound)."""
+    (at most `max_gb` GiB of them, else the cache's default bound); `cuda_graphs`: the prefill as CUDA
+    graphs (None: on with CUDA)."""
     from ..cache import DEFAULT_DISK_BYTES
     from ..session import Engine
 
     disk_bytes = DEFAULT_DISK_BYTES if max_gb is None else int(max_gb * (1 << 30))
     return Engine(backbone, cache_dir=cache_dir, keep_saliency=keep_saliency, disk_bytes=disk_bytes,
-                  keep_encoded=keep_saliency)  # a process that recompresses (chat) keeps a long video's features too
+                  keep_encoded=keep_saliency, cuda_graphs=cuda_graphs)  # a process that recompresses (chat) keeps a long video's features too
 
 
 def cache_warnings(engine: Any, quiet: bool) -> None:

@@ -6,6 +6,8 @@ import math
 from dataclasses import asdict, dataclass
 from typing import Union
 
+from ..method_catalog import PRESETS
+
 MASSES = ("loo", "uniform")
 BUDGETS = ("adaptive", "uniform")
 ALPHAS = ("position", "kernel", "global")
@@ -19,7 +21,6 @@ BUDGET_ROUNDINGS = ("final", "per_round")
 LOCATION_NORMS = ("diagonal", "per_axis")
 SINKHORN_STOPS = ("tol", "fixed")
 MERGE_RULES = ("strict", "inclusive")
-PRESETS = ("paper", "official")
 
 AlphaSetting = Union[str, float]
 

@@ -187,8 +187,9 @@ _BUILT: dict[tuple[str, bool], object] = {}
 LAUNCHES = 0  # Triton launches made by this module since import (what the tests count)
 
 
-def _launch(kernel, grid: tuple[int, ...], *args, **kwargs) -> None:
-    """kernel[grid](*args, **kwargs), counted in LAUNCHES."""
+def launch(kernel, grid: tuple[int, ...], *args, **kwargs) -> None:
+    """kernel[grid](*args, **kwargs), counted in LAUNCHES. Every launch of this module goes through this
+    module-level name, so a profiler may wrap it (benchmarks/gpu.py's `count_operations` does)."""
     global LAUNCHES
     LAUNCHES += 1
     kernel[grid](*args, **kwargs)
@@ -203,6 +204,12 @@ def cached_kernel(name: str, body: Callable[..., Any], sizes: tuple[str, ...] = 
     if key not in _BUILT:
         _BUILT[key] = triton.jit(body, do_not_specialize=list(sizes))
     return _BUILT[key]
+
+
+def built_kernel(name: str) -> Any | None:
+    """The kernel `cached_kernel` built under `name` in the current mode (interpreter or compiled), or None
+    before its first use; e.g. to read what it compiles for any value (`do_not_specialize`)."""
+    return _BUILT.get((name, interpreting()))
 
 
 def precompile(device: torch.device | str, pairs: int, tokens: int, max_iter: int, early_stop: bool) -> None:
@@ -283,7 +290,7 @@ def _run_sinkhorn(kernel, cost, log_a, log_b, a, b, plan, out, state, pairs, k, 
         while done < max_iter:
             checkpoint("Sinkhorn")  # between launches: a cancelled request stops here (no GPU wait)
             steps = min(chunk, max_iter - done)
-            _launch(kernel, (pairs,), cost, log_a, log_b, a, b, state, err, halted, halted, plan, out,
+            launch(kernel, (pairs,), cost, log_a, log_b, a, b, state, err, halted, halted, plan, out,
                              pairs, k, -eps, tol, done, steps, previous, max_iter, chunk, FINISH=False, **common)
             done, previous = done + steps, steps
         # t* = the first iteration whose largest error over the batch is below tol, else max_iter
@@ -293,7 +300,7 @@ def _run_sinkhorn(kernel, cost, log_a, log_b, a, b, plan, out, state, pairs, k, 
         err = out  # unused
         halted = torch.zeros(1, device=device, dtype=torch.int32)
         stop = torch.full((1,), max_iter, device=device, dtype=torch.int32)
-    _launch(kernel, (pairs,), cost, log_a, log_b, a, b, state, err, halted, stop, plan, out,
+    launch(kernel, (pairs,), cost, log_a, log_b, a, b, state, err, halted, stop, plan, out,
                      pairs, k, -eps, tol, 0, 0, 0, max_iter, chunk, FINISH=True, **common)
     return plan, stop.reshape(()).long(), out[:, 0], out[:, 1]
 
@@ -314,7 +321,7 @@ def greedy_coverage(sim: torch.Tensor, w: torch.Tensor, k: int, candidate_weight
     bi = max(1, min(triton.next_power_of_2(n), 8192 // bn))
     kernel = cached_kernel("greedy", _greedy_steps, ("n", "k"))
     with _quiet():
-        _launch(kernel, (t,), sim, w, gap, order, n, k, BN=bn, BI=bi, SCOPE=candidate_weighted, num_warps=4)
+        launch(kernel, (t,), sim, w, gap, order, n, k, BN=bn, BI=bi, SCOPE=candidate_weighted, num_warps=4)
     return order
 
 

@@ -43,7 +43,7 @@ SERIAL_ELEMENTS = 1 << 23
 def serial(device: torch.device, elements: int) -> ContextManager[None]:
     """Run the block on the calling thread alone when `device` is the CPU and its ops hold at most
     `SERIAL_ELEMENTS` elements (see the module's docstring); else change nothing."""
-    if torch.device(device).type != "cpu" or elements > SERIAL_ELEMENTS or not _scoped_threads():
+    if torch.device(device).type != "cpu" or elements > SERIAL_ELEMENTS or not scoped_threads():
         return nullcontext()
     return _one_thread()
 
@@ -61,7 +61,7 @@ def _one_thread() -> Iterator[None]:
         torch.set_num_threads(before)
 
 
-def _scoped_threads() -> bool:
+def scoped_threads() -> bool:
     """Whether the thread count can be set for the calling thread alone: the OpenMP backend, and
     `torch.set_num_threads` still PyTorch's own."""
     return torch.set_num_threads is torch._C.set_num_threads and _openmp()

@@ -57,7 +57,7 @@ def _number(value: Any, kind: type) -> Any:
 
 def _option_names(methods: Any, method: str) -> set[str]:
     """The option names `method` takes (none for an unknown method: `methods.get` names the known ones)."""
-    from ..method_args import option_types
+    from ..request import option_types
 
     try:
         methods.get(method)

@@ -19,8 +19,9 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Callable, Iterable, Sequence
 
+from ..request import Compression
 from ..sampling import Sampling
-from ..settings import DEFAULT_MAX_FRAMES
+from ..checks import DEFAULT_MAX_FRAMES
 from .benchmarks import GROUNDING, MC, Sample, VideoFinder, VideoRef
 from .prefetch import ahead, default_depth
 from .prompts import build_prompt, protocol
@@ -137,12 +138,6 @@ def sample_failure(exc: Exception, path: Any = None) -> str:
     return text
 
 
-def _config(backbone: Any, method: str, ratio: float, preset: str, options: dict[str, Any] | None = None) -> Any:
-    from ..pipeline import make_config
-
-    return make_config(ratio, preset, backbone, method=method, options=options)
-
-
 class VideoRuns:
     """One decoded and encoded video and every setting's compression of it, reused by all samples
     that ask about it (and, where the backbone can, the KV cache of each setting's video prefix).
@@ -177,9 +172,9 @@ class VideoRuns:
     def setting(self, method: str, ratio: float) -> Any:
         key = (method, ratio)
         if key not in self.prepared:
+            compression = Compression(method, ratio, self.preset, self.options.get(method) or {})
             self.prepared[key] = self.base if method == VANILLA else \
-                self.base.recompress(_config(self.backbone, method, ratio, self.preset,
-                                              self.options.get(method)), method)
+                self.base.recompress(compression.config(self.backbone), method)
         return self.prepared[key]
 
     def _text(self, prompt: str) -> Any:

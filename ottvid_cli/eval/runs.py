@@ -17,7 +17,8 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any, Callable, Sequence
 
-from ..settings import SAMPLING_RULES, model_key
+from ..checks import SAMPLING_RULES
+from ..model_source import model_key
 from .benchmarks import EvalError, Sample, check_benchmark, load_samples, missing_videos
 from .errors import RunInUse
 from .record_files import load_records, sample_files
@@ -38,7 +39,7 @@ VLLM_MODEL_TYPES = ("qwen2_5_vl", "qwen3_vl", "qwen3_vl_moe")  # what the vLLM p
 class EvalRequest:
     """The settings of a run, as the command line gives them (model, device and dtype already
     resolved). `out`: the run folder (default runs/BENCH-MODEL); `shard`: "I/N" (None: torchrun's
-    RANK / WORLD_SIZE, else the whole run); `sampling`: "lmms" or one of `settings.SAMPLING_RULES`;
+    RANK / WORLD_SIZE, else the whole run); `sampling`: "lmms" or one of `checks.SAMPLING_RULES`;
     `compare`: a run folder whose vanilla scores give the relative %."""
 
     bench: str
@@ -171,7 +172,7 @@ def check_engine(r: EvalRequest, runs: Sequence[Setting], distributed: bool) -> 
     """The engine's own checks, before anything starts: --engine vllm serves Qwen2.5-VL and Qwen3-VL (the
     plugin's models) with every setting the plugin takes, in an environment with vLLM, its engine
     arguments known to vLLM; the vLLM-only options are refused with the ottvid engine. EvalError, one line."""
-    from ..settings import ModelError, model_config
+    from ..model_source import ModelError, model_config
 
     if r.engine not in ENGINES:
         raise EvalError(f"--engine must be one of {', '.join(ENGINES)}, got {r.engine!r}")

@@ -28,7 +28,7 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from ..settings import STAGES
+from ..checks import STAGES
 from ..tasks import grounding, qa
 
 OTTVID_OWNER = "ottvid"  # `owned_by` of `ottvid serve`'s model card (schema.ModelCard)

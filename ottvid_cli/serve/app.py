@@ -32,7 +32,9 @@ from fastapi.sse import EventSourceResponse, format_sse_event
 from starlette.datastructures import Headers
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from ..settings import DEFAULT_MAX_FRAMES, MAX_SINKHORN_ITER
+from ..checks import DEFAULT_MAX_FRAMES, MAX_SINKHORN_ITER
+from ..request import Compression
+from ..request import Request as RunRequest
 from .schema import DEFAULT_TOKENS, MAX_NEW_TOKENS, ChatCompletion, ChatRequest, ErrorResponse, Message, ModelCard, ModelList, usage_of
 from .security import ApiError, HostCheck, MediaPolicy, require_key
 from .page import add_page
@@ -158,12 +160,15 @@ def create_app(engine: Any, settings: ServeSettings) -> FastAPI:
 # a request into a job
 
 
-def _method_config(options: Any, ratio: float, backbone: Any, max_iter: int) -> Any:
-    """`ottvid.method_args` read by the library's one reader (`method_args.method_options`, as
-    `--method-arg`), built into the method's config for this model; a bad one is a 400, and so is a
-    Sinkhorn iteration count over `max_iter` (the only option that sizes a loop beyond the frames)."""
-    from ..method_args import MethodArgError, build_config, method_options
+def _compression(options: Any, ratio: float, max_iter: int) -> Compression:
+    """The request's compression: `ottvid.method_args` read by the library's one reader
+    (`method_args.method_options`, as `--method-arg`), a bad one a 400, and so is a Sinkhorn iteration
+    count over `max_iter` (the only option that sizes a loop beyond the frames). The engine builds its
+    config for the model (`Compression.config`)."""
+    from ..method_args import MethodArgError, method_options
 
+    if not options.method_args:
+        return Compression(options.method, ratio, options.preset)
     try:
         chosen = method_options([options.method], [ratio], options.preset, options.method_args)[options.method]
     except MethodArgError as exc:
@@ -172,7 +177,7 @@ def _method_config(options: Any, ratio: float, backbone: Any, max_iter: int) -> 
     if asked is not None and asked > max_iter:
         raise ApiError(400, f"max_iter={asked:,}: this server runs at most {max_iter:,} Sinkhorn iterations a "
                             f"request (--max-sinkhorn-iter)", code="invalid_value", param="ottvid.method_args")
-    return build_config(backbone, options.method, ratio, options.preset, chosen)
+    return Compression(options.method, ratio, options.preset if options.method == "ottvid" else "paper", chosen)
 
 
 async def _job(body: ChatRequest, request: Request) -> Job:
@@ -211,18 +216,13 @@ async def _job(body: ChatRequest, request: Request) -> Job:
                                     getattr(getattr(request.app.state.engine, "backbone", None), "default_frames", None))
     except ValueError as exc:
         raise ApiError(400, str(exc), param="ottvid") from None
-    run = {"sampling": sampling, "method": options.method, "ratio": options.ratio if options.ratio is not None else 0.1,
-           "preset": options.preset,
-           "max_new_tokens": body.max_completion_tokens or body.max_tokens or DEFAULT_TOKENS[task]}
-    if options.method_args:
-        run["config"] = _method_config(options, run["ratio"], getattr(request.app.state.engine, "backbone", None),
-                                       settings.max_sinkhorn_iter)
-    if task == "ask":
-        run["options"] = options.choices or None
-    else:
-        run["point"] = options.point
+    compression = _compression(options, options.ratio if options.ratio is not None else 0.1,
+                               settings.max_sinkhorn_iter)
+    run = RunRequest(sampling, compression, body.max_completion_tokens or body.max_tokens or DEFAULT_TOKENS[task],
+                     choices=(options.choices or None) if task == "ask" else None,
+                     point=options.point if task == "ground" else False)
     media = await run_in_threadpool(request.app.state.media.resolve, url)  # an upload is decoded and written
-    return Job(task=task, media=media, text=text, run=run, stream=body.stream, picture=options.picture)
+    return Job(task=task, media=media, text=text, request=run, stream=body.stream, picture=options.picture)
 
 
 def _video_and_text(messages: list[Message]) -> tuple[str, str]:

@@ -30,7 +30,7 @@ from starlette.background import BackgroundTask
 from starlette.convertors import Convertor, register_url_convertor
 from starlette.responses import MalformedRangeHeader
 
-from ..settings import METHODS, PRESETS
+from ..method_catalog import METHODS, PRESETS
 from .schema import DEFAULT_TOKENS
 from .security import ApiError, Media, MediaPolicy, require_key
 

@@ -1,5 +1,5 @@
 """The request and response bodies of `ottvid serve`, OpenAI's chat-completions shape plus our
-`ottvid` field. Checks on our settings reuse the command line's (`settings.check_*`), so a bad
+`ottvid` field. Checks on our settings reuse the command line's (`checks.check_*`), so a bad
 ratio reads the same from the server as from `ottvid ask`."""
 
 from __future__ import annotations
@@ -9,7 +9,8 @@ from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StrictBool, field_validator
 
-from ..settings import DEFAULT_MAX_FRAMES, METHODS, PRESETS, check_choice, check_count, check_positive, check_ratio
+from ..checks import DEFAULT_MAX_FRAMES, check_choice, check_count, check_positive, check_ratio
+from ..method_catalog import METHODS, PRESETS
 
 TASKS = ("ask", "ground")
 MAX_NEW_TOKENS = 4096  # a request asking for more is refused (each token is a forward pass)

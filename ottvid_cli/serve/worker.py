@@ -25,6 +25,7 @@ from typing import Any
 
 from ..blame import raised_by_ottvid
 from ..interrupt import Interrupted
+from ..request import Request as RunRequest
 from .security import ApiError, Media
 
 log = logging.getLogger("ottvid.serve")
@@ -57,7 +58,7 @@ class Job:
     task: str  # "ask" | "ground"
     media: Media
     text: str
-    run: dict[str, Any]  # sampling, method, ratio, preset, max_new_tokens (+ options for ask)
+    request: RunRequest  # the frames, compression, reply length (+ choices for ask, point for ground)
     stream: bool = False
     picture: bool = False  # also draw the `show` picture (ottvid.picture)
     loop: asyncio.AbstractEventLoop = field(default_factory=asyncio.get_running_loop, repr=False)
@@ -209,8 +210,8 @@ class ModelWorker:
         try:
             # the decoder reads media.path (/proc/self/fd/N, an upload's temporary file); the result and
             # a disk-cache entry written now name the real file, or no file for an upload
-            result = call(job.media.path, job.text, on_token=token, on_step=step, cancel=job.cancelled,
-                          video_name=job.media.real, **job.run)
+            result = call(job.media.path, job.text, request=job.request, on_token=token, on_step=step,
+                          cancel=job.cancelled, video_name=job.media.real)
             data = result.to_dict()
             for once in ("load", "warmup"):  # the server's start-up, not this request's: /health gives them
                 data.get("timings_ms", {}).pop(once, None)
@@ -266,7 +267,7 @@ def error_for(exc: BaseException) -> ApiError:
     """The API error for a failed run: bad input 400; not enough memory, or a model failure, 500."""
     import torch
 
-    from ..settings import ModelError
+    from ..model_source import ModelError
     from ..video import VideoError
 
     oom = (getattr(torch, "OutOfMemoryError", ()), MemoryError)

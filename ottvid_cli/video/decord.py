@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 
 from ..interrupt import checkpoint
-from ..settings import DECODERS
+from ..checks import DECODERS
 from .probe import Header, judge_index, pyav_stream, read_header, unreadable
 from .resize import Shrinker
 from .timeline import Plan, Timeline, VideoError, error_reason

@@ -7,7 +7,7 @@ import math
 import os
 import time
 
-from ..settings import DECODERS
+from ..checks import DECODERS
 from .decord import open_decord, resolve_decoder, sample_decord
 from .images import checked_frame_rate, frame_files, read_image, sample_images
 from .probe import checked_path, pyav_file_errors, pyav_stream, read_header, unreadable

@@ -29,8 +29,7 @@ from typing import Callable, Iterator
 
 import numpy as np
 
-from .. import interrupt
-from ..interrupt import cancelled, checkpoint, stop_when
+from ..interrupt import cancelled, checkpoint, current, stop_when
 from . import inorder as _inorder
 from . import pyav as _pyav
 from .decord import DECORD_CHUNK, decord_file_errors, open_decord, resolve_decoder, trusted_reader
@@ -131,7 +130,7 @@ class _Ahead:
         self.done: queue.Queue = queue.Queue()  # (chunk, error); never more than one: `go` paces the thread
         self.go = threading.Semaphore(1)  # chunks the thread may begin: the first at once, then one a take
         self.stop = threading.Event()
-        outer = interrupt._scope.get()  # the caller's scope (no public getter): the thread honours it too
+        outer = current()  # the caller's scope: the thread honours it too
 
         def cancel() -> bool:
             return self.stop.is_set() or cancelled(outer)

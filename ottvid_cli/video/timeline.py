@@ -10,7 +10,7 @@ from typing import Callable
 
 import numpy as np
 
-from ..settings import DEFAULT_MAX_FRAMES, SAMPLING_RULES as RULES
+from ..checks import DEFAULT_MAX_FRAMES, SAMPLING_RULES as RULES
 
 
 class VideoError(ValueError):

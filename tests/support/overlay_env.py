@@ -27,7 +27,6 @@ exists (e.g. CI checkouts since removed) are deleted: each takes about 1 GB.
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import importlib.metadata
 import json
@@ -38,9 +37,10 @@ import subprocess
 import sys
 import sysconfig
 import time
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+
+from benchmarks.envs.cache import cache_root, locked
 
 ROOT = Path(__file__).resolve().parents[2]
 LMMS_VERSION = "0.7.3"  # the lmms-eval release the plugin and docs/eval.md were checked against
@@ -85,14 +85,6 @@ class Overlay:
 
 def _normal(name: str) -> str:
     return re.sub(r"[-_.]+", "-", name).lower()
-
-
-def cache_root() -> Path:
-    """Where overlays are kept: $OTTVID_TEST_ENV_DIR, else $XDG_CACHE_HOME/ottvid/test-envs."""
-    if os.environ.get("OTTVID_TEST_ENV_DIR"):
-        return Path(os.environ["OTTVID_TEST_ENV_DIR"]).expanduser()
-    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
-    return Path(base) / "ottvid" / "test-envs"
 
 
 def main_site_packages() -> list[str]:
@@ -181,23 +173,6 @@ def usable(env: Path, stamp: str) -> dict | None:
     return info
 
 
-@contextlib.contextmanager
-def _locked(path: Path) -> Iterator[None]:
-    """An exclusive lock on `path` (POSIX; elsewhere no lock) so two sessions do not build at once."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with path.open("a+") as handle:
-        try:
-            import fcntl
-        except ImportError:
-            yield
-            return
-        fcntl.flock(handle, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
-
-
 def lmms_requirements(root: Path = ROOT) -> list[str]:
     """What the overlay installs, as a user does: this checkout with its `lmms` extra, editable (so the
     extra's constraints, e.g. filelock<4, apply, and ottvid_cli is imported from the checkout)."""
@@ -261,7 +236,7 @@ def cached_overlay(root: Path, name: str, sites: list[str], main: dict[str, str]
     stamp = fingerprint(main, own)
     env = root / name
     start = time.perf_counter()
-    with _locked(root / f"{name}.lock"):
+    with locked(root / f"{name}.lock"):
         info = usable(env, stamp)
         built = info is None
         if built:

