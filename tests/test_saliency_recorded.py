@@ -178,3 +178,13 @@ def test_vllm_plugin_records_in_the_last_blocks_attention_backend():
         want[a:b] = F.softmax(scores, -1).mean((0, 1))
     (saliency,) = model._saliency
     torch.testing.assert_close(saliency, want.reshape(8, 4).sum(-1), rtol=1e-6, atol=1e-7)
+
+
+def test_the_saliency_benchmark_compares_the_same_numbers():
+    """`python -m benchmarks.saliency`: both ways give one output and one saliency (at one group, one repeat)."""
+    from benchmarks.saliency import measure
+
+    result = measure(groups=1, repeats=1)
+    assert set(result["rows"]) == {"second pass", "recorded"} and all(ms > 0 for ms in result["rows"].values())
+    assert result["output_gap"] <= 1e-6 and result["saliency_gap"] <= 1e-5
+    assert result["environment"]["device"] == "cpu"
