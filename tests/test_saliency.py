@@ -143,3 +143,21 @@ def test_recording_attention_is_transformers_sdpa_and_records_per_frame():
     torch.testing.assert_close(plain, want, rtol=0, atol=0)
     torch.testing.assert_close(out, want, rtol=0, atol=1e-6)
     torch.testing.assert_close(record["received"], naive_batched(q, k, 0.3), rtol=1e-6, atol=0)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="the CUDA attention kernels need a CUDA GPU")
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32])
+@pytest.mark.parametrize("dim", [80, 72])  # Qwen's vision heads; 72: a size flash takes, as SigLIP's
+def test_on_cuda_the_kernels_log_sum_exp_gives_the_saliency(dtype, dim):
+    """On CUDA the output is SDPA's (flash for half precision, memory-efficient for float32, whose
+    log-sum-exp rows are padded) and the saliency the full softmax's, scored in float32."""
+    q, k, v = (t.to("cuda", dtype) for t in batched(n_segments=2, heads=4, n=300, dim=dim, seed=5))
+    found = attention_lse(q, k, v, dim ** -0.5)
+    assert found is not None  # a kernel that returns its log-sum-exp took these inputs
+    out, received = attention_and_received(q, k, v, dim ** -0.5)
+    assert out.dtype == dtype and received.dtype == torch.float32 and received.device.type == "cuda"
+    tolerance = {torch.float32: 1e-5, torch.float16: 2e-3, torch.bfloat16: 2e-2}[dtype]
+    torch.testing.assert_close(out.float(), F.scaled_dot_product_attention(q, k, v, scale=dim ** -0.5).float(),
+                               rtol=tolerance, atol=tolerance)
+    torch.testing.assert_close(received.cpu(), naive_batched(q.float().cpu(), k.float().cpu(), dim ** -0.5),
+                               rtol=max(tolerance, 1e-4), atol=1e-6)
