@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import pathlib
+import signal
 import threading
 
 import numpy as np
@@ -90,7 +91,13 @@ def test_a_decoding_failure_stops_the_load_with_its_one_line_error(tiny_qwen, tm
         Image.fromarray(np.full((size[1], size[0], 3), i * 20, np.uint8)).save(folder / f"f{i:02d}.png")
     seen: dict = {}
     _slow_load(monkeypatch, seen, wait_for_decode=False)
-    result = runner.invoke(app, ["ask", str(folder), "What?", "--model", str(tiny_qwen), "--frames", "12"])
+    # the interrupt is Python's SIGINT handler's: installed even where the test run was started with SIGINT
+    # ignored (a background job of a non-interactive shell), where interrupting the main thread does nothing
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        result = runner.invoke(app, ["ask", str(folder), "What?", "--model", str(tiny_qwen), "--frames", "12"])
+    finally:
+        signal.signal(signal.SIGINT, previous)
     assert result.exit_code == 2, result.output
     assert "frame images differ in size" in result.stderr and "Traceback" not in result.output
     assert [line for line in result.stderr.splitlines() if line.startswith("error:")] == \

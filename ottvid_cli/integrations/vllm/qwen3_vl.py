@@ -49,13 +49,12 @@ class OTTVidQwen3VLProcessor(Qwen3VLMultiModalProcessor):
         return [pruning.retained(chosen.method, chosen.config, int(t), (int(h) // merge) * (int(w) // merge)) for t, h, w in grids]
 
     def _expands_only_video_token(self, hf_processor: Any) -> bool:
-        """With a method: False, so that the group blocks replace the template's whole
-        `<|vision_start|><|video_pad|><|vision_end|>` as Qwen3-VL was trained and as ottvid_cli's adapter
-        lays the prompt out (vLLM keeps that outer pair with the processors of transformers 5.10 on,
-        docs/qwen3_vl.md); without one, vLLM's own answer."""
-        if settings.for_processor(self) is not None:
-            return False
-        return super()._expands_only_video_token(hf_processor)
+        """False, with a method or without: the group blocks replace the template's whole
+        `<|vision_start|><|video_pad|><|vision_end|>` as Qwen3-VL was trained, as transformers 5.25's
+        processor does and as ottvid_cli's adapter lays the prompt out. vLLM's own answer follows the
+        installed processor, and with transformers 5.10 to 5.24 keeps an outer pair the model never saw
+        (docs/qwen3_vl.md); so a Qwen3-VL prompt is the same whichever transformers vLLM runs with."""
+        return False
 
     def _apply_hf_processor_main(self, mm_items: Any, hf_kwargs: Mapping[str, object]) -> Any:
         processed = super()._apply_hf_processor_main(mm_items, hf_kwargs)
