@@ -4,7 +4,8 @@ Installed with `pip install "ottvid-cli[vllm]"`, which registers `register` in t
 `vllm.general_plugins`; vLLM calls it in each of its processes. It replaces vLLM's Qwen2.5-VL and
 Qwen3-VL (dense and MoE) architectures by subclasses (`qwen2_5_vl`, `qwen3_vl`; imported only when vLLM
 builds the model) that run the method named by `--hf-overrides '{"ottvid_method": ...}'` at
-`--video-pruning-rate` q, and behave exactly as vLLM's own models otherwise. Nothing else in ottvid imports vLLM.
+`--video-pruning-rate` q, and behave as vLLM's own models otherwise (but for Qwen3-VL's prompt, laid out as
+the model was trained whichever transformers vLLM runs with: docs/qwen3_vl.md). Nothing else in ottvid imports vLLM.
 """
 
 from __future__ import annotations
