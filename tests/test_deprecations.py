@@ -40,8 +40,8 @@ def test_the_cache_keyword_follows_the_installed_transformers(monkeypatch):
     for version, keyword in (("5.0.0", "past_key_values"), ("5.23.1", "past_key_values"), ("5.24.0", "cache"),
                              ("5.24.0.dev0", "cache"), ("5.30.2", "cache"), ("6.0.0", "cache")):
         monkeypatch.setattr(transformers, "__version__", version)
-        assert base._with_cache("kv") == {keyword: "kv"}, version
-    assert base._with_cache(None) == {}
+        assert base.with_cache("kv") == {keyword: "kv"}, version
+    assert base.with_cache(None) == {}
 
 
 def test_ask_and_eval_raise_no_deprecation_warning(tiny_qwen, tmp_path):

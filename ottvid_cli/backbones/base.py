@@ -159,8 +159,6 @@ def new_cache(model: Any) -> Any:
     return DynamicCache(config=model.config)
 
 
-_new_cache = new_cache
-
 
 CACHE_RENAMED = "5.24"  # transformers renamed generate's and the models' `past_key_values=` to `cache=`
 
@@ -173,8 +171,6 @@ def with_cache(cache: Any) -> dict[str, Any]:
         return {}
     return {_cache_keyword(): cache}
 
-
-_with_cache = with_cache
 
 
 def _cache_keyword() -> str:
@@ -343,10 +339,10 @@ class KeptTokenGeneration:
             prefix = None
         length = prefix.length if prefix is not None else prefix_length(inputs, llm, self.video_token_id) \
             if keep_prefix else 0
-        cache = prefix.copy() if prefix is not None else _new_cache(self.model) if keep_prefix else None
+        cache = prefix.copy() if prefix is not None else new_cache(self.model) if keep_prefix else None
         if prefix is not None:
             llm = {k: v for k, v in llm.items() if k != "mm_encoder_outputs"}  # every visual token is in the prefix
-        extra = _with_cache(cache)
+        extra = with_cache(cache)
         tokenizer = self.processor.tokenizer
         stream = _TokenStream(self.device, tokenizer, on_token)
         padded = prefill is not None and prefix is None and prefill.active
@@ -380,8 +376,8 @@ class KeptTokenGeneration:
         length = prefix_length(inputs, llm, self.video_token_id)
         head = {k: (v[..., :length] if k == "position_ids" else v[:, :length]) if torch.is_tensor(v) else v
                 for k, v in llm.items()}
-        cache = _new_cache(self.model)
-        self.model(**head, **_with_cache(cache), use_cache=True, logits_to_keep=1)
+        cache = new_cache(self.model)
+        self.model(**head, **with_cache(cache), use_cache=True, logits_to_keep=1)
         return Prefix(cache=cache, length=length, input_ids=llm["input_ids"][:, :length].clone(),
                       position_ids=_prefix_positions(llm, length), visual=_visual_key(features, kept, compressed))
 
@@ -408,7 +404,7 @@ class KeptTokenGeneration:
         tail = {"input_ids": llm["input_ids"][:, n:], "attention_mask": llm["attention_mask"]}
         if "position_ids" in llm:
             tail["position_ids"] = llm["position_ids"][..., n:]
-        return self.model(**tail, **_with_cache(prefix.copy()), use_cache=True).logits
+        return self.model(**tail, **with_cache(prefix.copy()), use_cache=True).logits
 
     def _llm_inputs(self, inputs: Any, features: torch.Tensor, kept: torch.Tensor,
                     compressed: Any) -> dict[str, Any]:

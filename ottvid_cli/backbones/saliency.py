@@ -45,9 +45,7 @@ def _received(q: torch.Tensor, k: torch.Tensor, scale: float, chunk: int) -> tor
     """
     batch, heads, n, _ = q.shape
     total = torch.zeros(batch, n, device=q.device, dtype=torch.float32)
-    budget = (1 << 22) if q.device.type == "cpu" else (1 << 26)
-    rows = max(1, min(chunk, budget // max(heads * n, 1)))
-    together = max(1, budget // max(heads * rows * n, 1))  # segments per step
+    rows, together = _steps(q, chunk)  # queries per step, segments per step
     for b in range(0, batch, together):
         segs = slice(b, b + together)
         kt = k[segs].float().transpose(-1, -2)  # (b, H, d, n)
@@ -148,8 +146,8 @@ def shared_softmax_attention(query: torch.Tensor, key: torch.Tensor, value: torc
 
 
 def _steps(query: torch.Tensor, chunk: int) -> tuple[int, int]:
-    """(queries per step, segments per step) for (B, H, n, d) queries within the score budget of
-    `_received`: about 4M scores on the CPU, 64M on a GPU."""
+    """(queries per step, segments per step) for (B, H, n, d) queries within a budget of scores: about 4M
+    (16 MB) on the CPU, 64M (256 MB) on a GPU (`_received` says why)."""
     _, heads, n, _ = query.shape
     budget = (1 << 22) if query.device.type == "cpu" else (1 << 26)
     rows = max(1, min(chunk, budget // max(heads * n, 1)))
